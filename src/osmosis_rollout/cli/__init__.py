@@ -1,0 +1,59 @@
+"""The ``osmosis`` command: a Typer app with one thin module per command.
+
+Command modules import heavy dependencies inside their functions so ``osmosis --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .._version import __version__
+
+app = typer.Typer(
+    name="osmosis",
+    help="Build, validate, serve and test LLM agent loops for reinforcement-learning rollouts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"osmosis-rollout {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Build, validate, serve and test LLM agent loops for reinforcement-learning rollouts."""
+
+
+def _register() -> None:
+    # Each module adds its command to `app`; imported here, not at their top, to avoid cycles.
+    import importlib
+
+    for name in ("init", "validate", "test", "serve"):
+        try:
+            importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,46 @@
+"""What every command shares: the consoles, the one async bridge, and error-to-exit mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+T = TypeVar("T")
+
+#: Exit codes: 0 ok, 1 problems found, 2 usage or configuration error, 130 interrupted.
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def stdout_console() -> Console:
+    """The console for results (stdout)."""
+    return Console(highlight=False)
+
+
+def stderr_console() -> Console:
+    """The console for progress, notes and errors (stderr), so stdout stays parseable."""
+    return Console(stderr=True, highlight=False)
+
+
+def fail(message: str, *, code: int = EXIT_USAGE, hint: str | None = None) -> NoReturn:
+    """Print one clear error line (and an optional hint) on stderr and exit with ``code``."""
+    err = stderr_console()
+    err.print(f"[bold red]Error:[/] {escape(message)}")
+    if hint:
+        err.print(f"[dim]Hint:[/] {escape(hint)}")
+    raise typer.Exit(code)
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """The one bridge from the CLI into async code; Ctrl-C exits 130 without a traceback."""
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:
+        stderr_console().print("[yellow]Interrupted.[/]")
+        sys.stderr.flush()
+        raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -1,0 +1,269 @@
+"""``TrainGateClient``: the server's two outbound calls to TrainGate, with retries and auth.
+
+One ``httpx2.AsyncClient`` is shared by every rollout (connection pooling). The retry rules are
+``protocol.md`` section 3: 5xx, 429 (honouring ``Retry-After``), timeouts and transport errors are
+retried with exponential backoff and jitter; any other 4xx fails at once. Every attempt of one
+turn carries the same ``X-Request-Id`` so TrainGate can deduplicate. Secrets never reach a log
+line or an exception message.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx2
+from pydantic import ValidationError
+
+from .errors import ProtocolError, TrainGateHTTPError, TrainGateUnavailable
+from .protocol import (
+    CompletionsRequest,
+    CompletionsResponse,
+    RolloutRequest,
+    RolloutResponse,
+    describe_validation_error,
+    wire_json,
+)
+
+__all__ = ["ClientStats", "RetryPolicy", "RolloutChannel", "TrainGateClient"]
+
+logger = logging.getLogger("osmosis_rollout.client")
+
+_BODY_EXCERPT = 500
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try one call. Defaults are ``protocol.md``'s.
+
+    ``retries`` counts retries after the first attempt. A ``Retry-After`` header replaces the
+    computed backoff, capped at ``retry_after_cap_s`` so a hostile value cannot park a rollout.
+    """
+
+    retries: int = 3
+    base_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+    attempt_timeout_s: float = 300.0
+    connect_timeout_s: float = 10.0
+    retry_after_cap_s: float = 300.0
+
+    def backoff(self, retry: int, rand: float) -> float:
+        """Delay before retry number ``retry`` (0-based): exponential, capped, equal jitter."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * float(2**retry))
+        return ceiling / 2 + (ceiling / 2) * rand
+
+
+@dataclass
+class ClientStats:
+    """Counters for the calls made through one client (for health pages and benchmarks)."""
+
+    requests: int = 0
+    retries: int = 0
+    failures: int = 0
+    by_status: dict[int, int] = field(default_factory=dict)
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def _is_retryable(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+class TrainGateClient:
+    """Sends chat turns and completion callbacks to TrainGate over one pooled HTTP client.
+
+    Pass ``http`` to share or customise the client (tests pass one with an ASGI transport);
+    otherwise the client is created here and closed by :meth:`aclose`. ``sleep`` and ``rand``
+    are injectable so tests can check the backoff without waiting.
+    """
+
+    def __init__(
+        self,
+        http: httpx2.AsyncClient | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self._owns_http = http is None
+        self.http = http or httpx2.AsyncClient(
+            timeout=httpx2.Timeout(
+                self.retry.attempt_timeout_s, connect=self.retry.connect_timeout_s
+            ),
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=200),
+        )
+        self._sleep = sleep
+        self._rand = rand
+        self.stats = ClientStats()
+
+    async def __aenter__(self) -> TrainGateClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it."""
+        if self._owns_http:
+            await self.http.aclose()
+
+    def channel(self, request: RolloutRequest) -> RolloutChannel:
+        """The view of this client that one rollout uses (its URL and its secret)."""
+        return RolloutChannel(self, request.server_url, request.api_key_value)
+
+    # -- the two calls ----------------------------------------------------------------------
+
+    async def chat_completions(
+        self,
+        server_url: str,
+        body: CompletionsRequest,
+        *,
+        api_key: str | None,
+        request_id: str,
+    ) -> CompletionsResponse:
+        """POST one LLM turn and return the parsed reply (``ProtocolError`` if malformed)."""
+        url = f"{server_url}/v1/chat/completions"
+        response = await self._post(url, wire_json(body), api_key=api_key, request_id=request_id)
+        try:
+            return CompletionsResponse.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise ProtocolError(
+                f"TrainGate's reply to {url} is not a valid chat completion "
+                f"({describe_validation_error(exc)}); it needs choices[0].message and usage"
+            ) from None
+
+    async def complete_rollout(
+        self, server_url: str, result: RolloutResponse, *, api_key: str | None
+    ) -> None:
+        """POST the completion callback; any 2xx is success."""
+        url = f"{server_url}/v1/rollout/completed"
+        await self._post(
+            url, wire_json(result), api_key=api_key, request_id=f"{result.rollout_id}:completed"
+        )
+
+    # -- retries ----------------------------------------------------------------------------
+
+    async def _post(
+        self, url: str, content: bytes, *, api_key: str | None, request_id: str
+    ) -> httpx2.Response:
+        headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        policy = self.retry
+        for attempt in range(policy.retries + 1):
+            last = attempt == policy.retries
+            self.stats.requests += 1
+            try:
+                response = await self.http.post(url, content=content, headers=headers)
+            except httpx2.TransportError as exc:
+                if last:
+                    self.stats.failures += 1
+                    raise TrainGateUnavailable(
+                        f"could not reach {url} after {attempt + 1} attempt(s): "
+                        f"{type(exc).__name__}{_detail(exc, api_key)}"
+                    ) from None
+                delay = policy.backoff(attempt, self._rand())
+                logger.warning(
+                    "POST %s failed (%s); retry %d/%d in %.2fs",
+                    url,
+                    type(exc).__name__,
+                    attempt + 1,
+                    policy.retries,
+                    delay,
+                )
+            else:
+                status = response.status_code
+                self.stats.by_status[status] = self.stats.by_status.get(status, 0) + 1
+                if 200 <= status < 300:
+                    return response
+                if last or not _is_retryable(status):
+                    self.stats.failures += 1
+                    body = _excerpt(response, api_key)
+                    raise TrainGateHTTPError(
+                        f"POST {url} returned HTTP {status}"
+                        + (f" after {attempt + 1} attempts" if attempt else "")
+                        + (f": {body}" if body else ""),
+                        status_code=status,
+                        body=body,
+                        url=url,
+                    )
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                if retry_after is not None:
+                    delay = min(retry_after, policy.retry_after_cap_s)
+                else:
+                    delay = policy.backoff(attempt, self._rand())
+                logger.warning(
+                    "POST %s returned HTTP %d; retry %d/%d in %.2fs",
+                    url,
+                    status,
+                    attempt + 1,
+                    policy.retries,
+                    delay,
+                )
+            self.stats.retries += 1
+            await self._sleep(delay)
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "**********") if secret else text
+
+
+def _detail(exc: Exception, secret: str | None) -> str:
+    text = _scrub(str(exc), secret)
+    return f" ({text[:200]})" if text else ""
+
+
+def _excerpt(response: httpx2.Response, secret: str | None) -> str:
+    try:
+        text = response.text
+    except (UnicodeDecodeError, LookupError):
+        return ""
+    text = _scrub(" ".join(text.split()), secret)
+    return text[:_BODY_EXCERPT] + ("..." if len(text) > _BODY_EXCERPT else "")
+
+
+class RolloutChannel:
+    """One rollout's door to TrainGate: its ``server_url`` and its ``api_key`` bound in."""
+
+    def __init__(self, client: TrainGateClient, server_url: str, api_key: str | None) -> None:
+        self.client = client
+        self.server_url = server_url
+        self._api_key = api_key
+
+    def __repr__(self) -> str:
+        return f"RolloutChannel(server_url={self.server_url!r})"
+
+    async def chat_completions(
+        self, request: CompletionsRequest, *, request_id: str
+    ) -> CompletionsResponse:
+        """One LLM turn for this rollout."""
+        return await self.client.chat_completions(
+            self.server_url, request, api_key=self._api_key, request_id=request_id
+        )
+
+    async def complete_rollout(self, result: RolloutResponse) -> None:
+        """This rollout's completion callback."""
+        await self.client.complete_rollout(self.server_url, result, api_key=self._api_key)

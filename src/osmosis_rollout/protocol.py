@@ -1,0 +1,387 @@
+"""Every message that crosses a wire, as pydantic models: the canonical wire format.
+
+This is the only module that knows JSON field names. It follows ``protocol.md``: what we accept
+from TrainGate is validated strictly (with errors that never echo input values), what
+OpenAI-compatible servers return is read leniently (unknown fields are ignored), and everything we
+send drops ``null`` fields (use :func:`wire`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import StrEnum
+from typing import Any, Literal, Self
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializationInfo,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "DEFAULT_MAX_METADATA_BYTES",
+    "ChatMessage",
+    "CompletionChoice",
+    "CompletionUsage",
+    "CompletionsRequest",
+    "CompletionsResponse",
+    "HealthResponse",
+    "InitResponse",
+    "Message",
+    "OpenAIFunctionCall",
+    "OpenAIFunctionSchema",
+    "OpenAIFunctionToolSchema",
+    "OpenAIToolCall",
+    "RolloutMetrics",
+    "RolloutRequest",
+    "RolloutResponse",
+    "RolloutStatus",
+    "describe_validation_error",
+    "wire",
+    "wire_json",
+]
+
+#: An OpenAI-style chat message, kept as a plain dict so agents can build and append freely.
+Message = dict[str, Any]
+
+DEFAULT_MAX_METADATA_BYTES = 1024 * 1024
+MAX_ROLLOUT_ID_LENGTH = 256
+#: Context key that makes a dump include the per-rollout ``api_key`` (only for the wire).
+REVEAL_SECRETS = "reveal_secrets"
+_REDACTED = "**********"
+
+
+def wire(model: BaseModel) -> dict[str, Any]:
+    """Dump a model as JSON-ready data for sending: nulls dropped, secrets revealed."""
+    return model.model_dump(
+        mode="json", exclude_none=True, by_alias=True, context={REVEAL_SECRETS: True}
+    )
+
+
+def wire_json(model: BaseModel) -> bytes:
+    """Like :func:`wire`, encoded straight to JSON bytes (the fast path for HTTP bodies)."""
+    return model.__pydantic_serializer__.to_json(
+        model, exclude_none=True, by_alias=True, context={REVEAL_SECRETS: True}
+    )
+
+
+def describe_validation_error(exc: ValidationError, *, limit: int = 3) -> str:
+    """Summarise a ValidationError as ``loc: msg; ...`` without echoing any input value."""
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False, include_context=False)[:limit]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+    more = exc.error_count() - limit
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+class _Lenient(BaseModel):
+    """Base for what others send us: unknown fields are ignored, as protocol.md asks."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Tools
+# --------------------------------------------------------------------------------------------
+
+
+class OpenAIFunctionSchema(BaseModel):
+    """A function's name, description and full JSON Schema ``parameters`` (kept verbatim)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+
+class OpenAIFunctionToolSchema(BaseModel):
+    """An OpenAI function tool: ``{"type": "function", "function": {...}}``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = "function"
+    function: OpenAIFunctionSchema
+
+    @property
+    def name(self) -> str:
+        """The function's name, the key tool calls refer to."""
+        return self.function.name
+
+
+class OpenAIFunctionCall(_Lenient):
+    """The function part of a tool call; ``arguments`` is a JSON string (objects tolerated)."""
+
+    name: str
+    arguments: str = "{}"
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_as_json_text(cls, value: Any) -> Any:
+        if value is None:
+            return "{}"
+        if isinstance(value, dict | list):
+            return json.dumps(value)
+        return value
+
+
+class OpenAIToolCall(_Lenient):
+    """One tool call requested by the model."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: OpenAIFunctionCall
+
+
+# --------------------------------------------------------------------------------------------
+# 1. POST /v1/rollout/init
+# --------------------------------------------------------------------------------------------
+
+
+class RolloutRequest(_Lenient):
+    """TrainGate's request to start one rollout.
+
+    The metadata size limit defaults to 1 MiB; pass ``context={"max_metadata_bytes": n}`` to
+    ``model_validate`` to change it. ``api_key`` is a secret: it shows as ``**********`` in
+    ``repr`` and in every dump except :func:`wire`.
+    """
+
+    rollout_id: str
+    server_url: str
+    messages: list[Message]
+    completion_params: dict[str, Any]
+    tool_server_url: str | None = None
+    max_turns: int = 10
+    max_tokens_total: int = 8192
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    api_key: SecretStr | None = None
+    idempotency_key: str | None = None
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _check_rollout_id(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("rollout_id must not be empty or only whitespace")
+        if len(value) > MAX_ROLLOUT_ID_LENGTH:
+            raise ValueError(f"rollout_id must be at most {MAX_ROLLOUT_ID_LENGTH} characters")
+        return value
+
+    @field_validator("server_url")
+    @classmethod
+    def _check_server_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("server_url must be an http:// or https:// URL with a host")
+        return value.strip().rstrip("/")
+
+    @field_validator("max_turns", "max_tokens_total")
+    @classmethod
+    def _check_positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _check_idempotency_key(cls, value: str | None) -> str | None:
+        if value is not None and not (1 <= len(value) <= MAX_ROLLOUT_ID_LENGTH):
+            raise ValueError(f"idempotency_key must be 1-{MAX_ROLLOUT_ID_LENGTH} characters")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        limit = DEFAULT_MAX_METADATA_BYTES
+        if isinstance(info.context, dict):
+            limit = int(info.context.get("max_metadata_bytes", limit))
+        try:
+            size = len(json.dumps(value, allow_nan=False, separators=(",", ":")).encode())
+        except (TypeError, ValueError):
+            raise ValueError("metadata must be JSON-serialisable") from None
+        if size > limit:
+            raise ValueError(f"metadata is {size} bytes serialised; the limit is {limit}")
+        return value
+
+    @field_serializer("api_key")
+    def _dump_api_key(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
+        if value is None:
+            return None
+        if isinstance(info.context, dict) and info.context.get(REVEAL_SECRETS):
+            return value.get_secret_value()
+        return _REDACTED
+
+    @property
+    def dedup_key(self) -> str:
+        """The idempotency key: ``idempotency_key`` when given, else ``rollout_id``."""
+        return self.idempotency_key or self.rollout_id
+
+    @property
+    def api_key_value(self) -> str | None:
+        """The bearer secret for the two callbacks, or None."""
+        return self.api_key.get_secret_value() if self.api_key is not None else None
+
+
+class InitResponse(BaseModel):
+    """The 202 body of ``/v1/rollout/init``: the rollout id and the agent's tools."""
+
+    rollout_id: str
+    tools: list[OpenAIFunctionToolSchema] = Field(default_factory=list)
+
+
+class HealthResponse(BaseModel):
+    """The ``/health`` body."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["healthy", "draining"]
+    agent_loop: str
+    active_rollouts: int
+    completed_rollouts: int
+    queued_rollouts: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# 3. POST {server_url}/v1/chat/completions
+# --------------------------------------------------------------------------------------------
+
+
+class CompletionsRequest(BaseModel):
+    """One LLM turn: OpenAI chat-completions plus ``rollout_id``; extra sampling keys pass."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = "default"
+    rollout_id: str
+    messages: list[Message]
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: list[str] | None = None
+    logprobs: bool | None = True
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [value]
+        return value
+
+
+class ChatMessage(_Lenient):
+    """The assistant message of a completion choice."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str = "assistant"
+    content: str | None = None
+    tool_calls: list[OpenAIToolCall] | None = None
+
+
+class CompletionChoice(_Lenient):
+    """One choice; ``message`` is required (a reply without it is a protocol error)."""
+
+    index: int = 0
+    message: ChatMessage
+    finish_reason: str | None = None
+
+
+class CompletionUsage(_Lenient):
+    """Token usage of one completion; required and never null."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    @model_validator(mode="after")
+    def _fill_total(self) -> Self:
+        if self.total_tokens == 0:
+            self.total_tokens = self.prompt_tokens + self.completion_tokens
+        return self
+
+
+class CompletionsResponse(_Lenient):
+    """TrainGate's reply to one LLM turn, with the optional token-level extensions."""
+
+    id: str = ""
+    object: str = "chat.completion"
+    created: int = 0
+    model: str = "default"
+    choices: list[CompletionChoice] = Field(min_length=1)
+    usage: CompletionUsage
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_token_ids: list[int] | None = None
+
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _flatten_openai_logprobs(cls, value: Any) -> Any:
+        # protocol.md wants a flat list; OpenAI-style servers send {"content": [{"logprob"..}]}.
+        if isinstance(value, dict):
+            content = value.get("content") or []
+            return [item.get("logprob") for item in content if isinstance(item, dict)]
+        return value
+
+    @property
+    def message(self) -> ChatMessage:
+        """The first choice's message."""
+        return self.choices[0].message
+
+
+# --------------------------------------------------------------------------------------------
+# 4. POST {server_url}/v1/rollout/completed and 5. metrics
+# --------------------------------------------------------------------------------------------
+
+
+class RolloutStatus(StrEnum):
+    """How a rollout ended."""
+
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+
+
+class RolloutMetrics(BaseModel):
+    """Per-rollout metrics; extra fields (``queue_latency_ms``...) are allowed and kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    total_latency_ms: float = 0.0
+    llm_latency_ms: float = 0.0
+    tool_latency_ms: float = 0.0
+    num_llm_calls: int = 0
+    num_tool_calls: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    max_context_tokens: int = 0
+
+
+class RolloutResponse(BaseModel):
+    """The one completion callback of a rollout."""
+
+    rollout_id: str
+    status: RolloutStatus
+    final_messages: list[Message] = Field(default_factory=list)
+    finish_reason: str | None = None
+    error_message: str | None = None
+    reward: float | None = None
+    metrics: RolloutMetrics | None = None
+    extra_fields: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("reward")
+    @classmethod
+    def _finite_reward(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("reward must be a finite number")
+        return value

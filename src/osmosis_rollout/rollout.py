@@ -1,0 +1,165 @@
+"""``run_rollout``: one rollout's whole life, shared by the server, ``osmosis test`` and the REPL.
+
+It builds the context, awaits ``agent.run(ctx)`` under a deadline and returns the
+``RolloutResponse`` to send. Whatever happens inside the agent (an exception, a hang past the
+deadline, a cancel at shutdown, a wrong return value) becomes an ``ERROR`` response that keeps the
+conversation seen so far. This is the one deliberate catch-all of the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, RolloutResult, resolve_tools
+from .errors import OsmosisError
+from .protocol import (
+    Message,
+    OpenAIFunctionToolSchema,
+    RolloutRequest,
+    RolloutResponse,
+    RolloutStatus,
+)
+from .tracing import Tracer
+
+__all__ = ["RolloutControl", "run_rollout"]
+
+logger = logging.getLogger("osmosis_rollout.rollout")
+
+
+class RolloutControl:
+    """Lets the owner of a running rollout cancel it; the rollout then ends ``cancelled``."""
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+        self.cancelled = False
+        self.context: RolloutContext | None = None
+
+    def cancel(self) -> None:
+        """Cancel the agent; ``run_rollout`` still returns its ``ERROR``/``cancelled`` response."""
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+async def run_rollout(
+    agent: RolloutAgentLoop,
+    request: RolloutRequest,
+    llm: ChatBackend,
+    *,
+    tools: Sequence[OpenAIFunctionToolSchema] | None = None,
+    deadline_s: float | None = None,
+    tracer: Tracer | None = None,
+    control: RolloutControl | None = None,
+) -> RolloutResponse:
+    """Run ``agent`` on ``request`` and return the one completion callback body to send.
+
+    ``llm`` is usually ``TrainGateClient.channel(request)``. ``tools`` are the ones already
+    returned at init (resolved here when omitted). Never raises for agent failures.
+    """
+    control = control or RolloutControl()
+    trace = tracer.sink(request.rollout_id, secrets=[request.api_key_value]) if tracer else None
+    if tools is None:
+        try:
+            tools = await resolve_tools(agent, request)
+        except Exception as exc:
+            return _error_response(request, list(request.messages), f"get_tools failed: {exc}")
+    ctx = RolloutContext(request, tools, llm, trace=trace)
+    control.context = ctx
+    ctx.log_event("rollout_start", agent=agent.name, tools=[t.name for t in tools])
+    finish_reason = "error"
+    error_message: str | None = None
+    result: Any = None
+    with anyio.CancelScope() as scope:
+        control.scope = scope
+        if control.cancelled:
+            scope.cancel()
+        if deadline_s is not None:
+            scope.deadline = anyio.current_time() + deadline_s
+        try:
+            result = await agent.run(ctx)
+        except OsmosisError as exc:
+            error_message = f"{type(exc).__name__}: {exc}"
+            logger.warning("rollout %s failed: %s", request.rollout_id, error_message)
+        except Exception as exc:
+            error_message = f"agent raised {type(exc).__name__}: {exc}"
+            logger.exception("rollout %s: the agent raised", request.rollout_id)
+            ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
+    if scope.cancelled_caught or (scope.cancel_called and result is None and not error_message):
+        if control.cancelled:
+            finish_reason, error_message = "cancelled", "rollout cancelled (server shutting down)"
+        else:
+            finish_reason = "timeout"
+            error_message = f"rollout exceeded its deadline of {deadline_s:g} s"
+        result = None
+    if result is not None and not isinstance(result, RolloutResult):
+        error_message = (
+            f"run() returned {type(result).__name__}; it must return ctx.complete(messages) "
+            "or ctx.error(message)"
+        )
+        result = None
+    if isinstance(result, RolloutResult) and not _valid_reward(result.reward):
+        error_message = f"reward must be a finite number or None, got {result.reward!r}"
+        result = None
+    if result is None and error_message is None:
+        error_message = "run() returned None; it must return ctx.complete(...) or ctx.error(...)"
+
+    metrics = ctx.metrics
+    if isinstance(result, RolloutResult):
+        response = RolloutResponse(
+            rollout_id=request.rollout_id,
+            status=result.status,
+            final_messages=result.final_messages,
+            finish_reason=result.finish_reason,
+            error_message=result.error_message,
+            reward=result.reward,
+            metrics=metrics,
+            extra_fields=result.extra_fields,
+        )
+    else:
+        response = _error_response(
+            request, ctx.partial_messages, error_message or "", finish_reason, metrics
+        )
+    ctx.log_event(
+        "rollout_end",
+        status=response.status.value,
+        finish_reason=response.finish_reason,
+        error_message=response.error_message,
+        reward=response.reward,
+        metrics=metrics.model_dump(),
+    )
+    return response
+
+
+def _valid_reward(reward: object) -> bool:
+    if reward is None:
+        return True
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        return False
+    return math.isfinite(reward)
+
+
+def _error_response(
+    request: RolloutRequest,
+    messages: list[Message],
+    message: str,
+    finish_reason: str = "error",
+    metrics: Any = None,
+) -> RolloutResponse:
+    return RolloutResponse(
+        rollout_id=request.rollout_id,
+        status=RolloutStatus.ERROR,
+        final_messages=messages,
+        finish_reason=finish_reason,
+        error_message=_scrub(message, request.api_key_value),
+        metrics=metrics,
+    )
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "**********") if secret else text

@@ -1,0 +1,24 @@
+"""Test helpers for agent developers: a mock TrainGate, LLM backends, datasets and a runner.
+
+Import from here in your own pytest suite::
+
+    from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
+"""
+
+from .traingate import (
+    Finding,
+    LLMBackend,
+    MockTrainGate,
+    RolloutRecord,
+    ScriptedBackend,
+    completion_from_message,
+)
+
+__all__ = [
+    "Finding",
+    "LLMBackend",
+    "MockTrainGate",
+    "RolloutRecord",
+    "ScriptedBackend",
+    "completion_from_message",
+]

@@ -1,0 +1,341 @@
+"""``MockTrainGate``: a real Starlette app that plays TrainGate for tests and ``osmosis test``.
+
+It answers ``/v1/chat/completions`` through a pluggable LLM backend, receives
+``/v1/rollout/completed``, records everything, and checks the agent's protocol behaviour the way
+the real trainer depends on it. Each violation becomes a named :class:`Finding`, never a crash.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import httpx2
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..protocol import (
+    CompletionsRequest,
+    CompletionsResponse,
+    InitResponse,
+    OpenAIFunctionToolSchema,
+    RolloutRequest,
+    RolloutResponse,
+    describe_validation_error,
+)
+
+__all__ = [
+    "Finding",
+    "LLMBackend",
+    "MockTrainGate",
+    "RolloutRecord",
+    "ScriptedBackend",
+]
+
+#: Finding codes, stable: they appear in results files and in ``osmosis test`` output.
+UNKNOWN_ROLLOUT = "unknown_rollout"
+BAD_API_KEY = "bad_api_key"
+HISTORY_REWRITTEN = "history_rewritten"
+DUPLICATE_COMPLETION = "duplicate_completion"
+NO_COMPLETION = "no_completion"
+UNKNOWN_TOOL = "unknown_tool"
+MALFORMED_REQUEST = "malformed_request"
+CHAT_AFTER_COMPLETION = "chat_after_completion"
+TOOLS_SENT = "tools_sent"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One protocol violation the mock TrainGate observed, with a stable ``code``."""
+
+    code: str
+    message: str
+    rollout_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form for results files."""
+        return {"code": self.code, "message": self.message, "rollout_id": self.rollout_id}
+
+
+@dataclass
+class RolloutRecord:
+    """Everything the mock saw for one rollout."""
+
+    rollout_id: str
+    api_key: str | None = None
+    tools: list[OpenAIFunctionToolSchema] = field(default_factory=list)
+    chats: list[CompletionsRequest] = field(default_factory=list)
+    replies: list[CompletionsResponse] = field(default_factory=list)
+    completions: list[RolloutResponse] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def result(self) -> RolloutResponse | None:
+        """The first completion callback, if it arrived."""
+        return self.completions[0] if self.completions else None
+
+    @property
+    def tool_names(self) -> set[str]:
+        """Names of the tools the server declared at init."""
+        return {t.name for t in self.tools}
+
+    def add(self, code: str, message: str) -> None:
+        """Record a finding for this rollout."""
+        self.findings.append(Finding(code, message, self.rollout_id))
+
+
+class LLMBackend(Protocol):
+    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones."""
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse: ...
+
+
+class ScriptedBackend:
+    """Replies with the given assistant messages in order, one per turn of each rollout.
+
+    Each item is an assistant message dict (``{"content": ...}`` or ``{"tool_calls": [...]}``)
+    or a full ``CompletionsResponse``. Past the end, it answers ``"done"``.
+    """
+
+    def __init__(self, replies: list[dict[str, Any] | CompletionsResponse]) -> None:
+        self.replies = replies
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        turn = len(record.replies)
+        item: dict[str, Any] | CompletionsResponse = (
+            self.replies[turn] if turn < len(self.replies) else {"content": "done"}
+        )
+        if isinstance(item, CompletionsResponse):
+            return item
+        return completion_from_message(request, item, turn=turn)
+
+
+def completion_from_message(
+    request: CompletionsRequest, message: dict[str, Any], *, turn: int = 0
+) -> CompletionsResponse:
+    """Wrap an assistant message in a full completion with consistent usage numbers."""
+    msg = {"role": "assistant", **message}
+    prompt_tokens = estimate_tokens(request.messages)
+    completion_tokens = max(1, estimate_tokens([msg]))
+    reason = "tool_calls" if msg.get("tool_calls") else "stop"
+    return CompletionsResponse.model_validate(
+        {
+            "id": f"mock-{request.rollout_id}-{turn}",
+            "created": 0,
+            "model": request.model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": reason}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+            "token_ids": [(turn * 1000 + i) % 50000 for i in range(completion_tokens)],
+            "logprobs": [-0.01 * ((i % 7) + 1) for i in range(completion_tokens)],
+            "prompt_token_ids": [i % 50000 for i in range(prompt_tokens)],
+        }
+    )
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """A deterministic token estimate (about four characters a token) for mock usage."""
+    text = json.dumps(messages, sort_keys=True, separators=(",", ":"))
+    return max(1, len(text) // 4)
+
+
+class MockTrainGate:
+    """A TrainGate stand-in: a Starlette ``app`` plus the records and findings it collects.
+
+    Use it in-process (``transport()``) or behind a real uvicorn. Register each rollout with
+    :meth:`expect` (or let :meth:`init_rollout` do it) so the checks know the id, key and tools.
+    """
+
+    def __init__(
+        self,
+        backend: LLMBackend | None = None,
+        *,
+        base_url: str = "http://traingate.test",
+    ) -> None:
+        self.backend: LLMBackend = backend or ScriptedBackend([])
+        self.base_url = base_url.rstrip("/")
+        self.records: dict[str, RolloutRecord] = {}
+        self.stray_findings: list[Finding] = []
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/rollout/completed", self._completed, methods=["POST"]),
+            ]
+        )
+
+    # -- driving a rollout server --------------------------------------------------------------
+
+    def transport(self) -> httpx2.ASGITransport:
+        """An in-process transport to this app, for the server's ``TrainGateClient``."""
+        return httpx2.ASGITransport(app=self.app)
+
+    def expect(
+        self,
+        rollout_id: str,
+        *,
+        api_key: str | None = None,
+        tools: list[OpenAIFunctionToolSchema] | None = None,
+    ) -> RolloutRecord:
+        """Register a rollout before its init is sent, so its calls are recognised."""
+        record = RolloutRecord(rollout_id=rollout_id, api_key=api_key, tools=list(tools or []))
+        self.records[rollout_id] = record
+        return record
+
+    async def init_rollout(
+        self, server: httpx2.AsyncClient, request: RolloutRequest, *, server_key: str | None = None
+    ) -> tuple[RolloutRecord, httpx2.Response]:
+        """POST ``/v1/rollout/init`` to a rollout server and record the tools it declared."""
+        from ..protocol import wire_json
+
+        record = self.expect(request.rollout_id, api_key=request.api_key_value)
+        headers = {"Content-Type": "application/json"}
+        if server_key:
+            headers["Authorization"] = f"Bearer {server_key}"
+        response = await server.post(
+            "/v1/rollout/init", content=wire_json(request), headers=headers
+        )
+        if response.status_code == 202:
+            init = InitResponse.model_validate_json(response.content)
+            record.tools = list(init.tools)
+        return record, response
+
+    async def wait_completed(self, rollout_id: str, timeout_s: float) -> RolloutRecord:
+        """Wait for the completion callback; a miss becomes a ``no_completion`` finding."""
+        record = self.records[rollout_id]
+        with anyio.move_on_after(timeout_s):
+            await record.done.wait()
+        if not record.completions:
+            record.add(NO_COMPLETION, f"no completion callback within {timeout_s:g} s")
+        return record
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding, for every rollout, plus those about unknown rollouts."""
+        found = list(self.stray_findings)
+        for record in self.records.values():
+            found.extend(record.findings)
+        return found
+
+    # -- the two endpoints --------------------------------------------------------------------
+
+    def _authorised(self, request: Request, record: RolloutRecord) -> bool:
+        expected = record.api_key
+        if expected is None:
+            return True
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            token.encode("utf-8", "replace"), expected.encode()
+        )
+
+    async def _parse(self, request: Request, model: type[Any]) -> Any:
+        try:
+            return model.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return describe_validation_error(exc)
+
+    async def _chat(self, request: Request) -> Response:
+        body = await self._parse(request, CompletionsRequest)
+        if isinstance(body, str):
+            self.stray_findings.append(
+                Finding(MALFORMED_REQUEST, f"malformed chat request: {body}")
+            )
+            return JSONResponse({"detail": body}, status_code=400)
+        record = self.records.get(body.rollout_id)
+        if record is None:
+            self.stray_findings.append(
+                Finding(
+                    UNKNOWN_ROLLOUT,
+                    "chat call for a rollout that was never started",
+                    body.rollout_id,
+                )
+            )
+            return JSONResponse({"detail": "unknown rollout_id"}, status_code=404)
+        if not self._authorised(request, record):
+            record.add(BAD_API_KEY, "chat call without the rollout's bearer api_key")
+            return JSONResponse({"detail": "invalid api key"}, status_code=401)
+        self._check_chat(record, body)
+        record.request_ids.append(request.headers.get("x-request-id", ""))
+        record.chats.append(body)
+        reply = await self.backend.complete(body, record)
+        record.replies.append(reply)
+        return Response(reply.model_dump_json(exclude_none=True), media_type="application/json")
+
+    def _check_chat(self, record: RolloutRecord, body: CompletionsRequest) -> None:
+        if record.completions:
+            record.add(CHAT_AFTER_COMPLETION, "chat call after the rollout had completed")
+        if "tools" in (body.model_extra or {}):
+            record.add(TOOLS_SENT, "chat request carried `tools`; TrainGate knows them from init")
+        if record.chats and record.replies:
+            previous = [*record.chats[-1].messages, _reply_message(record.replies[-1])]
+            index = _first_difference(previous, body.messages)
+            if index is not None:
+                record.add(
+                    HISTORY_REWRITTEN,
+                    f"turn {len(record.chats) + 1} rewrote the history at message {index}: "
+                    "each call must send the previous messages plus the reply, unchanged",
+                )
+
+    async def _completed(self, request: Request) -> Response:
+        body = await self._parse(request, RolloutResponse)
+        if isinstance(body, str):
+            self.stray_findings.append(
+                Finding(MALFORMED_REQUEST, f"malformed completion callback: {body}")
+            )
+            return JSONResponse({"detail": body}, status_code=400)
+        record = self.records.get(body.rollout_id)
+        if record is None:
+            self.stray_findings.append(
+                Finding(UNKNOWN_ROLLOUT, "completion for an unknown rollout", body.rollout_id)
+            )
+            return JSONResponse({"detail": "unknown rollout_id"}, status_code=404)
+        if not self._authorised(request, record):
+            record.add(BAD_API_KEY, "completion callback without the rollout's bearer api_key")
+            return JSONResponse({"detail": "invalid api key"}, status_code=401)
+        if record.completions:
+            record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
+        else:
+            self._check_tools_used(record, body)
+        record.completions.append(body)
+        record.done.set()
+        return JSONResponse({"ok": True})
+
+    def _check_tools_used(self, record: RolloutRecord, body: RolloutResponse) -> None:
+        declared = record.tool_names
+        for message in body.final_messages:
+            for call in message.get("tool_calls") or []:
+                name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
+                if name is not None and name not in declared:
+                    record.add(UNKNOWN_TOOL, f"tool {name!r} was called but never declared")
+
+
+def _reply_message(reply: CompletionsResponse) -> dict[str, Any]:
+    return reply.message.model_dump(mode="json", exclude_none=True)
+
+
+def _first_difference(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> int | None:
+    for i, expected in enumerate(previous):
+        if i >= len(current):
+            return i
+        if _normal(expected) != _normal(current[i]):
+            return i
+    return None
+
+
+def _normal(message: dict[str, Any]) -> str:
+    return json.dumps(message, sort_keys=True, separators=(",", ":"), default=str)

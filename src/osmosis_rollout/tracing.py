@@ -1,0 +1,118 @@
+"""Per-rollout JSONL debug traces: ``<debug_dir>/<safe rollout id>.jsonl``.
+
+Writes happen on one background thread, in order, so a slow disk never blocks the event loop.
+File names are made safe (a rollout id like ``../x`` can never leave the directory), and secrets
+are removed twice: by key name (``api_key``, ``authorization``...) and by value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Tracer", "safe_trace_name"]
+
+logger = logging.getLogger("osmosis_rollout.tracing")
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_SECRET_KEYS = frozenset({"api_key", "apikey", "authorization", "x-api-key", "password", "token"})
+REDACTED = "**********"
+
+
+def safe_trace_name(rollout_id: str) -> str:
+    """A file name (without directory) for a rollout id that cannot escape its directory.
+
+    Plain ids (letters, digits, ``._-``, not starting with a dot) are kept as they are; anything
+    else is reduced to safe characters and suffixed with a hash so distinct ids stay distinct.
+    """
+    if _SAFE.match(rollout_id) and ".." not in rollout_id:
+        return f"{rollout_id}.jsonl"
+    stem = _UNSAFE_CHARS.sub("_", rollout_id).strip("._")[:80] or "rollout"
+    digest = hashlib.sha256(rollout_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{stem}-{digest}.jsonl"
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: (REDACTED if str(k).lower() in _SECRET_KEYS else _redact(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redact(v) for v in value]
+    return value
+
+
+class Tracer:
+    """Appends events to per-rollout JSONL files from a single writer thread.
+
+    ``close()`` waits until everything queued is on disk; call it on shutdown.
+    """
+
+    def __init__(self, debug_dir: str | Path) -> None:
+        self.directory = Path(debug_dir).resolve()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._queue: queue.SimpleQueue[tuple[Path, str] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def path_for(self, rollout_id: str) -> Path:
+        """Where the trace of ``rollout_id`` goes (always inside the debug directory)."""
+        path = (self.directory / safe_trace_name(rollout_id)).resolve()
+        if path.parent != self.directory:  # defence in depth; safe_trace_name prevents it
+            raise ValueError("unsafe trace path")
+        return path
+
+    def sink(
+        self, rollout_id: str, secrets: Iterable[str | None] = ()
+    ) -> Callable[[dict[str, Any]], None]:
+        """A callable that records one event dict for ``rollout_id``, scrubbing ``secrets``."""
+        path = self.path_for(rollout_id)
+        hidden = [s for s in secrets if s]
+
+        def emit(event: dict[str, Any]) -> None:
+            record = {"ts": round(time.time(), 6), **_redact(event)}
+            line = json.dumps(record, default=str, ensure_ascii=False)
+            for secret in hidden:
+                line = line.replace(secret, REDACTED)
+            self._put(path, line)
+
+        return emit
+
+    def _put(self, path: Path, line: str) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._write_loop, name="osmosis-tracer", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((path, line))
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            path, line = item
+            try:
+                with path.open("a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+            except OSError as exc:
+                logger.error("could not write debug trace %s: %s", path, exc)
+
+    def close(self) -> None:
+        """Flush queued events and stop the writer thread."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
