@@ -5,6 +5,7 @@ Import from here in your own pytest suite::
     from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 """
 
+from .harness import Harness, RolloutOutcome
 from .traingate import (
     Finding,
     LLMBackend,
@@ -16,8 +17,10 @@ from .traingate import (
 
 __all__ = [
     "Finding",
+    "Harness",
     "LLMBackend",
     "MockTrainGate",
+    "RolloutOutcome",
     "RolloutRecord",
     "ScriptedBackend",
     "completion_from_message",

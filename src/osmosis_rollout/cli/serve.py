@@ -1,0 +1,217 @@
+"""``osmosis serve``: import an agent, validate it, and serve it to TrainGate."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from . import app
+from ._common import EXIT_PROBLEMS, fail, run_async, stderr_console
+
+TARGET_HELP = "The agent: [bold]path/to/file.py:Attr[/] or [bold]pkg.module:Attr[/]."
+
+
+def resolve_target(target: str | None, module: str | None, pyproject: Path | None) -> str:
+    """TARGET, or ``-m``, or ``agent`` from ``[tool.osmosis]``; exactly one source."""
+    if target and module:
+        fail("give the agent either as TARGET or with -m/--module, not both")
+    chosen = target or module
+    if chosen:
+        return chosen
+    if pyproject is not None:
+        import tomllib
+
+        table = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
+        configured = table.get("osmosis", {}).get("agent")
+        if isinstance(configured, str) and configured:
+            return configured
+    fail(
+        "missing TARGET: the agent to serve",
+        hint="osmosis serve path/to/agent.py:MyAgent  (or set `agent` in [tool.osmosis])",
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command("serve")
+def serve_command(
+    target: Annotated[str | None, typer.Argument(help=TARGET_HELP, show_default=False)] = None,
+    module: Annotated[
+        str | None, typer.Option("--module", "-m", help="The agent as pkg.module:Attr.")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Interface to bind. [default: 127.0.0.1]", show_default=False)
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port to bind (0 = any free port). [default: 9000]")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help="Key TrainGate must send (Bearer). Also read from OSMOSIS_API_KEY.",
+            show_default=False,
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="Serve without a key, even on a public interface.")
+    ] = False,
+    max_concurrent: Annotated[
+        int | None, typer.Option(help="Rollouts run at once; more wait in a queue. [default: 100]")
+    ] = None,
+    rollout_timeout: Annotated[
+        float | None,
+        typer.Option(help="Seconds before a rollout ends with ERROR/timeout. [default: 3600]"),
+    ] = None,
+    debug_dir: Annotated[
+        Path | None, typer.Option(help="Write per-rollout JSONL traces here.")
+    ] = None,
+    outbox_dir: Annotated[
+        Path | None,
+        typer.Option(help="Keep undeliverable callbacks here. [default: .osmosis/outbox]"),
+    ] = None,
+    no_validate: Annotated[
+        bool, typer.Option("--no-validate", help="Skip the agent checks at start.")
+    ] = False,
+    reload: Annotated[
+        bool, typer.Option("--reload", help="Restart when the agent's files change (development).")
+    ] = False,
+    log_level: Annotated[
+        str | None, typer.Option(help="critical, error, warning, info or debug. [default: info]")
+    ] = None,
+) -> None:
+    """Serve an agent over the remote rollout protocol until Ctrl-C or SIGTERM.
+
+    Settings come from the flags, then OSMOSIS_* environment variables, then [tool.osmosis] /
+    [tool.osmosis.serve] in pyproject.toml. On SIGTERM the server drains: new inits get 503,
+    running rollouts get the grace period, the rest end with an ERROR/cancelled callback.
+    """
+    from ..config import ServerSettings, find_pyproject
+    from ..errors import OsmosisError
+
+    err = stderr_console()
+    pyproject = find_pyproject(Path.cwd())
+    chosen = resolve_target(target, module, pyproject)
+    cli: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "api_key": api_key,
+        "max_concurrent": max_concurrent,
+        "rollout_timeout_s": rollout_timeout,
+        "debug_dir": debug_dir,
+        "outbox_dir": outbox_dir,
+        "log_level": log_level.lower() if log_level else None,
+    }
+    try:
+        settings = ServerSettings.resolve(cli, environ=os.environ, pyproject=pyproject)
+        generated = False
+        if no_auth:
+            settings = settings.model_copy(update={"api_key": None})
+        elif settings.api_key is None and not _is_loopback(settings.host):
+            from pydantic import SecretStr
+
+            settings = settings.model_copy(
+                update={"api_key": SecretStr(secrets.token_urlsafe(32))}
+            )
+            generated = True
+        agent = _load_and_check(chosen, validate=not no_validate)
+        if reload:
+            _print_banner(err, chosen, agent.name, settings, generated)
+            _serve_with_reload(chosen, settings)
+            return
+        from ..server import bind_socket, serve
+
+        sock = bind_socket(settings.host, settings.port)
+        settings = settings.model_copy(update={"port": sock.getsockname()[1]})
+        _print_banner(err, chosen, agent.name, settings, generated)
+        serve(agent, settings=settings, sock=sock)
+    except OsmosisError as exc:
+        fail(str(exc))
+
+
+def _load_and_check(target: str, *, validate: bool) -> Any:
+    from ..loader import load_agent
+
+    agent = load_agent(target)
+    if validate:
+        _validate_or_exit(target)
+    return agent
+
+
+def _validate_or_exit(target: str) -> None:
+    try:
+        from ..validator import validate_agent_loop
+    except ImportError:  # pragma: no cover - the validator ships with the package
+        return
+    result = run_async(_validate(validate_agent_loop, target))
+    if not result.valid:
+        err = stderr_console()
+        err.print("[bold red]The agent did not pass validation:[/]")
+        for problem in result.errors:
+            err.print(f"  [red]{problem.code}[/] {problem.location or ''} {problem.message}")
+        err.print("Run [bold]osmosis validate[/] for the full report, or pass --no-validate.")
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+async def _validate(validate_agent_loop: Any, target: str) -> Any:
+    result = validate_agent_loop(target, dry_run=False)
+    if hasattr(result, "__await__"):
+        result = await result
+    return result
+
+
+def _print_banner(err: Any, target: str, name: str, settings: Any, generated: bool) -> None:
+    from rich.markup import escape
+
+    err.print(f"[bold]osmosis serve[/]  agent [cyan]{escape(name)}[/] from {escape(target)}")
+    err.print(f"  listening on  http://{settings.host}:{settings.port}")
+    if settings.api_key is None:
+        err.print("  auth          [yellow]off[/] (no server key)")
+    elif generated:
+        err.print("  auth          on; generated key (shown once, pass it to TrainGate):")
+        err.print(f"                [bold]{settings.api_key.get_secret_value()}[/]")
+    else:
+        err.print("  auth          on (Bearer key required)")
+    traces = settings.debug_dir or "off (use --debug-dir)"
+    err.print(f"  debug traces  {traces}")
+    err.print(f"  outbox        {settings.outbox_dir or '.osmosis/outbox'}")
+    err.print(
+        f"  limits        {settings.max_concurrent} concurrent, "
+        f"{settings.rollout_timeout_s:g} s per rollout"
+    )
+
+
+def _serve_with_reload(target: str, settings: Any) -> None:
+    import uvicorn
+
+    from ..loader import parse_target
+    from ..protocol import REVEAL_SECRETS
+    from ..server.factory import SETTINGS_ENV, TARGET_ENV
+
+    os.environ[TARGET_ENV] = target
+    os.environ[SETTINGS_ENV] = settings.model_dump_json(
+        context={REVEAL_SECRETS: True}, exclude_none=True
+    )
+    location, _ = parse_target(target)
+    watch = Path(location).resolve().parent if location.endswith(".py") else Path.cwd()
+    uvicorn.run(
+        "osmosis_rollout.server.factory:app_from_environment",
+        factory=True,
+        reload=True,
+        reload_dirs=[str(watch)],
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+    )

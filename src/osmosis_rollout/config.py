@@ -1,0 +1,127 @@
+"""Settings, resolved once: command line > environment (``OSMOSIS_*``) > ``[tool.osmosis]`` >
+defaults.
+
+``pyproject.toml`` may hold shared keys under ``[tool.osmosis]`` and per-command keys under
+``[tool.osmosis.serve]`` / ``[tool.osmosis.test]``; the per-command table wins. Keys use
+underscores or dashes (``max-concurrent`` = ``max_concurrent``). The environment is read only
+through the mapping passed in, never at import time.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializationInfo,
+    ValidationError,
+    field_serializer,
+)
+
+from .errors import ConfigError
+from .protocol import DEFAULT_MAX_METADATA_BYTES, REVEAL_SECRETS, describe_validation_error
+
+__all__ = ["ServerSettings", "find_pyproject", "read_pyproject_table"]
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
+class ServerSettings(BaseModel):
+    """Everything ``create_app`` and ``serve`` can be configured with."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(9000, ge=0, le=65535)
+    api_key: SecretStr | None = None
+    max_concurrent: int = Field(100, ge=1)
+    max_queued: int = Field(10_000, ge=0)
+    rollout_timeout_s: float = Field(3600.0, gt=0)
+    record_ttl_s: float = Field(3600.0, gt=0)
+    shutdown_grace_s: float = Field(30.0, ge=0)
+    max_metadata_bytes: int = Field(DEFAULT_MAX_METADATA_BYTES, ge=0)
+    debug_dir: Path | None = None
+    outbox_dir: Path | None = None
+    log_level: LogLevel = "info"
+
+    @field_serializer("api_key")
+    def _dump_api_key(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
+        # Hidden everywhere, except when handing settings to a reloader child process.
+        if value is None:
+            return None
+        if isinstance(info.context, dict) and info.context.get(REVEAL_SECRETS):
+            return value.get_secret_value()
+        return "**********"
+
+    @classmethod
+    def resolve(
+        cls,
+        cli: Mapping[str, Any] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        pyproject: Path | None = None,
+        section: str = "serve",
+    ) -> Self:
+        """Merge the sources in precedence order; ``None`` CLI values mean "not given"."""
+        merged: dict[str, Any] = {}
+        if pyproject is not None:
+            merged.update(read_pyproject_table(pyproject, section, allowed=cls.model_fields))
+        merged.update(_from_environ(environ or {}, cls.model_fields))
+        merged.update({k: v for k, v in (cli or {}).items() if v is not None})
+        try:
+            return cls.model_validate(merged)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid settings: {describe_validation_error(exc)}") from None
+
+
+def _from_environ(environ: Mapping[str, str], fields: Mapping[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name in fields:
+        value = environ.get(f"OSMOSIS_{name.upper()}")
+        if value not in (None, ""):
+            found[name] = value
+    return found
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest ``pyproject.toml`` at or above ``start`` (a file or directory), if any."""
+    here = start.resolve()
+    if here.is_file():
+        here = here.parent
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_pyproject_table(path: Path, section: str, *, allowed: Mapping[str, Any]) -> dict[str, Any]:
+    """``[tool.osmosis]`` merged with ``[tool.osmosis.<section>]``, unknown keys rejected."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    table = data.get("tool", {}).get("osmosis", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.osmosis] must be a table")
+    merged: dict[str, Any] = {}
+    sub_tables = {"serve", "test", "validate", "init"}
+    shared = {k: v for k, v in table.items() if k not in sub_tables}
+    specific = table.get(section) or {}
+    for strict, source in ((False, shared), (True, specific)):
+        for key, value in source.items():
+            name = key.replace("-", "_")
+            if name in allowed:
+                merged[name] = value
+            elif strict:
+                raise ConfigError(
+                    f"{path}: unknown setting {key!r} in [tool.osmosis.{section}]; "
+                    f"known: {', '.join(sorted(allowed))}"
+                )
+    return merged

@@ -1,0 +1,6 @@
+"""The rollout server: ``create_app`` (Starlette) and ``serve`` (uvicorn, graceful drain)."""
+
+from .app import RolloutServer, create_app
+from .serve import bind_socket, serve
+
+__all__ = ["RolloutServer", "bind_socket", "create_app", "serve"]

@@ -1,0 +1,355 @@
+"""``create_app``: the Starlette app that serves one agent over the remote rollout protocol.
+
+The app's lifespan owns the long-lived parts: the pooled ``TrainGateClient``, the task group in
+which rollouts run (never request-scoped), the TTL cleanup, the debug tracer. Each accepted
+rollout ends in exactly one completion callback; one that cannot be delivered goes to the outbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from pydantic import SecretStr, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..agent import RolloutAgentLoop, resolve_tools
+from ..client import RetryPolicy, TrainGateClient
+from ..config import ServerSettings
+from ..errors import TrainGateError
+from ..protocol import (
+    DEFAULT_MAX_METADATA_BYTES,
+    HealthResponse,
+    InitResponse,
+    OpenAIFunctionToolSchema,
+    RolloutRequest,
+    RolloutResponse,
+    RolloutStatus,
+)
+from ..rollout import run_rollout
+from ..tracing import Tracer
+from .auth import key_matches
+from .outbox import DEFAULT_OUTBOX_DIR, write_outbox
+from .registry import Conflict, RolloutEntry, RolloutRegistry
+
+__all__ = ["RolloutServer", "create_app"]
+
+logger = logging.getLogger("osmosis_rollout.server")
+
+_JSON = "application/json"
+#: Inits larger than this are refused with 413 before parsing (messages can be long).
+_MIN_BODY_LIMIT = 16 * 1024 * 1024
+_RETRY_AFTER_S = "5"
+
+
+def create_app(
+    agent_loop: RolloutAgentLoop,
+    *,
+    api_key: str | None = None,
+    max_concurrent: int = 100,
+    max_queued: int = 10_000,
+    rollout_timeout_s: float = 3600.0,
+    record_ttl_s: float = 3600.0,
+    shutdown_grace_s: float = 30.0,
+    debug_dir: str | Path | None = None,
+    outbox_dir: str | Path | None = None,
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+    settings: ServerSettings | None = None,
+    client: TrainGateClient | None = None,
+) -> Starlette:
+    """Build the rollout server for ``agent_loop``.
+
+    Pass either keyword settings or a resolved ``ServerSettings`` (not both). ``client`` lets
+    tests and the mock harness route callbacks in-process; by default the lifespan opens one.
+    The ``RolloutServer`` behind the app is ``app.state.rollout_server``.
+    """
+    if settings is None:
+        settings = ServerSettings(
+            api_key=SecretStr(api_key) if api_key else None,
+            max_concurrent=max_concurrent,
+            max_queued=max_queued,
+            rollout_timeout_s=rollout_timeout_s,
+            record_ttl_s=record_ttl_s,
+            shutdown_grace_s=shutdown_grace_s,
+            debug_dir=Path(debug_dir) if debug_dir is not None else None,
+            outbox_dir=Path(outbox_dir) if outbox_dir is not None else None,
+            max_metadata_bytes=max_metadata_bytes,
+        )
+    server = RolloutServer(agent_loop, settings, client=client)
+    app = Starlette(
+        routes=[
+            Route("/v1/rollout/init", server.init, methods=["POST"]),
+            Route("/health", server.health, methods=["GET"]),
+            Route("/platform/health", server.platform_health, methods=["GET"]),
+        ],
+        lifespan=server.lifespan,
+    )
+    app.state.rollout_server = server
+    return app
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(body), status_code=status, media_type=_JSON, headers=headers)
+
+
+class RolloutServer:
+    """The state and handlers behind ``create_app``; one per app."""
+
+    def __init__(
+        self,
+        agent: RolloutAgentLoop,
+        settings: ServerSettings,
+        *,
+        client: TrainGateClient | None = None,
+    ) -> None:
+        self.agent = agent
+        self.settings = settings
+        self.registry = RolloutRegistry(
+            max_concurrent=settings.max_concurrent,
+            max_queued=settings.max_queued,
+            record_ttl_s=settings.record_ttl_s,
+        )
+        self._server_key = settings.api_key.get_secret_value() if settings.api_key else None
+        self._given_client = client
+        self.client: TrainGateClient | None = client
+        self.tracer = Tracer(settings.debug_dir) if settings.debug_dir else None
+        self.outbox_dir = settings.outbox_dir or DEFAULT_OUTBOX_DIR
+        self._slots = anyio.Semaphore(settings.max_concurrent)
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
+
+    # -- lifespan -------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Open the client and the rollout task group; on exit drain, then close everything."""
+        owns_client = self._given_client is None
+        if owns_client:
+            self.client = TrainGateClient(retry=RetryPolicy())
+        try:
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                tasks.start_soon(self._expire_records)
+                try:
+                    yield
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.drain()
+                    tasks.cancel_scope.cancel()
+        finally:
+            self._tasks = None
+            if owns_client and self.client is not None:
+                await self.client.aclose()
+            if self.tracer is not None:
+                self.tracer.close()
+
+    async def drain(self) -> None:
+        """Stop accepting; give running rollouts the grace period; cancel the rest."""
+        if not self.registry.draining:
+            logger.info(
+                "draining: %d running, %d queued; grace period %.0f s",
+                self.registry.active,
+                self.registry.queued,
+                self.settings.shutdown_grace_s,
+            )
+        await self.registry.drain(self.settings.shutdown_grace_s)
+
+    async def _expire_records(self) -> None:
+        interval = min(60.0, max(0.05, self.settings.record_ttl_s / 2))
+        while True:
+            await anyio.sleep(interval)
+            self.registry.expire()
+
+    # -- GET /health, GET /platform/health --------------------------------------------------------
+
+    def _health_body(self) -> HealthResponse:
+        registry = self.registry
+        return HealthResponse(
+            status="draining" if registry.draining else "healthy",
+            agent_loop=self.agent.name,
+            active_rollouts=registry.active,
+            completed_rollouts=registry.completed_total,
+            queued_rollouts=registry.queued,
+        )
+
+    async def health(self, request: Request) -> Response:
+        """200 with counts, or 503 while draining."""
+        body = self._health_body()
+        status = 503 if body.status == "draining" else 200
+        return Response(body.model_dump_json(), status_code=status, media_type=_JSON)
+
+    async def platform_health(self, request: Request) -> Response:
+        """The ``/health`` body behind the server key; 404 when the server has no key."""
+        if self._server_key is None:
+            return _json(404, {"detail": "Not Found"})
+        if not key_matches(request.headers.get("authorization"), self._server_key):
+            return _json(401, {"detail": "Invalid or missing API key"})
+        return await self.health(request)
+
+    # -- POST /v1/rollout/init ------------------------------------------------------------------
+
+    async def init(self, request: Request) -> Response:
+        """Auth, validate, deduplicate, get tools, admit, start; see protocol.md section 1."""
+        if self._server_key is not None and not key_matches(
+            request.headers.get("authorization"), self._server_key
+        ):
+            return _json(401, {"detail": "Invalid or missing API key"})
+        if self.registry.draining or self._tasks is None:
+            return _json(
+                503,
+                {"detail": "server is shutting down; retry on another server"},
+                {"Retry-After": _RETRY_AFTER_S},
+            )
+        body = await self._read_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            rollout = RolloutRequest.model_validate_json(
+                body, context={"max_metadata_bytes": self.settings.max_metadata_bytes}
+            )
+        except ValidationError as exc:
+            return _json(422, {"detail": _validation_details(exc)})
+
+        found = self.registry.lookup(rollout)
+        if isinstance(found, Conflict):
+            return _json(409, {"detail": found.detail})
+        if found is not None:
+            await found.init_ready.wait()
+            return Response(found.init_body, status_code=found.init_status, media_type=_JSON)
+
+        entry = self.registry.reserve(rollout)
+        try:
+            tools = await resolve_tools(self.agent, rollout)
+        except Exception as exc:
+            detail = _scrub(f"get_tools failed: {type(exc).__name__}: {exc}", rollout)
+            logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
+            return self._refuse(entry, 500, {"detail": detail})
+        if not self.registry.has_capacity():
+            return self._refuse(
+                entry,
+                503,
+                {"detail": "too many rollouts queued; retry later"},
+                {"Retry-After": _RETRY_AFTER_S},
+            )
+        init_body = InitResponse(rollout_id=rollout.rollout_id, tools=tools)
+        payload = init_body.model_dump_json(exclude_none=True).encode()
+        self.registry.accept(entry, 202, payload)
+        assert self._tasks is not None  # checked above; no await since
+        self._tasks.start_soon(self._run, entry, tools)
+        return Response(payload, status_code=202, media_type=_JSON)
+
+    def _refuse(
+        self,
+        entry: RolloutEntry,
+        status: int,
+        body: dict[str, Any],
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        response = _json(status, body, headers)
+        self.registry.release(entry, status, bytes(response.body))
+        return response
+
+    async def _read_body(self, request: Request) -> bytes | Response:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self._body_limit:
+                    return _json(413, {"detail": f"request body exceeds {self._body_limit} bytes"})
+                chunks.append(chunk)
+        except ClientDisconnect:
+            return _json(400, {"detail": "client disconnected"})
+        return b"".join(chunks)
+
+    # -- one rollout's background life ----------------------------------------------------------
+
+    async def _run(self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]) -> None:
+        """Run the agent when a slot frees up, then send exactly one callback."""
+        request = entry.request
+        assert self.client is not None  # the lifespan opened it
+        try:
+            async with self._slots:
+                self.registry.start(entry)
+                queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
+                try:
+                    response = await run_rollout(
+                        self.agent,
+                        request,
+                        self.client.channel(request),
+                        tools=tools,
+                        deadline_s=self.settings.rollout_timeout_s,
+                        tracer=self.tracer,
+                        control=entry.control,
+                    )
+                except Exception as exc:  # a toolkit bug must still end in one callback
+                    logger.exception("rollout %s: internal error", request.rollout_id)
+                    response = RolloutResponse(
+                        rollout_id=request.rollout_id,
+                        status=RolloutStatus.ERROR,
+                        final_messages=list(request.messages),
+                        finish_reason="error",
+                        error_message=_scrub(f"internal error: {type(exc).__name__}", request),
+                    )
+            if response.metrics is not None:
+                response.metrics = response.metrics.model_copy(
+                    update={"queue_latency_ms": queued_ms}
+                )
+            self.registry.delivering(entry)
+            await self._deliver(request, response)
+        finally:
+            self.registry.finish(entry)
+
+    async def _deliver(self, request: RolloutRequest, response: RolloutResponse) -> None:
+        assert self.client is not None
+        try:
+            await self.client.complete_rollout(
+                request.server_url, response, api_key=request.api_key_value
+            )
+        except TrainGateError as exc:
+            self._to_outbox(request, response, str(exc))
+        except BaseException as exc:  # cancelled mid-delivery at a hard stop: keep the result
+            self._to_outbox(request, response, f"delivery interrupted: {type(exc).__name__}")
+            raise
+
+    def _to_outbox(self, request: RolloutRequest, response: RolloutResponse, error: str) -> None:
+        try:
+            path = write_outbox(self.outbox_dir, request.server_url, response, error)
+        except OSError as exc:
+            logger.critical(
+                "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
+                "response follows: %s",
+                request.rollout_id,
+                error,
+                exc,
+                response.model_dump_json(exclude_none=True),
+            )
+            return
+        logger.error(
+            "rollout %s: completion callback failed (%s); saved to %s",
+            request.rollout_id,
+            error,
+            path,
+        )
+
+
+def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
+    details = []
+    for err in exc.errors(include_input=False, include_url=False, include_context=False):
+        details.append({"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]})
+    return details
+
+
+def _scrub(text: str, request: RolloutRequest) -> str:
+    secret = request.api_key_value
+    return text.replace(secret, "**********") if secret else text

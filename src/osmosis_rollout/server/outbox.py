@@ -1,0 +1,42 @@
+"""The outbox: completion callbacks that could not be delivered, kept on disk so none is lost.
+
+One JSON file per rollout: ``{"server_url", "error", "written_at", "response"}``. The per-rollout
+``api_key`` is never written; whoever replays a file supplies it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from ..protocol import RolloutResponse, wire
+from ..tracing import safe_trace_name
+
+__all__ = ["DEFAULT_OUTBOX_DIR", "write_outbox"]
+
+DEFAULT_OUTBOX_DIR = Path(".osmosis") / "outbox"
+
+
+def write_outbox(directory: Path, server_url: str, response: RolloutResponse, error: str) -> Path:
+    """Atomically write one undelivered callback; returns the file's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = safe_trace_name(response.rollout_id).removesuffix(".jsonl") + ".json"
+    target = directory / name
+    record = {
+        "server_url": server_url,
+        "error": error,
+        "written_at": time.time(),
+        "response": wire(response),
+    }
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, ensure_ascii=False, indent=1)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,113 @@
+"""``serve``: run a rollout server under uvicorn, draining gracefully on SIGTERM/SIGINT.
+
+uvicorn closes its listening socket as soon as a signal arrives. We drain *first*, while still
+listening, so TrainGate sees ``503`` on new inits and ``/health`` says ``draining`` during the
+grace period; only then is uvicorn told to exit. A second signal cancels the remaining rollouts
+at once (each still sends its ``ERROR``/``cancelled`` callback); a third forces exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from ..agent import RolloutAgentLoop
+from ..config import ServerSettings
+from ..errors import ConfigError
+from .app import RolloutServer, create_app
+
+__all__ = ["bind_socket", "serve"]
+
+logger = logging.getLogger("osmosis_rollout.server")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the listening socket up front so a busy port is one clear ``ConfigError``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (98, 48, 10048):  # EADDRINUSE on Linux, macOS, Windows
+            raise ConfigError(
+                f"port {port} on {host} is already in use; stop the other server or pick "
+                "another port with --port"
+            ) from None
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+class _DrainingServer(uvicorn.Server):
+    """A uvicorn server whose first exit signal drains rollouts before closing the socket."""
+
+    def __init__(self, config: uvicorn.Config, rollouts: RolloutServer) -> None:
+        super().__init__(config)
+        self._rollouts = rollouts
+        self._signals = 0
+        self._drain: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            loop = asyncio.get_event_loop()
+            loop.call_soon_threadsafe(self._start_drain)
+        elif self._signals == 2:
+            logger.warning("second signal: cancelling all running rollouts now")
+            for entry in self._rollouts.registry.unfinished():
+                entry.control.cancel()
+        else:
+            self.should_exit = True
+            self.force_exit = True
+
+    def _start_drain(self) -> None:
+        self._drain = asyncio.ensure_future(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        try:
+            await self._rollouts.drain()
+        finally:
+            self.should_exit = True
+
+
+def serve(
+    agent_loop: RolloutAgentLoop,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 9000,
+    settings: ServerSettings | None = None,
+    log_level: str = "info",
+    sock: socket.socket | None = None,
+    **app_options: Any,
+) -> None:
+    """Serve ``agent_loop`` until SIGTERM/SIGINT; the Python twin of ``osmosis serve``.
+
+    ``app_options`` are ``create_app`` keywords (or pass a resolved ``settings``); ``sock`` is an
+    already bound listening socket (see :func:`bind_socket`).
+    """
+    if settings is not None:
+        host, port, log_level = settings.host, settings.port, settings.log_level
+        app = create_app(agent_loop, settings=settings)
+    else:
+        app = create_app(agent_loop, **app_options)
+    listener = sock or bind_socket(host, port)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        access_log=log_level == "debug",
+    )
+    server = _DrainingServer(config, app.state.rollout_server)
+
+    try:
+        asyncio.run(server.serve(sockets=[listener]))
+    finally:
+        listener.close()

@@ -1,0 +1,221 @@
+"""``Harness``: a rollout server and a ``MockTrainGate`` wired together, for tests and tools.
+
+By default both run in this process and talk through two ``httpx2.ASGITransport``s: every byte
+still goes through the real protocol and the real ``create_app``. With ``server_url`` the harness
+drives an already running server instead, and the mock TrainGate listens on 127.0.0.1 for its
+calls. ``osmosis test``, ``osmosis validate``'s dry run and the REPL all use this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import uvicorn
+
+from ..agent import RolloutAgentLoop
+from ..client import RetryPolicy, TrainGateClient
+from ..errors import ConfigError
+from ..protocol import Message, RolloutRequest, RolloutResponse
+from .traingate import Finding, LLMBackend, MockTrainGate, RolloutRecord
+
+__all__ = ["Harness", "RolloutOutcome"]
+
+_SERVER_BASE = "http://rollout-server.test"
+#: The per-rollout secret the mock TrainGate hands out and expects back on every call.
+MOCK_API_KEY = "mock-traingate-key"
+
+
+@dataclass
+class RolloutOutcome:
+    """What happened to one rollout, as the mock TrainGate saw it."""
+
+    rollout_id: str
+    init_status: int
+    init_body: Any
+    record: RolloutRecord
+    wall_ms: float
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def result(self) -> RolloutResponse | None:
+        """The (first) completion callback, if one arrived."""
+        return self.record.result
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the server accepted the init with 202."""
+        return self.init_status == 202
+
+    @property
+    def init_error(self) -> str | None:
+        """A readable reason when the init was refused."""
+        if self.accepted:
+            return None
+        detail = self.init_body.get("detail") if isinstance(self.init_body, dict) else None
+        return f"init refused with HTTP {self.init_status}" + (f": {detail}" if detail else "")
+
+
+class _BackgroundServer(uvicorn.Server):
+    """uvicorn inside our event loop: it must not take over the process's signal handlers."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+        return contextlib.nullcontext()
+
+
+class Harness:
+    """Run rollouts of ``agent`` through a rollout server and a mock TrainGate.
+
+    Use as ``async with Harness(agent, backend=...) as h: outcome = await h.run(messages)``.
+    """
+
+    def __init__(
+        self,
+        agent: RolloutAgentLoop | None = None,
+        *,
+        backend: LLMBackend | None = None,
+        gate: MockTrainGate | None = None,
+        server_url: str | None = None,
+        server_key: str | None = None,
+        rollout_timeout_s: float = 300.0,
+        max_concurrent: int = 100,
+        debug_dir: str | Path | None = None,
+        outbox_dir: str | Path | None = None,
+    ) -> None:
+        if (agent is None) == (server_url is None):
+            raise ConfigError("give either an agent (in-process server) or a server_url")
+        self.agent = agent
+        self.gate = gate or MockTrainGate(backend)
+        if backend is not None and gate is not None:
+            self.gate.backend = backend
+        self.server_url = server_url.rstrip("/") if server_url else None
+        self.server_key = server_key
+        self.rollout_timeout_s = rollout_timeout_s
+        self.max_concurrent = max_concurrent
+        self.debug_dir = debug_dir
+        self.outbox_dir = outbox_dir
+        self._stack = contextlib.AsyncExitStack()
+        self.server_http: httpx2.AsyncClient | None = None
+
+    async def __aenter__(self) -> Harness:
+        try:
+            if self.agent is not None:
+                await self._start_in_process(self.agent)
+            else:
+                await self._start_gate_listener()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stack.aclose()
+
+    async def _start_in_process(self, agent: RolloutAgentLoop) -> None:
+        from ..server import create_app
+
+        gate_http = httpx2.AsyncClient(transport=self.gate.transport(), timeout=None)
+        self._stack.push_async_callback(gate_http.aclose)
+        client = TrainGateClient(gate_http, retry=RetryPolicy(retries=0))
+        app = create_app(
+            agent,
+            api_key=self.server_key,
+            client=client,
+            rollout_timeout_s=self.rollout_timeout_s,
+            max_concurrent=self.max_concurrent,
+            shutdown_grace_s=0.0,
+            debug_dir=self.debug_dir,
+            outbox_dir=self.outbox_dir,
+        )
+        await self._stack.enter_async_context(app.router.lifespan_context(app))
+        self.server_http = await self._stack.enter_async_context(
+            httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=app), base_url=_SERVER_BASE, timeout=None
+            )
+        )
+
+    async def _start_gate_listener(self) -> None:
+        from ..server import bind_socket
+
+        assert self.server_url is not None
+        sock = bind_socket("127.0.0.1", 0)
+        port = sock.getsockname()[1]
+        self.gate.base_url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(self.gate.app, log_level="warning", lifespan="off")
+        server = _BackgroundServer(config)
+        stopped = anyio.Event()
+        tasks = await self._stack.enter_async_context(anyio.create_task_group())
+
+        async def run_server() -> None:
+            try:
+                await server.serve([sock])
+            finally:
+                stopped.set()
+                sock.close()
+
+        async def stop() -> None:
+            server.should_exit = True
+            await stopped.wait()
+
+        tasks.start_soon(run_server)
+        self._stack.push_async_callback(stop)
+        while not server.started and not stopped.is_set():
+            await anyio.sleep(0.01)
+        self.server_http = await self._stack.enter_async_context(
+            httpx2.AsyncClient(base_url=self.server_url, timeout=30.0)
+        )
+
+    async def run(
+        self,
+        messages: list[Message],
+        *,
+        rollout_id: str | None = None,
+        completion_params: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        max_turns: int = 10,
+        max_tokens_total: int = 8192,
+        timeout_s: float = 60.0,
+    ) -> RolloutOutcome:
+        """Send one init, wait for its completion callback, and report what happened."""
+        if self.server_http is None:
+            raise RuntimeError("use the Harness inside `async with`")
+        rid = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
+        request = RolloutRequest(
+            rollout_id=rid,
+            server_url=self.gate.base_url,
+            messages=messages,
+            completion_params=completion_params or {},
+            max_turns=max_turns,
+            max_tokens_total=max_tokens_total,
+            metadata=metadata or {},
+            api_key=MOCK_API_KEY,  # type: ignore[arg-type]  # pydantic coerces to SecretStr
+        )
+        started = time.perf_counter()
+        try:
+            record, response = await self.gate.init_rollout(
+                self.server_http, request, server_key=self.server_key
+            )
+        except httpx2.TransportError as exc:
+            raise ConfigError(
+                f"cannot reach the rollout server at {self.server_url}: {type(exc).__name__}"
+            ) from None
+        try:
+            init_body: Any = response.json()
+        except ValueError:
+            init_body = response.text[:500]
+        if response.status_code == 202:
+            record = await self.gate.wait_completed(rid, timeout_s)
+        return RolloutOutcome(
+            rollout_id=rid,
+            init_status=response.status_code,
+            init_body=init_body,
+            record=record,
+            wall_ms=(time.perf_counter() - started) * 1000,
+            findings=list(record.findings),
+        )
