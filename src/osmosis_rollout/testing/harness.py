@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
@@ -23,6 +23,9 @@ from ..agent import RolloutAgentLoop
 from ..client import RetryPolicy, TrainGateClient
 from ..errors import ConfigError
 from ..protocol import Message, RolloutRequest, RolloutResponse
+
+if TYPE_CHECKING:
+    from ..server import RolloutServer
 from .traingate import Finding, LLMBackend, MockTrainGate, RolloutRecord
 
 __all__ = ["Harness", "RolloutOutcome"]
@@ -102,6 +105,7 @@ class Harness:
         self.outbox_dir = outbox_dir
         self._stack = contextlib.AsyncExitStack()
         self.server_http: httpx2.AsyncClient | None = None
+        self.rollout_server: RolloutServer | None = None
 
     async def __aenter__(self) -> Harness:
         try:
@@ -133,6 +137,7 @@ class Harness:
             debug_dir=self.debug_dir,
             outbox_dir=self.outbox_dir,
         )
+        self.rollout_server = app.state.rollout_server
         await self._stack.enter_async_context(app.router.lifespan_context(app))
         self.server_http = await self._stack.enter_async_context(
             httpx2.AsyncClient(
@@ -171,6 +176,17 @@ class Harness:
             httpx2.AsyncClient(base_url=self.server_url, timeout=30.0)
         )
 
+    def cancel(self, rollout_id: str) -> bool:
+        """Cancel a running in-process rollout; it still sends its ``ERROR``/``cancelled``
+        callback. Returns False when there is no such rollout (or the server is remote)."""
+        if self.rollout_server is None:
+            return False
+        entry = self.rollout_server.registry.by_id.get(rollout_id)
+        if entry is None:
+            return False
+        entry.control.cancel()
+        return True
+
     async def run(
         self,
         messages: list[Message],
@@ -194,7 +210,7 @@ class Harness:
             max_turns=max_turns,
             max_tokens_total=max_tokens_total,
             metadata=metadata or {},
-            api_key=MOCK_API_KEY,  # type: ignore[arg-type]  # pydantic coerces to SecretStr
+            api_key=MOCK_API_KEY,
         )
         started = time.perf_counter()
         try:

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..errors import LLMBackendError
 from ..protocol import (
     CompletionsRequest,
     CompletionsResponse,
@@ -75,6 +76,7 @@ class RolloutRecord:
     completions: list[RolloutResponse] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)
+    backend_error: LLMBackendError | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
 
     @property
@@ -171,6 +173,8 @@ class MockTrainGate:
         self.base_url = base_url.rstrip("/")
         self.records: dict[str, RolloutRecord] = {}
         self.stray_findings: list[Finding] = []
+        #: Set when the LLM backend failed in a way every rollout would (bad key, unreachable).
+        self.systemic_error: LLMBackendError | None = None
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -272,7 +276,14 @@ class MockTrainGate:
         self._check_chat(record, body)
         record.request_ids.append(request.headers.get("x-request-id", ""))
         record.chats.append(body)
-        reply = await self.backend.complete(body, record)
+        try:
+            reply = await self.backend.complete(body, record)
+        except LLMBackendError as exc:
+            # Not the agent's fault: answer like a failing trainer and let the runner report it.
+            record.backend_error = exc
+            if exc.systemic and self.systemic_error is None:
+                self.systemic_error = exc
+            return JSONResponse({"detail": f"LLM backend error: {exc}"}, status_code=502)
         record.replies.append(reply)
         return Response(reply.model_dump_json(exclude_none=True), media_type="application/json")
 

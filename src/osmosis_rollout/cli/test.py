@@ -1,0 +1,252 @@
+"""``osmosis test``: drive an agent through a mock TrainGate over a dataset (or step by step)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from . import app
+from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stderr_console, stdout_console
+from .serve import TARGET_HELP
+
+
+@app.command("test")
+def test_command(
+    target: Annotated[str | None, typer.Argument(help=TARGET_HELP, show_default=False)] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset", "-d", help="Rows to run: .jsonl, .json, .csv or .parquet.", show_default=False
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Run at most this many rows.")] = None,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many rows first.")] = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts run at once.")] = 8,
+    server: Annotated[
+        str | None,
+        typer.Option(help="Test an already running server (its URL) instead of TARGET."),
+    ] = None,
+    llm: Annotated[
+        str, typer.Option(help="LLM backend: [bold]mock[/] (offline) or [bold]openai[/].")
+    ] = "mock",
+    llm_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible base URL (implies --llm openai; or OPENAI_BASE_URL)."),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name for --llm openai (or OPENAI_MODEL).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the mock LLM's tool arguments.")] = 0,
+    max_turns: Annotated[int, typer.Option(min=1, help="max_turns sent with each rollout.")] = 10,
+    temperature: Annotated[
+        float | None, typer.Option(help="temperature in completion_params.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(min=1, help="max_tokens in completion_params.")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a rollout may take before it counts as failed.")
+    ] = 300.0,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write one JSON object per row, then a summary."),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON on stdout.")
+    ] = False,
+    debug_dir: Annotated[
+        Path | None, typer.Option(help="Write per-rollout JSONL traces here.")
+    ] = None,
+    interactive: Annotated[
+        bool, typer.Option("--interactive", "-i", help="Step through one rollout turn by turn.")
+    ] = False,
+    row: Annotated[
+        int | None, typer.Option(min=1, help="With --interactive: start at this dataset row.")
+    ] = None,
+) -> None:
+    """Run an agent over a dataset through a mock TrainGate and report protocol findings.
+
+    Offline by default: the built-in mock LLM calls your tools with schema-valid arguments,
+    then answers. Exit 0 when every row completed without findings, 1 otherwise.
+    """
+    from ..errors import OsmosisError
+
+    if server is None and target is None:
+        fail("missing TARGET: the agent to test", hint="osmosis test agent.py:MyAgent -d rows.jsonl")
+    if server is not None and target is not None:
+        fail("give either TARGET (run it in-process) or --server URL, not both")
+    if dataset is None and not interactive:
+        fail(
+            "--dataset is required (or use --interactive)",
+            hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
+        )
+    completion_params: dict[str, Any] = {}
+    if temperature is not None:
+        completion_params["temperature"] = temperature
+    if max_tokens is not None:
+        completion_params["max_tokens"] = max_tokens
+    try:
+        backend = _make_backend(llm, llm_url, model, seed)
+        rows = _load_rows(dataset, limit=limit, offset=offset) if dataset else []
+        agent = None
+        if target is not None:
+            from ..loader import load_agent
+
+            agent = load_agent(target)
+        if interactive:
+            from ..repl import run_repl
+
+            raise typer.Exit(
+                run_async(
+                    run_repl(
+                        agent,
+                        backend=backend,
+                        rows=rows,
+                        start_row=row,
+                        server_url=server,
+                        completion_params=completion_params,
+                        max_turns=max_turns,
+                    )
+                )
+            )
+        code = run_async(
+            _run(
+                agent,
+                rows,
+                backend=backend,
+                server=server,
+                completion_params=completion_params,
+                max_turns=max_turns,
+                timeout=timeout,
+                concurrency=concurrency,
+                output=output,
+                json_output=json_output,
+                debug_dir=debug_dir,
+            )
+        )
+    except OsmosisError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+def _make_backend(llm: str, llm_url: str | None, model: str | None, seed: int) -> Any:
+    from ..errors import ConfigError
+
+    kind = "openai" if llm_url else llm.lower()
+    if kind == "mock":
+        from ..testing.backends import MockLLMBackend
+
+        return MockLLMBackend(seed=seed)
+    if kind == "openai":
+        from ..testing.backends import OpenAICompatibleBackend
+
+        return OpenAICompatibleBackend.from_env(
+            os.environ, base_url=llm_url, model=model or os.environ.get("OPENAI_MODEL")
+        )
+    raise ConfigError(f"unknown --llm {llm!r}; choose mock or openai")
+
+
+def _load_rows(path: Path, *, limit: int | None, offset: int) -> list[Any]:
+    from ..testing.datasets import load_dataset
+    from ..testing.runner import RowInput
+
+    return [
+        RowInput(index=r.index, messages=r.messages, metadata=r.metadata)
+        for r in load_dataset(path, limit=limit, offset=offset)
+    ]
+
+
+async def _run(
+    agent: Any,
+    rows: list[Any],
+    *,
+    backend: Any,
+    server: str | None,
+    completion_params: dict[str, Any],
+    max_turns: int,
+    timeout: float,
+    concurrency: int,
+    output: Path | None,
+    json_output: bool,
+    debug_dir: Path | None,
+) -> int:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ..render_results import results_table, summary_table
+    from ..testing.harness import Harness
+    from ..testing.runner import RowResult, RunOptions, run_batch, summarise
+
+    err = stderr_console()
+    report_console = err if json_output else stdout_console()
+    options = RunOptions(
+        max_turns=max_turns,
+        completion_params=completion_params,
+        timeout_s=timeout,
+        concurrency=concurrency,
+    )
+    sink: IO[str] | None = _open_output(output) if output else None
+    counts = {"passed": 0, "failed": 0}
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("[green]{task.fields[passed]} passed[/] [red]{task.fields[failed]} failed[/]"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+    task = progress.add_task("rollouts", total=len(rows), passed=0, failed=0)
+
+    def on_result(result: RowResult) -> None:
+        counts["passed" if result.passed else "failed"] += 1
+        progress.update(task, advance=1, **counts)
+        if sink is not None:
+            sink.write(json.dumps(result.as_dict(), default=str) + "\n")
+            sink.flush()
+
+    try:
+        async with Harness(
+            agent,
+            backend=backend,
+            server_url=server,
+            rollout_timeout_s=timeout,
+            max_concurrent=concurrency,
+            debug_dir=debug_dir,
+        ) as harness:
+            with progress:
+                report = await run_batch(harness, rows, options, on_result=on_result)
+        summary = summarise(report)
+        if sink is not None:
+            sink.write(json.dumps(summary) + "\n")
+    finally:
+        if sink is not None:
+            sink.close()
+    report_console.print(results_table(report.rows))
+    report_console.print(summary_table(summary))
+    if output is not None:
+        err.print(f"results written to {output}")
+    if json_output:
+        typer.echo(json.dumps(summary, indent=2))
+    return EXIT_OK if summary["failed"] == 0 and summary["rows"] > 0 else EXIT_PROBLEMS
+
+
+def _open_output(path: Path) -> IO[str]:
+    from ..errors import ConfigError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write --output {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,116 @@
+"""Pure functions from ``osmosis test`` results to Rich renderables (nothing is printed here)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .testing.runner import RowResult
+
+__all__ = ["format_ms", "results_table", "summary_table"]
+
+_STATUS_STYLE = {
+    "COMPLETED": "green",
+    "ERROR": "red",
+    "NO_RESULT": "red",
+    "REFUSED": "red",
+    "SKIPPED": "yellow",
+}
+
+
+def format_ms(ms: float) -> str:
+    """``850 ms`` or ``1.25 s``: short and comparable."""
+    return f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.2f} s"
+
+
+def _status(row: RowResult) -> Text:
+    label = "PASS" if row.passed else row.status
+    style = "green" if row.passed else _STATUS_STYLE.get(row.status, "red")
+    if row.status == "COMPLETED" and not row.passed:
+        label, style = "FINDINGS", "yellow"
+    return Text(label, style=style)
+
+
+def _notes(row: RowResult) -> str:
+    parts = [f"[yellow]{escape(f.code)}[/]: {escape(f.message)}" for f in row.findings]
+    if row.error_message:
+        parts.insert(0, f"[red]{escape(row.error_message[:200])}[/]")
+    return "\n".join(parts)
+
+
+def results_table(rows: Sequence[RowResult], *, max_rows: int = 30) -> Group:
+    """One line per row (failed rows first when there are more than ``max_rows``)."""
+    shown = list(rows)
+    hidden = 0
+    if len(shown) > max_rows:
+        failing = [r for r in shown if not r.passed]
+        shown = (failing or shown)[:max_rows]
+        hidden = len(rows) - len(shown)
+    table = Table(title="Rollouts", title_justify="left", expand=False, show_lines=False)
+    table.add_column("row", justify="right", style="dim")
+    table.add_column("status")
+    table.add_column("finish")
+    table.add_column("turns", justify="right")
+    table.add_column("tools", justify="right")
+    table.add_column("tokens in/out", justify="right")
+    table.add_column("reward", justify="right")
+    table.add_column("latency", justify="right")
+    table.add_column("llm / tool / other", justify="right")
+    table.add_column("findings / error", overflow="fold", max_width=60)
+    for row in shown:
+        table.add_row(
+            str(row.index),
+            _status(row),
+            row.finish_reason or "-",
+            str(row.turns),
+            str(row.tool_calls),
+            f"{row.prompt_tokens}/{row.response_tokens}",
+            "-" if row.reward is None else f"{row.reward:g}",
+            format_ms(row.latency_ms),
+            f"{format_ms(row.llm_ms)} / {format_ms(row.tool_ms)} / {format_ms(row.other_ms)}",
+            _notes(row),
+        )
+    if not hidden:
+        return Group(table)
+    note = Text(f"{hidden} more row(s) not shown; --output FILE keeps every row", style="dim")
+    return Group(table, note)
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """The batch summary as a two-column table."""
+    table = Table(title="Summary", title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    passed, total = summary["passed"], summary["rows"]
+    style = "green" if passed == total else "red"
+    table.add_row("passed", f"[{style}]{passed}/{total}[/]")
+    if summary["failed"]:
+        table.add_row("failed", f"[red]{summary['failed']}[/]")
+    if summary["skipped"]:
+        table.add_row("skipped", f"[yellow]{summary['skipped']}[/]")
+    findings = summary["findings"]
+    table.add_row(
+        "findings",
+        ", ".join(f"[yellow]{escape(k)}[/] x{v}" for k, v in sorted(findings.items())) or "none",
+    )
+    table.add_row(
+        "latency",
+        f"p50 {format_ms(summary['latency_ms_p50'])}, p95 {format_ms(summary['latency_ms_p95'])}",
+    )
+    table.add_row(
+        "tokens", f"{summary['prompt_tokens']} prompt, {summary['response_tokens']} response"
+    )
+    table.add_row("tool calls", str(summary["tool_calls"]))
+    if summary.get("mean_reward") is not None:
+        table.add_row("mean reward", f"{summary['mean_reward']:g}")
+    table.add_row(
+        "throughput", f"{summary['rollouts_per_s']:g} rollouts/s over {summary['wall_s']:g} s"
+    )
+    if summary.get("stopped_early"):
+        table.add_row("stopped early", f"[red]{escape(summary['stopped_early'])}[/]")
+    return table

@@ -1,0 +1,230 @@
+"""The batch runner behind ``osmosis test``: dataset rows -> rollouts -> per-row results.
+
+Rows run concurrently through a :class:`Harness` (the real server app and the mock TrainGate).
+A systemic LLM-backend failure (bad key, unreachable) stops the batch early: the rows not yet
+started are reported as skipped instead of each failing the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..protocol import Message
+from .harness import Harness, RolloutOutcome
+from .traingate import Finding
+
+__all__ = ["BatchReport", "RowInput", "RowResult", "RunOptions", "run_batch", "summarise"]
+
+
+@dataclass(frozen=True)
+class RowInput:
+    """One rollout to run: the row's number (1-based), its messages and metadata."""
+
+    index: int
+    messages: list[Message]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Per-rollout request settings (``--max-turns``, ``--temperature``, ``--max-tokens``...)."""
+
+    max_turns: int = 10
+    max_tokens_total: int = 8192
+    completion_params: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 300.0
+    concurrency: int = 8
+
+
+@dataclass
+class RowResult:
+    """What one row produced; ``passed`` means COMPLETED with no findings."""
+
+    index: int
+    rollout_id: str
+    status: str  # COMPLETED, ERROR, NO_RESULT (no callback), REFUSED (init failed), SKIPPED
+    finish_reason: str | None = None
+    error_message: str | None = None
+    reward: float | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    latency_ms: float = 0.0
+    llm_ms: float = 0.0
+    tool_ms: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+    final_messages: list[Message] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """COMPLETED with no protocol findings."""
+        return self.status == "COMPLETED" and not self.findings
+
+    @property
+    def other_ms(self) -> float:
+        """Time spent in neither the LLM nor tools: the agent's own code and the SDK."""
+        return max(0.0, self.latency_ms - self.llm_ms - self.tool_ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object written to ``--output`` for this row."""
+        return {
+            "type": "row",
+            "row": self.index,
+            "rollout_id": self.rollout_id,
+            "status": self.status,
+            "passed": self.passed,
+            "finish_reason": self.finish_reason,
+            "error_message": self.error_message,
+            "reward": self.reward,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "response_tokens": self.response_tokens,
+            "latency_ms": round(self.latency_ms, 3),
+            "llm_ms": round(self.llm_ms, 3),
+            "tool_ms": round(self.tool_ms, 3),
+            "other_ms": round(self.other_ms, 3),
+            "findings": [f.as_dict() for f in self.findings],
+            "metrics": self.metrics,
+            "final_messages": self.final_messages,
+        }
+
+
+@dataclass
+class BatchReport:
+    """Every row's result, in dataset order, plus how the batch ended."""
+
+    rows: list[RowResult]
+    wall_s: float
+    stopped_early: str | None = None
+
+
+def result_from_outcome(index: int, outcome: RolloutOutcome) -> RowResult:
+    """Turn what the mock TrainGate saw into a row result."""
+    row = RowResult(
+        index=index,
+        rollout_id=outcome.rollout_id,
+        status="NO_RESULT",
+        latency_ms=outcome.wall_ms,
+        findings=list(outcome.findings),
+    )
+    backend_error = outcome.record.backend_error
+    if not outcome.accepted:
+        row.status, row.error_message = "REFUSED", outcome.init_error
+        return row
+    result = outcome.result
+    if result is None:
+        row.error_message = "the server sent no completion callback"
+        return row
+    row.status = result.status.value
+    row.finish_reason = result.finish_reason
+    row.error_message = result.error_message
+    if backend_error is not None:
+        row.error_message = f"LLM backend ({backend_error.kind}): {backend_error}"
+    row.reward = result.reward
+    row.final_messages = result.final_messages
+    if result.metrics is not None:
+        m = result.metrics
+        row.turns, row.tool_calls = m.num_llm_calls, m.num_tool_calls
+        row.prompt_tokens, row.response_tokens = m.prompt_tokens, m.response_tokens
+        row.llm_ms, row.tool_ms = m.llm_latency_ms, m.tool_latency_ms
+        row.latency_ms = m.total_latency_ms
+        row.metrics = m.model_dump()
+    return row
+
+
+async def run_batch(
+    harness: Harness,
+    rows: Sequence[RowInput],
+    options: RunOptions,
+    *,
+    on_result: Callable[[RowResult], None] | None = None,
+) -> BatchReport:
+    """Run every row (at most ``options.concurrency`` at once); results keep dataset order."""
+    run_id = uuid.uuid4().hex[:8]
+    results: dict[int, RowResult] = {}
+    limiter = anyio.CapacityLimiter(max(1, options.concurrency))
+    started = time.perf_counter()
+
+    async def one(position: int, row: RowInput) -> None:
+        async with limiter:
+            rollout_id = f"row-{row.index}-{run_id}"
+            if harness.gate.systemic_error is not None:
+                result = RowResult(
+                    index=row.index,
+                    rollout_id=rollout_id,
+                    status="SKIPPED",
+                    error_message="not run: the batch stopped early",
+                )
+            else:
+                outcome = await harness.run(
+                    row.messages,
+                    rollout_id=rollout_id,
+                    completion_params=options.completion_params,
+                    metadata=row.metadata,
+                    max_turns=options.max_turns,
+                    max_tokens_total=options.max_tokens_total,
+                    timeout_s=options.timeout_s,
+                )
+                result = result_from_outcome(row.index, outcome)
+        results[position] = result
+        if on_result is not None:
+            on_result(result)
+
+    async with anyio.create_task_group() as tasks:
+        for position, row in enumerate(rows):
+            tasks.start_soon(one, position, row)
+    systemic = harness.gate.systemic_error
+    return BatchReport(
+        rows=[results[i] for i in range(len(rows))],
+        wall_s=time.perf_counter() - started,
+        stopped_early=f"LLM backend ({systemic.kind}): {systemic}" if systemic else None,
+    )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = max(0, math.ceil(q * len(ordered)) - 1)
+    return ordered[k]
+
+
+def summarise(report: BatchReport) -> dict[str, Any]:
+    """The batch summary: counts, findings by code, latency percentiles, tokens, throughput."""
+    rows = report.rows
+    ran = [r for r in rows if r.status != "SKIPPED"]
+    latencies = [r.latency_ms for r in ran]
+    findings: dict[str, int] = {}
+    for r in rows:
+        for f in r.findings:
+            findings[f.code] = findings.get(f.code, 0) + 1
+    rewards = [r.reward for r in rows if r.reward is not None]
+    return {
+        "type": "summary",
+        "rows": len(rows),
+        "passed": sum(1 for r in rows if r.passed),
+        "failed": sum(1 for r in rows if not r.passed),
+        "completed": sum(1 for r in rows if r.status == "COMPLETED"),
+        "errors": sum(1 for r in rows if r.status in ("ERROR", "NO_RESULT", "REFUSED")),
+        "skipped": len(rows) - len(ran),
+        "findings": findings,
+        "latency_ms_p50": round(_percentile(latencies, 0.50), 3),
+        "latency_ms_p95": round(_percentile(latencies, 0.95), 3),
+        "prompt_tokens": sum(r.prompt_tokens for r in rows),
+        "response_tokens": sum(r.response_tokens for r in rows),
+        "tool_calls": sum(r.tool_calls for r in rows),
+        "mean_reward": round(sum(rewards) / len(rewards), 6) if rewards else None,
+        "wall_s": round(report.wall_s, 3),
+        "rollouts_per_s": round(len(ran) / report.wall_s, 3) if report.wall_s > 0 else 0.0,
+        "stopped_early": report.stopped_early,
+    }
