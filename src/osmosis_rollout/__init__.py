@@ -40,7 +40,15 @@ if TYPE_CHECKING:
         RolloutStatus,
     )
     from .rollout import run_rollout
-    from .tools import Toolbox, execute_tool_calls, tool_schema
+    from .tools import (
+        Toolbox,
+        execute_tool_calls,
+        parse_arguments,
+        tool,
+        tool_schema,
+        validate_arguments,
+    )
+    from .validator import Problem, ValidationResult, validate_agent_loop
 
 _EXPORTS: dict[str, str] = {
     "AgentDefinitionError": "errors",
@@ -56,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "OpenAIFunctionToolSchema": "protocol",
     "OpenAIToolCall": "protocol",
     "OsmosisError": "errors",
+    "Problem": "validator",
     "ProtocolError": "errors",
     "RetryPolicy": "client",
     "RolloutAgentLoop": "agent",
@@ -71,9 +80,14 @@ _EXPORTS: dict[str, str] = {
     "TrainGateError": "errors",
     "TrainGateHTTPError": "errors",
     "TrainGateUnavailable": "errors",
+    "ValidationResult": "validator",
     "execute_tool_calls": "tools",
+    "parse_arguments": "tools",
     "run_rollout": "rollout",
+    "tool": "tools",
     "tool_schema": "tools",
+    "validate_agent_loop": "validator",
+    "validate_arguments": "tools",
 }
 
 __all__ = [
@@ -90,6 +104,7 @@ __all__ = [
     "OpenAIFunctionToolSchema",
     "OpenAIToolCall",
     "OsmosisError",
+    "Problem",
     "ProtocolError",
     "RetryPolicy",
     "RolloutAgentLoop",
@@ -105,10 +120,15 @@ __all__ = [
     "TrainGateError",
     "TrainGateHTTPError",
     "TrainGateUnavailable",
+    "ValidationResult",
     "__version__",
     "execute_tool_calls",
+    "parse_arguments",
     "run_rollout",
+    "tool",
     "tool_schema",
+    "validate_agent_loop",
+    "validate_arguments",
 ]
 
 

@@ -211,7 +211,7 @@ async def _run(
 
     def on_result(result: RowResult) -> None:
         counts["passed" if result.passed else "failed"] += 1
-        progress.update(task, advance=1, **counts)
+        progress.update(task, advance=1, passed=counts["passed"], failed=counts["failed"])
         if sink is not None:
             sink.write(json.dumps(result.as_dict(), default=str) + "\n")
             sink.flush()

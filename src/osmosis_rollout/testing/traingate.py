@@ -71,6 +71,9 @@ class RolloutRecord:
     rollout_id: str
     api_key: str | None = None
     tools: list[OpenAIFunctionToolSchema] = field(default_factory=list)
+    #: Whether ``tools`` is what the server declared (from an init or ``expect(tools=...)``);
+    #: only then are undeclared tool calls reported.
+    tools_known: bool = False
     chats: list[CompletionsRequest] = field(default_factory=list)
     replies: list[CompletionsResponse] = field(default_factory=list)
     completions: list[RolloutResponse] = field(default_factory=list)
@@ -196,7 +199,12 @@ class MockTrainGate:
         tools: list[OpenAIFunctionToolSchema] | None = None,
     ) -> RolloutRecord:
         """Register a rollout before its init is sent, so its calls are recognised."""
-        record = RolloutRecord(rollout_id=rollout_id, api_key=api_key, tools=list(tools or []))
+        record = RolloutRecord(
+            rollout_id=rollout_id,
+            api_key=api_key,
+            tools=list(tools or []),
+            tools_known=tools is not None,
+        )
         self.records[rollout_id] = record
         return record
 
@@ -216,6 +224,7 @@ class MockTrainGate:
         if response.status_code == 202:
             init = InitResponse.model_validate_json(response.content)
             record.tools = list(init.tools)
+            record.tools_known = True
         return record, response
 
     async def wait_completed(self, rollout_id: str, timeout_s: float) -> RolloutRecord:
@@ -327,6 +336,8 @@ class MockTrainGate:
         return JSONResponse({"ok": True})
 
     def _check_tools_used(self, record: RolloutRecord, body: RolloutResponse) -> None:
+        if not record.tools_known:
+            return
         declared = record.tool_names
         for message in body.final_messages:
             for call in message.get("tool_calls") or []:
