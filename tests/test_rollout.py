@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
+from typing import Any
 
+import anyio
+import httpx2
 import pytest
 
+from osmosis_rollout.agent import RolloutAgentLoop
 from osmosis_rollout.client import TrainGateClient
-from osmosis_rollout.protocol import RolloutRequest, RolloutStatus
-from osmosis_rollout.rollout import run_rollout
+from osmosis_rollout.errors import ToolError
+from osmosis_rollout.protocol import RolloutRequest, RolloutResponse, RolloutStatus
+from osmosis_rollout.rollout import RolloutControl, run_rollout
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
+from osmosis_rollout.tracing import Tracer
 
 from .support import load_asset
 
@@ -72,3 +80,189 @@ async def test_seed_calculator_runs_multi_turn_with_metrics(
     assert record.request_ids == ["r-1:1", "r-1:2"]
     assert record.chats[0].temperature == 0.7
     assert record.chats[0].max_tokens == 128
+
+
+# -- failures become one ERROR response -----------------------------------------------------
+
+
+def faulty(name: str, *args: object) -> RolloutAgentLoop:
+    """An agent from tests/assets/fnd_faulty.py."""
+    agent: RolloutAgentLoop = getattr(load_asset("fnd_faulty"), name)(*args)
+    return agent
+
+
+async def run_with_gate(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+    agent: RolloutAgentLoop,
+    **kwargs: Any,
+) -> RolloutResponse:
+    """Run ``agent`` on the default request against the mock TrainGate."""
+    gate, client = mock_client
+    request = make_request()
+    gate.expect(request.rollout_id, api_key="tg-secret-key")
+    return await run_rollout(agent, request, client.channel(request), **kwargs)
+
+
+def assert_partial_conversation(response: RolloutResponse) -> None:
+    """The ERROR response keeps the question and the one reply the agent got."""
+    assert response.final_messages == [
+        {"role": "user", "content": "What is 3 + 4?"},
+        {"role": "assistant", "content": "done"},
+    ]
+
+
+async def test_agent_exception_becomes_error_with_partial_conversation(
+    mock_client: tuple[MockTrainGate, TrainGateClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A raising agent yields ERROR/error, its conversation so far, and the exception named."""
+    response = await run_with_gate(mock_client, faulty("RaisesAfterReplyAgent"))
+    assert response.status is RolloutStatus.ERROR
+    assert response.finish_reason == "error"
+    assert_partial_conversation(response)
+    assert response.error_message == "agent raised RuntimeError: tool backend exploded"
+    assert response.metrics is not None
+    assert response.metrics.num_llm_calls == 1
+    assert response.reward is None
+    assert "tool backend exploded" in caplog.text
+
+
+async def test_hanging_agent_times_out(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """An agent that never returns is stopped at its deadline: ERROR/timeout, partial kept."""
+    started = anyio.current_time()
+    response = await run_with_gate(mock_client, faulty("HangingAgent"), deadline_s=0.2)
+    assert anyio.current_time() - started < 5
+    assert response.status is RolloutStatus.ERROR
+    assert response.finish_reason == "timeout"
+    assert response.error_message == "rollout exceeded its deadline of 0.2 s"
+    assert_partial_conversation(response)
+
+
+async def test_control_cancel_ends_the_rollout_as_cancelled(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """RolloutControl.cancel() stops a running agent: ERROR/cancelled with the partial history."""
+    started = anyio.Event()
+    control = RolloutControl()
+    responses: list[RolloutResponse] = []
+
+    async def run() -> None:
+        agent = faulty("HangingAgent", started)
+        responses.append(await run_with_gate(mock_client, agent, control=control))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await started.wait()
+            control.cancel()
+
+    (response,) = responses
+    assert response.status is RolloutStatus.ERROR
+    assert response.finish_reason == "cancelled"
+    assert response.error_message is not None
+    assert "cancelled" in response.error_message
+    assert_partial_conversation(response)
+
+
+async def test_cancel_before_start_still_answers_cancelled(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """A rollout cancelled before it runs still returns its ERROR/cancelled response."""
+    control = RolloutControl()
+    control.cancel()
+    with anyio.fail_after(5):
+        response = await run_with_gate(mock_client, faulty("HangingAgent"), control=control)
+    assert response.finish_reason == "cancelled"
+    assert response.final_messages == [{"role": "user", "content": "What is 3 + 4?"}]
+    assert mock_client[0].records["r-1"].chats == []  # no LLM turn after the cancel
+
+
+@pytest.mark.parametrize(
+    ("agent_name", "returned"), [("ReturnsNoneAgent", "None"), ("ReturnsDictAgent", "dict")]
+)
+async def test_run_returning_a_non_result_is_an_error(
+    mock_client: tuple[MockTrainGate, TrainGateClient], agent_name: str, returned: str
+) -> None:
+    """run() returning None or a non-RolloutResult is ERROR, telling the user what to return."""
+    response = await run_with_gate(mock_client, faulty(agent_name))
+    assert response.status is RolloutStatus.ERROR
+    assert response.finish_reason == "error"
+    assert response.error_message is not None
+    assert response.error_message.startswith(f"run() returned {returned}; it must return")
+    assert "ctx.complete(" in response.error_message
+    assert_partial_conversation(response)
+
+
+async def test_nan_reward_is_an_error(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """A NaN reward cannot be trained on: ERROR, saying the reward must be finite."""
+    response = await run_with_gate(mock_client, faulty("NaNRewardAgent"))
+    assert response.status is RolloutStatus.ERROR
+    assert response.reward is None
+    assert response.error_message == "reward must be a finite number or None, got nan"
+    assert_partial_conversation(response)
+
+
+async def test_well_behaved_agent_completes_with_its_reward(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """The control case for the faults above: the same first turn, then COMPLETED."""
+    response = await run_with_gate(mock_client, faulty("ChatOnceAgent"))
+    assert response.status is RolloutStatus.COMPLETED
+    assert response.reward == 1.0
+    assert response.error_message is None
+    assert_partial_conversation(response)
+
+
+async def test_traingate_401_is_an_error_without_the_api_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 401 on a chat turn ends the rollout ERROR; the key TrainGate echoed is not in it."""
+    caplog.set_level(logging.DEBUG)
+    calls: list[httpx2.Request] = []
+
+    def reject(request: httpx2.Request) -> httpx2.Response:
+        calls.append(request)
+        auth = request.headers.get("authorization", "")
+        return httpx2.Response(401, json={"detail": f"invalid credentials: {auth}"})
+
+    request = make_request()
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(reject)) as http:
+        client = TrainGateClient(http)
+        response = await run_rollout(faulty("ChatOnceAgent"), request, client.channel(request))
+
+    assert len(calls) == 1  # a 401 is not retried
+    assert response.status is RolloutStatus.ERROR
+    assert response.finish_reason == "error"
+    assert response.error_message is not None
+    assert "HTTP 401" in response.error_message
+    assert "invalid credentials" in response.error_message
+    assert "tg-secret-key" not in response.model_dump_json()
+    assert "tg-secret-key" not in caplog.text
+    assert response.final_messages == [{"role": "user", "content": "What is 3 + 4?"}]
+
+
+@pytest.mark.parametrize("error_class", [RuntimeError, ToolError])
+async def test_agent_exception_holding_the_api_key_is_scrubbed(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    error_class: type[Exception],
+) -> None:
+    """An exception whose text holds the api_key leaks it to no message, log line or trace."""
+    caplog.set_level(logging.DEBUG)
+    tracer = Tracer(tmp_path)
+    response = await run_with_gate(
+        mock_client, faulty("RaisesWithKeyAgent", error_class), tracer=tracer
+    )
+    tracer.close()
+    assert response.status is RolloutStatus.ERROR
+    assert response.error_message is not None
+    assert "upstream rejected Bearer **********" in response.error_message
+    assert error_class.__name__ in response.error_message
+    assert "tg-secret-key" not in response.model_dump_json()
+    assert "upstream rejected" in caplog.text
+    assert "tg-secret-key" not in caplog.text
+    assert "tg-secret-key" not in tracer.path_for("r-1").read_text()

@@ -162,7 +162,7 @@ async def resolve_tools(
             tool = OpenAIFunctionToolSchema.model_validate(
                 item.model_dump(exclude_none=True) if isinstance(item, BaseModel) else item
             )
-            json.dumps(tool.model_dump(mode="json", exclude_none=True))
+            json.dumps(tool.model_dump(exclude_none=True), allow_nan=False)
         except (ValidationError, TypeError, ValueError) as exc:
             raise AgentDefinitionError(
                 f"tools[{i}] is not a valid OpenAI function tool: {_first_error(exc)}"

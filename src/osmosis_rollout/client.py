@@ -177,6 +177,11 @@ class TrainGateClient:
             self.stats.requests += 1
             try:
                 response = await self.http.post(url, content=content, headers=headers)
+            except httpx2.DecodingError as exc:
+                self.stats.failures += 1
+                raise ProtocolError(
+                    f"the reply from {url} could not be decoded{_detail(exc, api_key)}"
+                ) from None
             except httpx2.TransportError as exc:
                 if last:
                     self.stats.failures += 1

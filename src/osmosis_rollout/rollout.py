@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, RolloutResult, resolve_tools
 from .errors import OsmosisError
@@ -82,13 +83,14 @@ async def run_rollout(
         if deadline_s is not None:
             scope.deadline = anyio.current_time() + deadline_s
         try:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled before start: no turn
             result = await agent.run(ctx)
         except OsmosisError as exc:
-            error_message = f"{type(exc).__name__}: {exc}"
+            error_message = _scrub(f"{type(exc).__name__}: {exc}", request.api_key_value)
             logger.warning("rollout %s failed: %s", request.rollout_id, error_message)
         except Exception as exc:
             error_message = f"agent raised {type(exc).__name__}: {exc}"
-            logger.exception("rollout %s: the agent raised", request.rollout_id)
+            _log_agent_crash(request)
             ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
     if scope.cancelled_caught or (scope.cancel_called and result is None and not error_message):
         if control.cancelled:
@@ -134,6 +136,17 @@ async def run_rollout(
         metrics=metrics.model_dump(),
     )
     return response
+
+
+def _log_agent_crash(request: RolloutRequest) -> None:
+    """Log the agent's traceback (with exc_info, which ``validate`` reads) unless it holds the
+    api_key; then only the scrubbed text is logged."""
+    secret = request.api_key_value
+    text = traceback.format_exc()
+    if secret and secret in text:
+        logger.error("rollout %s: the agent raised\n%s", request.rollout_id, _scrub(text, secret))
+    else:
+        logger.exception("rollout %s: the agent raised", request.rollout_id)
 
 
 def _valid_reward(reward: object) -> bool:

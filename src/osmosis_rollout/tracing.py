@@ -22,8 +22,12 @@ __all__ = ["Tracer", "safe_trace_name"]
 
 logger = logging.getLogger("osmosis_rollout.tracing")
 
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+#: Device names Windows reserves with any extension (``con.jsonl`` is the console).
+_RESERVED = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?", re.IGNORECASE)
+#: The suffix hashed names end with; a plain id ending so could collide with one.
+_HASH_SUFFIX = re.compile(r".*-[0-9a-f]{16}")
 _SECRET_KEYS = frozenset({"api_key", "apikey", "authorization", "x-api-key", "password", "token"})
 REDACTED = "**********"
 
@@ -32,11 +36,17 @@ def safe_trace_name(rollout_id: str) -> str:
     """A file name (without directory) for a rollout id that cannot escape its directory.
 
     Plain ids (letters, digits, ``._-``, not starting with a dot) are kept as they are; anything
-    else is reduced to safe characters and suffixed with a hash so distinct ids stay distinct.
+    else (and plain ids that look like a hashed name or a Windows device name) is reduced to
+    ``[A-Za-z0-9_-]`` and suffixed with a hash so distinct ids stay distinct.
     """
-    if _SAFE.match(rollout_id) and ".." not in rollout_id:
+    if (
+        _SAFE.fullmatch(rollout_id)
+        and ".." not in rollout_id
+        and not _RESERVED.fullmatch(rollout_id)
+        and not _HASH_SUFFIX.fullmatch(rollout_id)
+    ):
         return f"{rollout_id}.jsonl"
-    stem = _UNSAFE_CHARS.sub("_", rollout_id).strip("._")[:80] or "rollout"
+    stem = _UNSAFE_CHARS.sub("_", rollout_id).strip("_-")[:80] or "rollout"
     digest = hashlib.sha256(rollout_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return f"{stem}-{digest}.jsonl"
 

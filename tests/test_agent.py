@@ -1,0 +1,439 @@
+"""The agent API: class checks, ``ctx.chat`` parameters, the append-only guard, resolve_tools."""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from osmosis_rollout.agent import RolloutAgentLoop, RolloutContext, RolloutResult, resolve_tools
+from osmosis_rollout.client import TrainGateClient
+from osmosis_rollout.errors import AgentDefinitionError
+from osmosis_rollout.protocol import (
+    OpenAIFunctionSchema,
+    OpenAIFunctionToolSchema,
+    RolloutRequest,
+    RolloutStatus,
+)
+from osmosis_rollout.rollout import run_rollout
+from osmosis_rollout.testing import MockTrainGate
+from osmosis_rollout.tracing import Tracer
+
+from .support import load_asset
+
+pytestmark = pytest.mark.anyio
+
+
+def make_request(rollout_id: str = "r-1", **overrides: Any) -> RolloutRequest:
+    """A valid request aimed at the MockTrainGate's base URL."""
+    data: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "server_url": "http://traingate.test",
+        "messages": [{"role": "user", "content": "What is 3 + 4?"}],
+        "completion_params": {"temperature": 0.7, "max_tokens": 128},
+        "api_key": "tg-secret-key",
+    }
+    data.update(overrides)
+    return RolloutRequest.model_validate(data)
+
+
+def tool(name: str) -> dict[str, Any]:
+    """An OpenAI function tool dict with a one-number schema."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name} tool",
+            "parameters": {"type": "object", "properties": {"x": {"type": "number"}}},
+        },
+    }
+
+
+# -- the class-level contract -------------------------------------------------------------------
+
+
+def test_concrete_agent_without_name_is_a_type_error() -> None:
+    """Forgetting ``name`` fails when the class is created, with a fix in the message."""
+    with pytest.raises(TypeError) as exc:
+
+        class Nameless(RolloutAgentLoop):
+            def get_tools(self, request: RolloutRequest) -> list[Any]:
+                return []
+
+            async def run(self, ctx: RolloutContext) -> RolloutResult:
+                return ctx.complete([])
+
+    message = str(exc.value)
+    assert "Nameless" in message
+    assert "`name`" in message
+    assert 'name = "nameless"' in message
+
+
+@pytest.mark.parametrize("bad", ["", "   ", 123, None, b"bytes", ["a"]])
+def test_concrete_agent_with_blank_or_non_str_name_is_a_type_error(bad: object) -> None:
+    """``name`` must be a non-empty, non-blank str."""
+    with pytest.raises(TypeError, match="non-empty string"):
+        type(
+            "BadName",
+            (RolloutAgentLoop,),
+            {
+                "name": bad,
+                "get_tools": lambda self, request: [],
+                "run": lambda self, ctx: None,
+            },
+        )
+
+
+def test_abstract_intermediate_without_name_is_allowed() -> None:
+    """A base class that is still abstract needs no name; its concrete children do."""
+
+    class Base(RolloutAgentLoop):
+        def get_tools(self, request: RolloutRequest) -> list[Any]:
+            return []
+
+        @abstractmethod
+        def system_prompt(self) -> str:
+            """What subclasses provide."""
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            return ctx.complete([{"role": "system", "content": self.system_prompt()}])
+
+    class Named(Base):
+        name = "named"
+
+        def system_prompt(self) -> str:
+            return "hi"
+
+    class Inherits(Named):
+        """Takes its parent's name."""
+
+    assert Inherits.name == "named"
+    with pytest.raises(TypeError, match="Unnamed"):
+
+        class Unnamed(Base):
+            def system_prompt(self) -> str:
+                return "hi"
+
+
+def test_agent_missing_run_cannot_be_instantiated() -> None:
+    """A subclass that forgets ``run`` stays abstract and cannot be instantiated."""
+
+    class NoRun(RolloutAgentLoop):
+        def get_tools(self, request: RolloutRequest) -> list[Any]:
+            return []
+
+    with pytest.raises(TypeError, match="run"):
+        NoRun()  # type: ignore[abstract]
+
+
+# -- ctx.chat parameters ------------------------------------------------------------------------
+
+
+async def test_chat_merges_completion_params_with_per_call_overrides(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """completion_params are defaults; per-call keywords win; nothing else leaks into the body."""
+    gate, client = mock_client
+    params = {"temperature": 0.7, "max_tokens": 128, "top_p": 0.9, "stop": "</s>", "seed": 1}
+    request = make_request(completion_params=params)
+    record = gate.expect("r-1", api_key="tg-secret-key")
+    ctx = RolloutContext(request, [], client.channel(request))
+
+    await ctx.chat(request.messages, temperature=0.1, stop=["A", "B"], presence_penalty=0.5)
+
+    (sent,) = record.chats
+    assert sent.temperature == 0.1
+    assert sent.stop == ["A", "B"]
+    assert sent.max_tokens == 128
+    assert sent.top_p == 0.9
+    assert sent.model_extra == {"seed": 1, "presence_penalty": 0.5}
+    assert sent.logprobs is True
+    assert request.completion_params == params  # overrides do not leak into the next turn
+    assert record.findings == []
+
+
+async def test_chat_never_sends_tools_or_spoofed_fields(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """``tools``/``tool_choice`` from params or per call are dropped; rollout_id is the ctx's."""
+    gate, client = mock_client
+    request = make_request(
+        completion_params={"temperature": 0.7, "tools": [tool("add")], "tool_choice": "auto"}
+    )
+    record = gate.expect("r-1", api_key="tg-secret-key")
+    ctx = RolloutContext(request, [], client.channel(request))
+
+    await ctx.chat(request.messages, tools=[tool("sub")], tool_choice="none", rollout_id="evil")
+
+    (sent,) = record.chats
+    assert sent.rollout_id == "r-1"
+    assert sent.model_extra == {}
+    assert record.findings == []
+
+
+async def test_chat_returns_the_reply_and_counts_it(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """A turn returns the assistant message, usage and token extensions, and updates metrics."""
+    gate, client = mock_client
+    request = make_request()
+    gate.expect("r-1", api_key="tg-secret-key")
+    ctx = RolloutContext(request, [], client.channel(request))
+
+    result = await ctx.chat(request.messages)
+
+    assert result.message == {"role": "assistant", "content": "done"}
+    assert result.content == "done"
+    assert not result.has_tool_calls
+    assert result.token_ids
+    assert result.logprobs
+    assert len(result.logprobs) == len(result.token_ids)
+    assert ctx.turns == 1
+    metrics = ctx.metrics
+    assert metrics.num_llm_calls == 1
+    assert metrics.prompt_tokens == result.usage["prompt_tokens"] > 0
+    assert metrics.response_tokens == result.usage["completion_tokens"] > 0
+    assert ctx.partial_messages == [*request.messages, result.message]
+
+
+# -- the append-only guard ----------------------------------------------------------------------
+
+REWRITERS = [
+    "EditsEarlierMessageAgent",
+    "DropsMessageAgent",
+    "ForgetsReplyAgent",
+    "MutatesInPlaceAgent",
+    "MutatesReplyAgent",
+]
+
+
+@pytest.mark.parametrize("agent_name", ["AppendOnlyAgent", "RebuildsReplyAgent"])
+async def test_append_only_agent_has_no_violation(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+    agent_name: str,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """An agent that only appends (key order aside) completes with no violation anywhere."""
+    gate, client = mock_client
+    agent = getattr(load_asset("fnd_history"), agent_name)()
+    request = make_request()
+    gate.expect("r-1", api_key="tg-secret-key")
+    tracer = Tracer(tmp_path)
+    caplog.set_level(logging.WARNING, logger="osmosis_rollout")
+
+    response = await run_rollout(agent, request, client.channel(request), tracer=tracer)
+    tracer.close()
+
+    assert response.status is RolloutStatus.COMPLETED
+    assert response.metrics is not None
+    assert response.metrics.num_llm_calls == 2
+    assert "append_only_violations" not in response.metrics.model_dump()
+    assert caplog.records == []
+    assert "append_only_violation" not in tracer.path_for("r-1").read_text()
+    assert gate.findings == []
+
+
+@pytest.mark.parametrize("agent_name", REWRITERS)
+async def test_history_rewrite_is_caught_with_its_index(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+    agent_name: str,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """A rewrite is logged, counted in metrics and traced, naming the first differing index."""
+    gate, client = mock_client
+    agent = getattr(load_asset("fnd_history"), agent_name)()
+    index = agent.expected_index
+    request = make_request()
+    gate.expect("r-1", api_key="tg-secret-key")
+    tracer = Tracer(tmp_path)
+    caplog.set_level(logging.WARNING, logger="osmosis_rollout")
+
+    response = await run_rollout(agent, request, client.channel(request), tracer=tracer)
+    tracer.close()
+
+    # the rollout itself still completes: the guard reports, it does not raise
+    assert response.status is RolloutStatus.COMPLETED
+    assert response.metrics is not None
+    assert response.metrics.model_dump()["append_only_violations"] == 1
+
+    (log,) = caplog.records
+    assert log.levelno == logging.WARNING
+    assert log.name == "osmosis_rollout.agent"
+    assert f"turn 2 rewrote the history at message {index}" in log.getMessage()
+    assert "r-1" in log.getMessage()
+
+    events = [json.loads(line) for line in tracer.path_for("r-1").read_text().splitlines()]
+    violations = [e for e in events if e["event"] == "append_only_violation"]
+    assert violations == [
+        {
+            "ts": violations[0]["ts"],
+            "event": "append_only_violation",
+            "rollout_id": "r-1",
+            "turn": 2,
+            "index": index,
+        }
+    ]
+    end = next(e for e in events if e["event"] == "rollout_end")
+    assert end["metrics"]["append_only_violations"] == 1
+
+    # the mock TrainGate, which checks independently, agrees on the index
+    (finding,) = gate.findings
+    assert finding.code == "history_rewritten"
+    assert f"at message {index}" in finding.message
+
+
+class _Canned:
+    """A ChatBackend that answers every turn with the same reply (no HTTP involved)."""
+
+    async def chat_completions(self, request: Any, *, request_id: str) -> Any:
+        from osmosis_rollout.testing import completion_from_message
+
+        return completion_from_message(request, {"content": "ok"})
+
+
+async def test_every_violation_is_counted_in_the_context() -> None:
+    """Each offending turn adds one violation with its turn and index."""
+    ctx = RolloutContext(make_request(), [], _Canned())
+    history: list[dict[str, Any]] = [{"role": "user", "content": "a"}]
+    reply = (await ctx.chat(history)).message
+    await ctx.chat([{"role": "user", "content": "b"}, reply])  # edits message 0
+    await ctx.chat([{"role": "user", "content": "b"}])  # drops the reply of turn 2
+    assert ctx.append_only_violations == [{"turn": 2, "index": 0}, {"turn": 3, "index": 1}]
+    assert ctx.metrics.model_dump()["append_only_violations"] == 2
+
+
+async def test_first_turn_may_send_any_history() -> None:
+    """The first call is not compared with anything, even if it differs from request.messages."""
+    ctx = RolloutContext(make_request(), [], _Canned())
+    await ctx.chat([{"role": "system", "content": "x"}, {"role": "user", "content": "other"}])
+    assert ctx.append_only_violations == []
+
+
+# -- resolve_tools ------------------------------------------------------------------------------
+
+
+class ToolsAgent(RolloutAgentLoop):
+    """Returns whatever it was given from ``get_tools`` (sync)."""
+
+    name = "tools-agent"
+
+    def __init__(self, tools: Any) -> None:
+        self.tools = tools
+
+    def get_tools(self, request: RolloutRequest) -> Any:
+        return self.tools
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        return ctx.complete([])
+
+
+class AsyncToolsAgent(ToolsAgent):
+    """Returns whatever it was given from an async ``get_tools``."""
+
+    name = "async-tools-agent"
+
+    async def get_tools(self, request: RolloutRequest) -> Any:
+        return self.tools
+
+
+@pytest.mark.parametrize("agent_class", [ToolsAgent, AsyncToolsAgent])
+async def test_resolve_tools_accepts_dicts_and_models(agent_class: type[ToolsAgent]) -> None:
+    """Dicts and pydantic tool models, from sync or async get_tools, become tool models."""
+    model = OpenAIFunctionToolSchema(
+        function=OpenAIFunctionSchema(
+            name="mul", parameters={"type": "object", "properties": {"a": {"type": "integer"}}}
+        )
+    )
+    tools = await resolve_tools(agent_class([tool("add"), model]), make_request())
+    assert [t.name for t in tools] == ["add", "mul"]
+    assert all(isinstance(t, OpenAIFunctionToolSchema) for t in tools)
+    assert tools[0].function.parameters == tool("add")["function"]["parameters"]
+    assert tools[1].function.description is None
+
+
+@pytest.mark.parametrize("returned", [None, [], ()])
+async def test_resolve_tools_accepts_no_tools(returned: Any) -> None:
+    """None, an empty list and an empty tuple all mean "no tools"."""
+    assert await resolve_tools(ToolsAgent(returned), make_request()) == []
+
+
+async def test_resolve_tools_passes_the_request() -> None:
+    """get_tools receives the rollout request, so tools can depend on metadata."""
+
+    class PerRequest(RolloutAgentLoop):
+        name = "per-request"
+
+        def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+            return [tool(name) for name in request.metadata["tools"]]
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            return ctx.complete([])
+
+    tools = await resolve_tools(PerRequest(), make_request(metadata={"tools": ["a", "b"]}))
+    assert [t.name for t in tools] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "name", ["has space", "", "a" * 65, "naïve", "dot.ted", "slash/ed", "semi;colon"]
+)
+async def test_resolve_tools_rejects_bad_names(name: str) -> None:
+    """A function name outside ``^[a-zA-Z0-9_-]{1,64}$`` is named with its index."""
+    with pytest.raises(AgentDefinitionError, match=r"^tools\[1\]\.function\.name "):
+        await resolve_tools(ToolsAgent([tool("ok"), tool(name)]), make_request())
+
+
+async def test_resolve_tools_accepts_the_longest_name() -> None:
+    """A 64-character name with ``_`` and ``-`` is fine."""
+    name = "a_-" + "b" * 61
+    assert [t.name for t in await resolve_tools(ToolsAgent([tool(name)]), make_request())] == [name]
+
+
+async def test_resolve_tools_rejects_duplicates() -> None:
+    """Two tools with the same name fail, naming the second one."""
+    with pytest.raises(AgentDefinitionError) as exc:
+        await resolve_tools(ToolsAgent([tool("add"), tool("sub"), tool("add")]), make_request())
+    assert str(exc.value) == "tools[2].function.name 'add' is duplicated"
+
+
+@pytest.mark.parametrize(
+    ("returned", "kind"),
+    [(tool("add"), "dict"), ("add", "str"), (iter([tool("add")]), "list_iterator"), (3, "int")],
+)
+async def test_resolve_tools_rejects_non_lists(returned: Any, kind: str) -> None:
+    """get_tools must return a list; the message names what it returned instead."""
+    with pytest.raises(AgentDefinitionError) as exc:
+        await resolve_tools(ToolsAgent(returned), make_request())
+    assert str(exc.value) == f"get_tools() must return a list of tools, got {kind}"
+
+
+@pytest.mark.parametrize(
+    ("item", "detail"),
+    [
+        ("add", "valid dictionary"),
+        ({"type": "function"}, "function: Field required"),
+        ({"type": "retrieval", "function": {"name": "f"}}, "type: Input should be 'function'"),
+        ({"type": "function", "function": {"description": "no name"}}, "function.name"),
+        (
+            {"type": "function", "function": {"name": "f", "parameters": {"x": object()}}},
+            "not JSON serializable",
+        ),
+        (
+            {"type": "function", "function": {"name": "f", "parameters": {"default": 1e999}}},
+            "JSON",
+        ),
+    ],
+    ids=["str", "no-function", "wrong-type", "no-name", "object", "infinity"],
+)
+async def test_resolve_tools_rejects_invalid_entries(item: Any, detail: str) -> None:
+    """An entry that is not a JSON-clean OpenAI function tool is named as ``tools[i]``."""
+    with pytest.raises(AgentDefinitionError) as exc:
+        await resolve_tools(ToolsAgent([tool("ok"), item]), make_request())
+    message = str(exc.value)
+    assert message.startswith("tools[1] is not a valid OpenAI function tool: ")
+    assert detail in message
