@@ -8,11 +8,13 @@ exactly that and turn it into a message and an exit code::
     │   └── DatasetError          a dataset row or column is malformed (names the row)
     ├── AgentLoadError            "module:Attr" could not be imported or is not an agent
     ├── AgentDefinitionError      an agent's tools or answers break the agent API
+    │   └── UnsatisfiableSchemaError  no value can be generated for a tool's JSON Schema
     ├── ToolError                 a tool call could not be parsed, validated or executed
-    └── TrainGateError            talking to TrainGate (or an LLM backend) failed
-        ├── TrainGateHTTPError    TrainGate answered with an error status (carries status, body)
-        ├── TrainGateUnavailable  transport errors or timeouts, after every retry
-        └── ProtocolError         TrainGate's reply does not follow the protocol
+    ├── TrainGateError            talking to TrainGate failed
+    │   ├── TrainGateHTTPError    TrainGate answered with an error status (carries status, body)
+    │   ├── TrainGateUnavailable  transport errors or timeouts, after every retry
+    │   └── ProtocolError         TrainGate's reply does not follow the protocol
+    └── LLMBackendError           the mock TrainGate's LLM backend failed (``kind``, ``systemic``)
 
 Messages never contain secrets: error bodies are truncated and scrubbed by whoever builds them.
 """
@@ -24,12 +26,14 @@ __all__ = [
     "AgentLoadError",
     "ConfigError",
     "DatasetError",
+    "LLMBackendError",
     "OsmosisError",
     "ProtocolError",
     "ToolError",
     "TrainGateError",
     "TrainGateHTTPError",
     "TrainGateUnavailable",
+    "UnsatisfiableSchemaError",
 ]
 
 
@@ -57,11 +61,26 @@ class DatasetError(ConfigError):
 
 
 class AgentLoadError(OsmosisError):
-    """An agent target could not be imported, found, or is not a ``RolloutAgentLoop``."""
+    """An agent target could not be imported, found, or is not a ``RolloutAgentLoop``.
+
+    ``code`` names the failure kind (``FILE_NOT_FOUND``, ``IMPORT_FAILED``...; see
+    ``docs/validate.md``) and ``location`` is ``file.py:LINE`` when one is known.
+    """
+
+    def __init__(
+        self, message: str, *, code: str = "LOAD_FAILED", location: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.location = location
 
 
 class AgentDefinitionError(OsmosisError):
     """An agent broke the agent API, for example by returning invalid tools."""
+
+
+class UnsatisfiableSchemaError(AgentDefinitionError):
+    """A JSON Schema admits no value the generator can build (or uses what it cannot resolve)."""
 
 
 class ToolError(OsmosisError):
@@ -98,3 +117,29 @@ class TrainGateUnavailable(TrainGateError):
 
 class ProtocolError(TrainGateError):
     """A reply does not follow ``protocol.md`` (missing ``choices[0].message``, bad JSON...)."""
+
+
+class LLMBackendError(OsmosisError):
+    """An LLM backend answering for the mock TrainGate failed.
+
+    ``kind`` is one of ``auth``, ``rate_limit``, ``context_length``, ``unreachable``,
+    ``timeout``, ``not_found``, ``bad_response``, ``tool_schema`` or ``http``. ``systemic`` is
+    True when every other row would fail the same way (bad key, server down, wrong URL or
+    model), so a batch should stop early. Messages never contain the API key.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        systemic: bool = False,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.systemic = systemic
+        self.status_code = status_code
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kind={self.kind!r}, systemic={self.systemic})"

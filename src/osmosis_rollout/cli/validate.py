@@ -1,0 +1,53 @@
+"""``osmosis validate``: check an agent before a GPU-hour is spent on it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import app
+from ._common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, fail, run_async, stdout_console
+
+
+@app.command("validate")
+def validate_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="The agent: [bold]path/to/file.py:Attr[/] or [bold]pkg.module:Attr[/].",
+            show_default=False,
+        ),
+    ],
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON on stdout, nothing else.")
+    ] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail on warnings too.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run/--no-dry-run", help="Run one rollout with the mock LLM."),
+    ] = True,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds allowed for the dry run.")
+    ] = 30.0,
+) -> None:
+    """Check an agent statically, dynamically and with one dry rollout.
+
+    Exit codes: 0 valid (warnings allowed unless --strict), 1 not valid, 2 the target cannot be
+    found or parsed. Problem codes and the JSON shape are listed in docs/validate.md.
+    """
+    from ..loader import TARGET_CODES
+    from ..render import validation_report
+    from ..validator import validate_agent_loop
+
+    result = run_async(validate_agent_loop(target, dry_run=dry_run, timeout_s=timeout))
+    unusable = next((p for p in result.errors if p.code in TARGET_CODES), None)
+    if json_output:
+        typer.echo(result.model_dump_json(indent=2))
+    elif unusable is not None:
+        fail(unusable.message, hint="osmosis validate path/to/agent.py:MyAgent")
+    else:
+        stdout_console().print(validation_report(result, strict=strict))
+    if unusable is not None:
+        raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(EXIT_OK if result.passed(strict=strict) else EXIT_PROBLEMS)

@@ -1,0 +1,313 @@
+"""Load an agent from ``"pkg.module:Attr"`` or ``"path/to/file.py:Attr"``.
+
+``serve``, ``test`` and ``validate`` all start here, so each way of failing gets its own
+``AgentLoadError`` with a stable ``code`` and one sentence that says what to fix. Like uvicorn's
+importer, a missing dependency *inside* the user's module is reported as that dependency (with the
+``file:line`` of the import), never as "your module was not found".
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import itertools
+import os
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+from .agent import RolloutAgentLoop
+from .errors import AgentLoadError
+
+__all__ = [
+    "TARGET_CODES",
+    "LoadedTarget",
+    "agent_from_object",
+    "class_location",
+    "display_path",
+    "error_location",
+    "find_source",
+    "is_file_target",
+    "load_agent",
+    "load_target",
+    "parse_target",
+]
+
+#: Failure kinds that mean "the target itself is wrong" (the CLI exits 2 on them).
+TARGET_CODES = frozenset(
+    {"TARGET_INVALID", "FILE_NOT_FOUND", "MODULE_NOT_FOUND", "AGENT_NOT_FOUND"}
+)
+
+_FORMAT_HINT = "must be MODULE:ATTR or FILE.py:ATTR, e.g. agent.py:MyAgent"
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_counter = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class LoadedTarget:
+    """What a target string resolved to: the module, the attribute path and the object."""
+
+    target: str
+    module_name: str
+    attr: str
+    file: Path | None
+    obj: Any
+
+
+def is_file_target(module_or_path: str) -> bool:
+    """True when the part before ``:`` names a file (``.py`` or a path) rather than a module."""
+    return module_or_path.endswith(".py") or "/" in module_or_path or "\\" in module_or_path
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """Split ``"pkg.mod:Attr"`` / ``"dir/file.py:Attr"`` into (module-or-path, attr)."""
+    module, sep, attr = target.strip().rpartition(":")
+    valid_attr = bool(attr) and all(part.isidentifier() for part in attr.split("."))
+    valid_module = bool(module) and (is_file_target(module) or bool(_MODULE_NAME.match(module)))
+    if not (sep and valid_attr and valid_module):
+        raise AgentLoadError(f"target {target!r} {_FORMAT_HINT}", code="TARGET_INVALID")
+    return module, attr
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the current directory when it is below it, for short messages."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def find_source(module_or_path: str) -> Path | None:
+    """The ``.py`` file behind a target, found without importing (or executing) anything.
+
+    Packages on the way are searched with ``PathFinder`` rather than imported, so a module
+    target's ``__init__`` files do not run either. Returns None for built-in or compiled modules.
+    """
+    if is_file_target(module_or_path):
+        path = Path(module_or_path)
+        return path if path.is_file() else None
+    _ensure_cwd_on_path()
+    search: list[str] | None = None
+    spec: importlib.machinery.ModuleSpec | None = None
+    parts = module_or_path.split(".")
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        spec = importlib.machinery.PathFinder.find_spec(name, search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+    origin = spec.origin if spec is not None else None
+    if origin is None or not origin.endswith(".py"):
+        return None
+    return Path(origin)
+
+
+def load_target(target: str) -> LoadedTarget:
+    """Import the module (or file) of ``target`` and return the object it names."""
+    module_or_path, attr = parse_target(target)
+    if is_file_target(module_or_path):
+        path = Path(module_or_path)
+        if not path.is_file():
+            raise AgentLoadError(
+                f"file not found: {module_or_path} (looked in {Path.cwd()}); check the path "
+                "in the target",
+                code="FILE_NOT_FOUND",
+            )
+        module = _import_file(path)
+        file: Path | None = path
+        shown = module_or_path
+    else:
+        module = _import_module(module_or_path)
+        origin = getattr(module, "__file__", None)
+        file = Path(origin) if origin else None
+        shown = f"module {module_or_path!r}"
+    obj = _resolve_attr(module, attr, shown)
+    return LoadedTarget(target, module.__name__, attr, file, obj)
+
+
+def load_agent(target: str) -> RolloutAgentLoop:
+    """Load ``target`` and return an agent: the instance itself, or the class instantiated."""
+    return agent_from_object(load_target(target).obj, target.rpartition(":")[2])
+
+
+def agent_from_object(obj: Any, label: str) -> RolloutAgentLoop:
+    """An agent from a loaded object: an instance as is, a subclass instantiated with no args."""
+    if isinstance(obj, RolloutAgentLoop):
+        return obj
+    if not (isinstance(obj, type) and issubclass(obj, RolloutAgentLoop)):
+        raise AgentLoadError(
+            f"{label} is not a RolloutAgentLoop subclass or instance (it is "
+            f"{_describe(obj)}); define `class {label}(RolloutAgentLoop)`",
+            code="NOT_A_SUBCLASS",
+        )
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise AgentLoadError(
+            f"{label} cannot be created: it does not define {missing}; every agent needs "
+            "`get_tools(self, request)` and `async def run(self, ctx)`",
+            code="AGENT_ABSTRACT",
+            location=class_location(obj),
+        )
+    try:
+        return obj()
+    except Exception as exc:
+        raise AgentLoadError(
+            f"{label}() failed with {type(exc).__name__}: {exc}; an agent class must be "
+            "creatable with no arguments (or point the target at an instance)",
+            code="INIT_FAILED",
+            location=error_location(exc.__traceback__) or class_location(obj),
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Importing
+# --------------------------------------------------------------------------------------------
+
+
+def _ensure_cwd_on_path() -> None:
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _import_file(path: Path) -> ModuleType:
+    directory = str(path.resolve().parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)  # sibling imports (`from helpers import x`) must work
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"_osmosis_agent_{stem}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise AgentLoadError(f"{path} cannot be imported as Python code", code="IMPORT_FAILED")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        if not isinstance(exc, Exception | SystemExit):
+            raise
+        raise _import_error(exc, str(path), module_name=None) from None
+    return module
+
+
+def _import_module(name: str) -> ModuleType:
+    _ensure_cwd_on_path()
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(f"{exc.name}.")):
+            raise AgentLoadError(
+                f"module {name!r} not found (No module named {exc.name!r}); run from the "
+                "directory that contains it, install its package, or give a file path "
+                "like agent.py:MyAgent",
+                code="MODULE_NOT_FOUND",
+            ) from None
+        raise _import_error(exc, f"module {name!r}", module_name=name) from None
+    except (Exception, SystemExit) as exc:
+        raise _import_error(exc, f"module {name!r}", module_name=name) from None
+
+
+def _import_error(exc: BaseException, shown: str, *, module_name: str | None) -> AgentLoadError:
+    if isinstance(exc, SyntaxError):
+        where = f"{display_path(Path(exc.filename))}:{exc.lineno}" if exc.filename else None
+        return AgentLoadError(
+            f"syntax error in {shown}{f' at {where}' if where else ''}: {exc.msg}",
+            code="SYNTAX_ERROR",
+            location=where,
+        )
+    where = error_location(exc.__traceback__)
+    at = f" at {where}" if where else ""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return AgentLoadError(
+            f"{shown} imports {exc.name!r}{at}, which is not installed or not on sys.path; "
+            "install it in this environment or fix the import",
+            code="IMPORT_FAILED",
+            location=where,
+        )
+    if isinstance(exc, ImportError):
+        return AgentLoadError(
+            f"an import in {shown} failed{at}: {exc}; fix the import or install what it needs",
+            code="IMPORT_FAILED",
+            location=where,
+        )
+    return AgentLoadError(
+        f"{shown} raised {type(exc).__name__} while being imported{at}: {exc}",
+        code="MODULE_RAISED",
+        location=where,
+    )
+
+
+def error_location(tb: TracebackType | None) -> str | None:
+    """``file:line`` of the innermost traceback frame in user code (not importlib's, not ours)."""
+    for frame in reversed(traceback.extract_tb(tb)):
+        if frame.filename.startswith("<"):
+            continue
+        path = Path(frame.filename)
+        if _PACKAGE_DIR in path.resolve().parents:
+            continue
+        return f"{display_path(path)}:{frame.lineno}"
+    return None
+
+
+def class_location(cls: type) -> str | None:
+    """``file:line`` where ``cls`` is defined, when its source can be found."""
+    try:
+        file = inspect.getsourcefile(cls)
+        _, line = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return None
+    return f"{display_path(Path(file))}:{line}" if file else None
+
+
+# --------------------------------------------------------------------------------------------
+# Attributes
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve_attr(module: ModuleType, attr: str, shown: str) -> Any:
+    obj: Any = module
+    owner = shown
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AgentLoadError(
+                f"{owner} has no attribute {part!r}{_suggest(part, obj, module)}",
+                code="AGENT_NOT_FOUND",
+            ) from None
+        owner = repr(part)
+    return obj
+
+
+def _suggest(name: str, owner: Any, module: ModuleType) -> str:
+    names = [n for n in dir(owner) if not n.startswith("_")]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {', '.join(close)}?"
+    agents = sorted(
+        n
+        for n, value in vars(module).items()
+        if isinstance(value, type)
+        and issubclass(value, RolloutAgentLoop)
+        and value is not RolloutAgentLoop
+    )
+    if agents:
+        return f"; agents defined there: {', '.join(agents)}"
+    return "; it defines no RolloutAgentLoop subclass"
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__qualname__}"
+    if inspect.ismodule(obj):
+        return f"the module {obj.__name__}"
+    return f"a {type(obj).__name__}"

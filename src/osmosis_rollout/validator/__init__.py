@@ -1,0 +1,10 @@
+"""``osmosis validate``'s engine: static (AST), dynamic and dry-run checks of an agent.
+
+It never prints; ``render.validation_report`` draws a ``ValidationResult`` and ``cli/validate.py``
+picks the exit code. Every problem code is documented in ``docs/validate.md``.
+"""
+
+from .pipeline import validate_agent_loop
+from .result import Problem, ValidationResult
+
+__all__ = ["Problem", "ValidationResult", "validate_agent_loop"]

@@ -1,0 +1,173 @@
+"""The dry run: one real rollout through ``create_app`` and the mock TrainGate, offline.
+
+It proves what static and dynamic checks can only suspect: that ``run`` ends within the limit,
+sends exactly one result, keeps the history append-only and calls only declared tools. The
+server's own log lines (an agent's traceback, say) are captured here instead of printed, and a
+crash is located at the agent's own ``file:line``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..agent import RolloutAgentLoop
+from ..loader import display_path, error_location
+from ..protocol import RolloutStatus
+from ..testing.traingate import LLMBackend
+from .result import Problem
+
+if TYPE_CHECKING:
+    from ..testing.harness import RolloutOutcome
+
+__all__ = ["DRY_RUN_PROMPT", "dry_run", "problems_from_outcome"]
+
+DRY_RUN_PROMPT = (
+    "This is a dry run by `osmosis validate`. What is 3 + 4? Use a tool if you have one."
+)
+
+_FINDINGS = {
+    "history_rewritten": (
+        "DRY_RUN_HISTORY_REWRITTEN",
+        "append each reply and tool result to the same list and send all of it; never edit, "
+        "drop or reorder earlier messages",
+    ),
+    "duplicate_completion": ("DRY_RUN_DUPLICATE_RESULT", "a rollout must send exactly one result"),
+    "unknown_tool": (
+        "DRY_RUN_UNKNOWN_TOOL",
+        "only call tools returned by get_tools(), or add the tool there",
+    ),
+}
+
+
+async def dry_run(
+    agent: RolloutAgentLoop,
+    *,
+    timeout_s: float,
+    location: str | None,
+    backend: LLMBackend | None = None,
+) -> list[Problem]:
+    """Run one rollout of ``agent`` with the built-in mock LLM and report what went wrong."""
+    from ..testing.harness import Harness
+
+    if backend is None:
+        from ..testing.backends import MockLLMBackend
+
+        backend = MockLLMBackend(seed=0)
+    with _captured_logs() as records:
+        async with Harness(agent, backend=backend, rollout_timeout_s=timeout_s) as harness:
+            outcome = await harness.run(
+                [{"role": "user", "content": DRY_RUN_PROMPT}],
+                rollout_id="osmosis-validate-dry-run",
+                timeout_s=timeout_s + max(1.0, timeout_s / 10),
+            )
+    crash_at = _crash_location(records)
+    return problems_from_outcome(
+        outcome, timeout_s=timeout_s, location=location, crash_location=crash_at
+    )
+
+
+def problems_from_outcome(
+    outcome: RolloutOutcome,
+    *,
+    timeout_s: float,
+    location: str | None,
+    crash_location: str | None = None,
+) -> list[Problem]:
+    """Turn what the mock TrainGate saw into problems (pure, so it is easy to test)."""
+
+    def problem(code: str, message: str, where: str | None = location) -> Problem:
+        return Problem(
+            code=code, severity="error", check="dry_run", location=where, message=message
+        )
+
+    if not outcome.accepted:
+        return [
+            problem(
+                "DRY_RUN_INIT_FAILED",
+                f"the server refused the rollout: {outcome.init_error}",
+                "get_tools()",
+            )
+        ]
+    problems: list[Problem] = []
+    for finding in outcome.findings:
+        if finding.code == "no_completion":
+            continue  # reported below from the missing result
+        code, fix = _FINDINGS.get(finding.code, ("DRY_RUN_PROTOCOL", "see docs/validate.md"))
+        problems.append(problem(code, f"{finding.message} ({finding.code}); {fix}"))
+    result = outcome.result
+    if result is None:
+        problems.append(
+            problem(
+                "DRY_RUN_TIMEOUT",
+                f"no result arrived within {timeout_s:g} s; make sure run() returns, and "
+                "raise --timeout if the agent is just slow",
+            )
+        )
+    elif result.status is RolloutStatus.ERROR:
+        code, message = _classify_error(result.finish_reason, result.error_message or "", timeout_s)
+        where = crash_location or location if code == "DRY_RUN_ERROR" else location
+        problems.append(problem(code, message, where))
+    elif result.reward is not None and not math.isfinite(result.reward):
+        problems.append(
+            problem("DRY_RUN_REWARD_INVALID", f"reward is {result.reward!r}; use a finite number")
+        )
+    return problems
+
+
+def _classify_error(finish_reason: str | None, message: str, timeout_s: float) -> tuple[str, str]:
+    """(code, message) for an ``ERROR`` result, from how ``run_rollout`` words its causes."""
+    if finish_reason == "timeout":
+        return (
+            "DRY_RUN_TIMEOUT",
+            f"run() did not finish within {timeout_s:g} s; check for a loop that never ends or "
+            "an await that never returns (or raise --timeout if the agent is just slow)",
+        )
+    if message.startswith("reward must be"):
+        return "DRY_RUN_REWARD_INVALID", f"{message}; compute a finite float (or pass no reward)"
+    if message.startswith("run() returned"):
+        return "DRY_RUN_NO_RESULT", message
+    return "DRY_RUN_ERROR", f"the rollout ended with status ERROR: {message}"
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _crash_location(records: list[logging.LogRecord]) -> str | None:
+    """``file:line`` of the innermost user frame of the first logged agent traceback."""
+    for record in records:
+        if record.exc_info and record.exc_info[2] is not None:
+            return error_location(record.exc_info[2])
+        frames = _FRAME.findall(record.getMessage())
+        for file, line in reversed(frames):
+            path = Path(file)
+            if not file.startswith("<") and _PACKAGE_DIR not in path.resolve().parents:
+                return f"{display_path(path)}:{line}"
+    return None
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def _captured_logs() -> Iterator[list[logging.LogRecord]]:
+    """Keep the package's log records (the validator never prints); yields them."""
+    logger = logging.getLogger("osmosis_rollout")
+    handler = _Collect()
+    logger.addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)

@@ -1,0 +1,535 @@
+"""Static checks: read the agent's source with ``ast``; nothing is imported or run.
+
+They catch what an import cannot show (a blocking call on a path the dry run never takes, a
+history edit on turn 7) and point at ``file.py:LINE``. When the file does not say enough (a base
+class imported from elsewhere, a class built by a factory), a check stays silent and leaves the
+question to the dynamic checks rather than guess.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..loader import display_path
+from .result import Problem, Severity
+
+__all__ = ["StaticReport", "check_source"]
+
+_BASE = "RolloutAgentLoop"
+_SUBPROCESS = {"run", "call", "check_call", "check_output", "Popen"}
+_EDITS = {"pop", "remove", "insert", "clear", "sort", "reverse"}
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+@dataclass
+class StaticReport:
+    """Problems found in the source, plus where the class and its ``run`` are defined."""
+
+    problems: list[Problem] = field(default_factory=list)
+    class_location: str | None = None
+    run_location: str | None = None
+
+
+def check_source(path: Path, class_name: str) -> StaticReport:
+    """Run every static check on ``class_name`` in the file at ``path``."""
+    return _Checker(path, class_name).run()
+
+
+class _Checker:
+    def __init__(self, path: Path, class_name: str) -> None:
+        self.path = path
+        self.shown = display_path(path)
+        self.class_name = class_name
+        self.report = StaticReport()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def at(self, node: ast.AST | int) -> str:
+        line = node if isinstance(node, int) else getattr(node, "lineno", 0)
+        return f"{self.shown}:{line}"
+
+    def add(
+        self, code: str, node: ast.AST | int, message: str, severity: Severity = "error"
+    ) -> None:
+        self.report.problems.append(
+            Problem(
+                code=code,
+                severity=severity,
+                check="static",
+                location=self.at(node),
+                message=message,
+            )
+        )
+
+    # -- the checks ------------------------------------------------------------------------------
+
+    def run(self) -> StaticReport:
+        try:
+            tree = ast.parse(self.path.read_bytes(), filename=str(self.path))
+        except SyntaxError as exc:
+            self.add("SYNTAX_ERROR", exc.lineno or 0, f"syntax error: {exc.msg}; fix the line")
+            return self.report
+        except (OSError, ValueError) as exc:
+            self.add("SOURCE_UNREADABLE", 0, f"cannot read the file: {exc}")
+            return self.report
+        self.imports = _import_map(tree)
+        classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        cls = classes.get(self.class_name)
+        if cls is None:
+            if not _binds(tree, self.class_name):
+                close = difflib.get_close_matches(self.class_name, list(classes), n=3)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                self.add(
+                    "AGENT_NOT_FOUND",
+                    1,
+                    f"{self.shown} defines no {self.class_name!r}{hint}",
+                )
+            return self.report  # bound by an import or assignment: the dynamic checks decide
+        self.report.class_location = self.at(cls)
+        chain = _class_chain(cls, classes, self.imports)
+        if chain is None:
+            return self.report  # a base comes from another module: cannot tell from here
+        if not chain:
+            self.add(
+                "NOT_A_SUBCLASS",
+                cls,
+                f"class {cls.name} does not derive from RolloutAgentLoop; write "
+                f"`class {cls.name}(RolloutAgentLoop):`",
+            )
+            return self.report
+        self.check_name(cls, chain)
+        methods = _methods(chain)
+        self.check_get_tools(cls, methods.get("get_tools"))
+        run = methods.get("run")
+        self.check_run_signature(cls, run)
+        if isinstance(run, ast.AsyncFunctionDef):
+            self.report.run_location = self.at(run)
+            ctx_name = _param(run, 1)
+            self.check_blocking(run)
+            self.check_returns(run, ctx_name)
+            self.check_history(run, ctx_name)
+        return self.report
+
+    def check_name(self, cls: ast.ClassDef, chain: list[ast.ClassDef]) -> None:
+        for klass in chain:
+            for stmt in klass.body:
+                value = _assigned(stmt, "name")
+                if value is None:
+                    continue
+                if isinstance(value, ast.Constant) and (
+                    not isinstance(value.value, str) or not value.value.strip()
+                ):
+                    self.add(
+                        "NAME_INVALID",
+                        stmt,
+                        f"`name` must be a non-empty string, got {value.value!r}; e.g. "
+                        f'`name = "{cls.name.lower()}"`',
+                    )
+                return
+        self.add(
+            "NAME_MISSING",
+            cls,
+            f"class {cls.name} has no `name`; add a class attribute like "
+            f'`name = "{cls.name.lower()}"` (TrainGate and /health show it)',
+        )
+
+    def check_get_tools(self, cls: ast.ClassDef, fn: ast.AST | None) -> None:
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            self.add(
+                "GET_TOOLS_MISSING",
+                cls,
+                f"class {cls.name} has no get_tools(self, request); add one that returns the "
+                "rollout's tools (or [] for none)",
+            )
+        elif not _takes(fn, 2):
+            self.add(
+                "GET_TOOLS_SIGNATURE",
+                fn,
+                "get_tools must take exactly (self, request); give other parameters defaults",
+            )
+
+    def check_run_signature(self, cls: ast.ClassDef, fn: ast.AST | None) -> None:
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            self.add(
+                "RUN_MISSING",
+                cls,
+                f"class {cls.name} has no run(); add `async def run(self, ctx)` that ends with "
+                "`return ctx.complete(messages)`",
+            )
+            return
+        if isinstance(fn, ast.FunctionDef):
+            self.add(
+                "RUN_NOT_ASYNC",
+                fn,
+                "run must be a coroutine: write `async def run(self, ctx)` and await ctx.chat(...)",
+            )
+        if not _takes(fn, 2):
+            self.add(
+                "RUN_SIGNATURE",
+                fn,
+                "run must take exactly (self, ctx); give other parameters defaults",
+            )
+
+    def check_blocking(self, run: ast.AsyncFunctionDef) -> None:
+        for node in _walk(run.body):
+            if isinstance(node, ast.Call):
+                qualified = _qualify(node.func, self.imports)
+                what = _blocking(qualified) if qualified else None
+                if what:
+                    self.add(
+                        "BLOCKING_CALL",
+                        node,
+                        f"{qualified}() blocks the event loop and stalls every other rollout "
+                        f"on this server; {what}",
+                        "warning",
+                    )
+
+    def check_returns(self, run: ast.AsyncFunctionDef, ctx: str | None) -> None:
+        if not _terminates(run.body):
+            self.add(
+                "NO_RESULT_RETURNED",
+                run,
+                "run() can reach its end without returning; end every path with "
+                "`return ctx.complete(messages)` or `return ctx.error(message)`",
+                "warning",
+            )
+        for node in _walk(run.body):
+            if isinstance(node, ast.Return) and (
+                node.value is None
+                or (isinstance(node.value, ast.Constant) and node.value.value is None)
+            ):
+                self.add(
+                    "NO_RESULT_RETURNED",
+                    node,
+                    "run() returns None here; return ctx.complete(messages) or ctx.error(message)",
+                    "warning",
+                )
+            elif isinstance(node, ast.Expr) and _ctx_call(node.value, ctx, {"complete", "error"}):
+                self.add(
+                    "NO_RESULT_RETURNED",
+                    node,
+                    "the result of this ctx call is thrown away; write `return ctx.complete(...)`",
+                    "warning",
+                )
+
+    def check_history(self, run: ast.AsyncFunctionDef, ctx: str | None) -> None:
+        chats = [n for n in _walk(run.body) if _ctx_call(n, ctx, {"chat"})]
+        if not chats:
+            return
+        names = {name for call in chats if (name := _history_arg(call))} or {"messages"}
+        first_chat = min(getattr(c, "lineno", 0) for c in chats)
+        looped = _loops_with_chat(run.body, ctx)
+        fix = "append to the list instead (TrainGate trains on the exact tokens it sent)"
+        for node in _walk(run.body):
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names:
+                        late = node.lineno > first_chat or id(node) in looped
+                        if late and node.value is not None and _rebuilds(node.value, target.id):
+                            self.add(
+                                "HISTORY_REBUILT",
+                                node,
+                                f"`{target.id}` is rebuilt after the first ctx.chat(); the "
+                                f"history must only grow: {fix}",
+                                "warning",
+                            )
+                    elif _root_name(target) in names:
+                        self.add(
+                            "HISTORY_REBUILT",
+                            node,
+                            f"a message in `{_root_name(target)}` is overwritten; {fix}",
+                            "warning",
+                        )
+            elif isinstance(node, ast.Delete):
+                for target in node.targets:
+                    if _root_name(target) in names:
+                        self.add(
+                            "HISTORY_REBUILT",
+                            node,
+                            f"`del` removes messages from `{_root_name(target)}`; {fix}",
+                            "warning",
+                        )
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _EDITS
+                and _root_name(node.func.value) in names
+            ):
+                self.add(
+                    "HISTORY_REBUILT",
+                    node,
+                    f"`{_root_name(node.func.value)}.{node.func.attr}()` edits the history; {fix}",
+                    "warning",
+                )
+
+
+# --------------------------------------------------------------------------------------------
+# AST helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _walk(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node of ``body``, without entering nested functions, lambdas or classes."""
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, _FUNCS):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _import_map(tree: ast.Module) -> dict[str, str]:
+    """Local name -> dotted origin for every import in the file (``sleep`` -> ``time.sleep``)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    names[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _binds(tree: ast.Module, name: str) -> bool:
+    """Whether the file binds ``name`` some way other than a top-level class (import,
+    assignment, star import, module ``__getattr__``); then only the import can tell."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.alias):
+            if node.name == "*" or (node.asname or node.name.split(".")[0]) == name:
+                return True
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name in (name, "__getattr__"):
+                return True
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id == name:
+            return True
+    return False
+
+
+def _class_chain(
+    cls: ast.ClassDef, classes: dict[str, ast.ClassDef], imports: dict[str, str]
+) -> list[ast.ClassDef] | None:
+    """``cls`` and its same-file bases when it reaches RolloutAgentLoop; [] when it cannot;
+    None when a base is defined elsewhere, so the answer is unknown."""
+    chain: list[ast.ClassDef] = []
+    seen: set[str] = set()
+    reaches = False
+    pending = [cls]
+    while pending:
+        klass = pending.pop(0)
+        if klass.name in seen:
+            continue
+        seen.add(klass.name)
+        chain.append(klass)
+        for base in klass.bases:
+            dotted = _dotted(base)
+            if dotted is None:
+                return None
+            origin = imports.get(dotted.split(".")[0], dotted)
+            if dotted.split(".")[-1] == _BASE or origin.endswith(f".{_BASE}"):
+                reaches = True
+            elif dotted in classes:
+                pending.append(classes[dotted])
+            elif dotted in vars(builtins) or dotted in ("ABC", "abc.ABC", "Generic"):
+                continue
+            else:
+                return None
+    return chain if reaches else []
+
+
+def _methods(chain: list[ast.ClassDef]) -> dict[str, ast.AST]:
+    found: dict[str, ast.AST] = {}
+    for klass in chain:
+        for stmt in klass.body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.setdefault(stmt.name, stmt)
+            elif (value := _assigned_any(stmt)) is not None:
+                for name in value:
+                    found.setdefault(name, stmt)
+    return found
+
+
+def _assigned(stmt: ast.stmt, name: str) -> ast.expr | None:
+    if isinstance(stmt, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == name for t in stmt.targets
+    ):
+        return stmt.value
+    if (
+        isinstance(stmt, ast.AnnAssign)
+        and isinstance(stmt.target, ast.Name)
+        and stmt.target.id == name
+    ):
+        return stmt.value
+    return None
+
+
+def _assigned_any(stmt: ast.stmt) -> list[str] | None:
+    if isinstance(stmt, ast.Assign):
+        return [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+    return None
+
+
+def _param(fn: ast.FunctionDef | ast.AsyncFunctionDef, index: int) -> str | None:
+    params = [*fn.args.posonlyargs, *fn.args.args]
+    return params[index].arg if len(params) > index else None
+
+
+def _takes(fn: ast.FunctionDef | ast.AsyncFunctionDef, count: int) -> bool:
+    """Whether ``fn`` can be called with exactly ``count`` positional arguments."""
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    required = len(positional) - len(args.defaults)
+    kw_required = any(d is None for d in args.kw_defaults)
+    enough = len(positional) >= count or args.vararg is not None
+    return enough and required <= count and not kw_required
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    if isinstance(node, ast.Subscript):  # Generic[T], Base[...]
+        return _dotted(node.value)
+    return None
+
+
+def _qualify(func: ast.expr, imports: dict[str, str]) -> str | None:
+    dotted = _dotted(func)
+    if dotted is None:
+        return None
+    head, _, rest = dotted.partition(".")
+    origin = imports.get(head, head)
+    return f"{origin}.{rest}" if rest else origin
+
+
+def _blocking(name: str) -> str | None:
+    """How to avoid the blocking call ``name``, or None when it does not block."""
+    module, _, func = name.rpartition(".")
+    if name == "time.sleep":
+        return "use `await anyio.sleep(...)` (or asyncio.sleep)"
+    if module == "requests" or name.startswith("requests."):
+        return "use an async client such as httpx2.AsyncClient"
+    if name in ("urllib.request.urlopen", "urllib2.urlopen"):
+        return "use an async client such as httpx2.AsyncClient"
+    if module == "subprocess" and func in _SUBPROCESS:
+        return "use `await anyio.run_process(...)`"
+    if name in ("open", "io.open"):
+        return "read files before the rollout, or use `await anyio.Path(...).read_text()`"
+    if name.startswith("socket."):
+        return "use anyio's async sockets (anyio.connect_tcp)"
+    return None
+
+
+def _ctx_call(node: ast.AST, ctx: str | None, methods: set[str]) -> bool:
+    """Whether ``node`` is ``ctx.<method>(...)`` (optionally awaited)."""
+    if isinstance(node, ast.Await):
+        node = node.value
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in methods
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == (ctx or "ctx")
+    )
+
+
+def _history_arg(call: ast.AST) -> str | None:
+    if isinstance(call, ast.Await):
+        call = call.value
+    if not isinstance(call, ast.Call):
+        return None
+    arg = (
+        call.args[0]
+        if call.args
+        else next((k.value for k in call.keywords if k.arg == "messages"), None)
+    )
+    return arg.id if isinstance(arg, ast.Name) else None
+
+
+def _loops_with_chat(body: list[ast.stmt], ctx: str | None) -> set[int]:
+    """ids of statements inside a loop whose body also calls ``ctx.chat``."""
+    inside: set[int] = set()
+    for node in _walk(body):
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            nodes = list(_walk(node.body))
+            if any(_ctx_call(n, ctx, {"chat"}) for n in nodes):
+                inside.update(id(n) for n in nodes)
+    return inside
+
+
+def _rebuilds(value: ast.expr, name: str) -> bool:
+    """Whether assigning ``value`` to ``name`` replaces the history instead of extending it."""
+    if isinstance(value, ast.List | ast.ListComp | ast.Subscript):
+        return True
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+        left = value.left
+        return not (isinstance(left, ast.Name) and left.id == name)
+    return False
+
+
+def _root_name(node: ast.expr) -> str | None:
+    """``messages`` for ``messages[0]``, ``messages[-1]["content"]`` (subscripts only)."""
+    if not isinstance(node, ast.Subscript):
+        return node.id if isinstance(node, ast.Name) else None
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _terminates(body: list[ast.stmt]) -> bool:
+    """Whether every path through ``body`` ends in ``return`` or ``raise``."""
+    return any(_stmt_terminates(stmt) for stmt in body)
+
+
+def _stmt_terminates(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Return | ast.Raise):
+        return True
+    if isinstance(stmt, ast.If):
+        return _terminates(stmt.body) and _terminates(stmt.orelse)
+    if isinstance(stmt, ast.With | ast.AsyncWith):
+        return _terminates(stmt.body)
+    if isinstance(stmt, ast.While):
+        infinite = isinstance(stmt.test, ast.Constant) and bool(stmt.test.value)
+        breaks = any(isinstance(n, ast.Break) for n in _walk_loop(stmt.body))
+        return (infinite and not breaks) or (not breaks and _terminates(stmt.orelse))
+    if isinstance(stmt, ast.For | ast.AsyncFor):
+        breaks = any(isinstance(n, ast.Break) for n in _walk_loop(stmt.body))
+        return not breaks and _terminates(stmt.orelse)
+    if isinstance(stmt, ast.Try | ast.TryStar):
+        if _terminates(stmt.finalbody):
+            return True
+        main = _terminates(stmt.body) or _terminates(stmt.orelse)
+        return main and all(_terminates(h.body) for h in stmt.handlers)
+    if isinstance(stmt, ast.Match):
+        last = stmt.cases[-1] if stmt.cases else None
+        exhaustive = (
+            last is not None
+            and isinstance(last.pattern, ast.MatchAs)
+            and last.pattern.pattern is None
+            and last.guard is None
+        )
+        return exhaustive and all(_terminates(c.body) for c in stmt.cases)
+    return False
+
+
+def _walk_loop(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """Nodes of a loop body that a ``break`` there would belong to (not nested loops)."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (*_FUNCS, ast.For, ast.AsyncFor, ast.While)):
+                stack.append(child)

@@ -1,0 +1,125 @@
+"""`osmosis validate`: exit codes 0/1/2, the Rich report, --json, --strict and --no-dry-run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from osmosis_rollout.cli import app
+
+from .support import ASSETS
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    """Run the command; Click 8.2+ keeps stdout and stderr apart on the result."""
+    result = CliRunner().invoke(app, ["validate", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def target(asset: str, attr: str) -> str:
+    return f"{ASSETS / asset}.py:{attr}"
+
+
+def test_valid_agent_exits_0_with_a_report() -> None:
+    """A good agent exits 0 and each check is listed as passing."""
+    code, out, err = invoke(target("val_good", "GoodAgent"))
+    assert code == 0, out + err
+    assert "Static checks (source, nothing run): no problems" in out
+    assert "Dry run (one rollout with the mock LLM): no problems" in out
+    assert "Valid (0 error(s), 0 warning(s))" in out
+    assert err == ""
+
+
+def test_errors_exit_1_and_show_code_location_and_fix() -> None:
+    """An agent with errors exits 1; the report shows the code, where, and how to fix it."""
+    code, out, _ = invoke(target("val_tool_name_duplicate", "DuplicateAgent"))
+    assert code == 1
+    assert "TOOL_NAME_DUPLICATE" in out
+    assert "tools[1].function.name" in out
+    assert "already used by tools[0]" in out
+    assert "Not valid (1 error(s), 0 warning(s))" in out
+
+
+def test_warnings_pass_unless_strict() -> None:
+    """Warnings alone exit 0; with --strict they exit 1."""
+    agent = target("val_tool_description_missing", "UndescribedAgent")
+    code, out, _ = invoke(agent, "--no-dry-run")
+    assert code == 0
+    assert "TOOL_DESCRIPTION_MISSING" in out
+    code, out, _ = invoke(agent, "--no-dry-run", "--strict")
+    assert code == 1
+    assert "Not valid with --strict" in out
+
+
+@pytest.mark.parametrize(
+    "bad", ["agent_without_attr.py", "tests/assets/val_nope.py:Agent", "osmosis_nope_mod:Agent"]
+)
+def test_unusable_target_exits_2_with_one_error_line(bad: str) -> None:
+    """A target that cannot be parsed or found exits 2 with a one-line error, no traceback."""
+    code, out, err = invoke(bad)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("Error: ")
+    assert "Traceback" not in err
+
+
+def test_misspelt_class_exits_2_with_a_suggestion() -> None:
+    """A class that is not in the file is a target error with a did-you-mean."""
+    code, _, err = invoke(target("val_good", "GoodAgnt"))
+    assert code == 2
+    assert "did you mean GoodAgent?" in err
+
+
+def test_json_prints_only_the_result() -> None:
+    """--json prints the ValidationResult as JSON on stdout and keeps the exit code."""
+    code, out, err = invoke(target("val_tool_invalid", "InvalidToolAgent"), "--json")
+    assert code == 1
+    assert err == ""
+    data = json.loads(out)
+    assert set(data) == {
+        "version",
+        "target",
+        "agent_name",
+        "tools",
+        "checks_run",
+        "problems",
+        "valid",
+    }
+    assert data["valid"] is False
+    assert data["checks_run"] == ["static", "dynamic"]
+    assert data["problems"][0] == {
+        "code": "TOOL_INVALID",
+        "severity": "error",
+        "check": "dynamic",
+        "location": "tools[1].function",
+        "message": "tools[1] is not a valid OpenAI function tool: function: Field required",
+    }
+
+
+def test_json_for_an_unusable_target_still_exits_2() -> None:
+    """With --json a target error is JSON too, and the exit code is still 2."""
+    code, out, _ = invoke("osmosis_nope_mod:Agent", "--json")
+    assert code == 2
+    assert [p["code"] for p in json.loads(out)["problems"]] == ["MODULE_NOT_FOUND"]
+
+
+def test_no_dry_run_and_timeout_are_passed_through() -> None:
+    """--no-dry-run skips the rollout; --timeout bounds it."""
+    hanging = target("val_dry_run_hangs", "HangingAgent")
+    code, out, _ = invoke(hanging, "--no-dry-run", "--json")
+    assert code == 0
+    assert json.loads(out)["checks_run"] == ["static", "dynamic"]
+    code, out, _ = invoke(hanging, "--timeout", "0.3", "--json")
+    assert code == 1
+    problems = json.loads(out)["problems"]
+    assert [p["code"] for p in problems] == ["DRY_RUN_TIMEOUT"]
+    assert "0.3 s" in problems[0]["message"]
+
+
+def test_validate_is_listed_in_help() -> None:
+    """The command registers itself on the osmosis app."""
+    result = CliRunner().invoke(app, ["--help"])
+    assert "validate" in result.stdout

@@ -1,0 +1,500 @@
+"""validate_agent_loop: the broken-agent gallery, the good agents, and each check's edges."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from osmosis_rollout import Problem, ValidationResult, validate_agent_loop
+from osmosis_rollout.testing import RolloutRecord, ScriptedBackend
+from osmosis_rollout.testing.harness import RolloutOutcome
+from osmosis_rollout.testing.traingate import Finding
+from osmosis_rollout.validator.dry_run import dry_run, problems_from_outcome
+from osmosis_rollout.validator.dynamic import check_tool_list
+from osmosis_rollout.validator.result import PROBLEM_CODES
+
+from .support import ASSETS, load_asset
+from .test_loader import line_of
+
+pytestmark = pytest.mark.anyio
+
+
+def target(asset: str, attr: str) -> str:
+    return f"{ASSETS / asset}.py:{attr}"
+
+
+def find(result: ValidationResult, code: str) -> list[Problem]:
+    found = [p for p in result.problems if p.code == code]
+    assert found, f"{code} not in {result.codes()}"
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# The gallery: one small broken agent per problem code
+# --------------------------------------------------------------------------------------------
+
+# (asset, class, code, severity, check, marker in the asset or a tools[...] location)
+GALLERY = [
+    ("val_not_subclass", "PlainAgent", "NOT_A_SUBCLASS", "error", "static", "<- NOT_A_SUBCLASS"),
+    ("val_name_missing", "NamelessAgent", "NAME_MISSING", "error", "static", "<- NAME_MISSING"),
+    ("val_name_invalid", "BlankNameAgent", "NAME_INVALID", "error", "static", "<- NAME_INVALID"),
+    (
+        "val_name_invalid_runtime",
+        "ShadowedNameAgent",
+        "NAME_INVALID",
+        "error",
+        "dynamic",
+        "<- NAME_INVALID",
+    ),
+    ("val_run_missing", "RunlessAgent", "RUN_MISSING", "error", "static", "<- RUN_MISSING"),
+    (
+        "val_get_tools_missing",
+        "ToollessAgent",
+        "GET_TOOLS_MISSING",
+        "error",
+        "static",
+        "<- GET_TOOLS_MISSING",
+    ),
+    ("val_run_not_async", "SyncRunAgent", "RUN_NOT_ASYNC", "error", "static", "<- RUN_NOT_ASYNC"),
+    ("val_run_signature", "NoCtxAgent", "RUN_SIGNATURE", "error", "static", "<- RUN_SIGNATURE"),
+    (
+        "val_get_tools_signature",
+        "NoRequestAgent",
+        "GET_TOOLS_SIGNATURE",
+        "error",
+        "static",
+        "<- GET_TOOLS_SIGNATURE",
+    ),
+    ("val_blocking_call", "BlockingAgent", "BLOCKING_CALL", "warning", "static", "<- BLOCKING"),
+    (
+        "val_no_result",
+        "ForgetfulAgent",
+        "NO_RESULT_RETURNED",
+        "warning",
+        "static",
+        "<- NO_RESULT_RETURNED",
+    ),
+    (
+        "val_history_rebuilt",
+        "RewritingAgent",
+        "HISTORY_REBUILT",
+        "warning",
+        "static",
+        "<- HISTORY_REBUILT",
+    ),
+    (
+        "val_import_failed",
+        "NeedsDependencyAgent",
+        "IMPORT_FAILED",
+        "error",
+        "dynamic",
+        "<- IMPORT_FAILED",
+    ),
+    ("val_module_raised", "ConfiguredAgent", "MODULE_RAISED", "error", "dynamic", "<- MODULE_"),
+    ("val_init_failed", "NeedsArgsAgent", "INIT_FAILED", "error", "dynamic", "class NeedsArgs"),
+    (
+        "val_get_tools_raises",
+        "GetToolsRaisesAgent",
+        "GET_TOOLS_FAILED",
+        "error",
+        "dynamic",
+        "<- GET_TOOLS_FAILED",
+    ),
+    ("val_get_tools_not_list", "DictToolsAgent", "GET_TOOLS_NOT_LIST", "error", "dynamic", None),
+    ("val_get_tools_none", "NoneToolsAgent", "GET_TOOLS_RETURNED_NONE", "warning", "dynamic", None),
+    (
+        "val_tool_invalid",
+        "InvalidToolAgent",
+        "TOOL_INVALID",
+        "error",
+        "dynamic",
+        "tools[1].function",
+    ),
+    (
+        "val_tool_name_invalid",
+        "BadNameAgent",
+        "TOOL_NAME_INVALID",
+        "error",
+        "dynamic",
+        "tools[0].function.name",
+    ),
+    (
+        "val_tool_name_duplicate",
+        "DuplicateAgent",
+        "TOOL_NAME_DUPLICATE",
+        "error",
+        "dynamic",
+        "tools[1].function.name",
+    ),
+    (
+        "val_tool_schema_invalid",
+        "BadSchemaAgent",
+        "TOOL_SCHEMA_INVALID",
+        "error",
+        "dynamic",
+        "tools[0].function.parameters.properties.a.type",
+    ),
+    (
+        "val_tool_parameters_not_object",
+        "ArrayParamsAgent",
+        "TOOL_PARAMETERS_NOT_OBJECT",
+        "error",
+        "dynamic",
+        "tools[0].function.parameters",
+    ),
+    (
+        "val_tool_description_missing",
+        "UndescribedAgent",
+        "TOOL_DESCRIPTION_MISSING",
+        "warning",
+        "dynamic",
+        "tools[0].function.description",
+    ),
+    (
+        "val_tool_not_serializable",
+        "SetDefaultAgent",
+        "TOOL_NOT_SERIALIZABLE",
+        "error",
+        "dynamic",
+        "tools[0]",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("asset", "attr", "code", "severity", "check", "where"),
+    GALLERY,
+    ids=[f"{row[0]}-{row[2]}" for row in GALLERY],
+)
+async def test_gallery_agent_is_reported_with_code_and_location(
+    asset: str, attr: str, code: str, severity: str, check: str, where: str | None
+) -> None:
+    """Each broken agent yields its code, severity, check and exact location(s)."""
+    result = await validate_agent_loop(target(asset, attr), dry_run=False)
+    found = find(result, code)
+    assert {p.severity for p in found} == {severity}
+    assert {p.check for p in found} == {check}
+    assert result.valid is (severity == "warning")
+    if where is None:
+        assert found[0].location == "get_tools()"
+    elif where.startswith("tools["):
+        assert found[0].location == where
+    else:
+        path = ASSETS / f"{asset}.py"
+        lines = [n for n, text in enumerate(path.read_text().splitlines(), 1) if where in text]
+        assert sorted(str(p.location) for p in found) == sorted(
+            f"tests/assets/{asset}.py:{n}" for n in lines
+        )
+    assert all(p.message for p in result.problems)
+    assert set(result.codes()) <= PROBLEM_CODES
+
+
+async def test_tool_problems_are_all_reported_not_just_the_first() -> None:
+    """Every bad tool in a list is located, unlike the server's stop-at-first check."""
+    result = await validate_agent_loop(
+        target("val_tool_invalid", "InvalidToolAgent"), dry_run=False
+    )
+    assert [(p.code, p.location) for p in result.problems] == [
+        ("TOOL_INVALID", "tools[1].function"),
+        ("TOOL_INVALID", "tools[2]"),
+    ]
+    assert result.tools == 3
+
+
+async def test_blocking_call_messages_name_the_call_and_the_fix() -> None:
+    """Blocking calls are named as imported (aliases resolved) with an async alternative."""
+    result = await validate_agent_loop(target("val_blocking_call", "BlockingAgent"), dry_run=False)
+    messages = [p.message for p in find(result, "BLOCKING_CALL")]
+    for name in ("time.sleep", "requests.get", "urllib.request.urlopen", "subprocess.run", "open"):
+        assert any(m.startswith(f"{name}()") for m in messages), name
+    assert any("socket.create_connection()" in m for m in messages)
+    assert "anyio.sleep" in messages[0]
+
+
+async def test_a_faulted_class_is_not_reported_twice() -> None:
+    """A class the static checks faulted fails at import too; only the static problem shows."""
+    result = await validate_agent_loop(target("val_name_invalid", "BlankNameAgent"), dry_run=False)
+    assert result.codes() == ["NAME_INVALID"]
+    result = await validate_agent_loop(target("val_name_missing", "NamelessAgent"), dry_run=False)
+    assert result.codes() == ["NAME_MISSING"]
+
+
+# --------------------------------------------------------------------------------------------
+# Targets that cannot be loaded
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [
+        ("agent.py", "TARGET_INVALID"),
+        ("tests/assets/val_nope.py:Agent", "FILE_NOT_FOUND"),
+        ("osmosis_no_such_module:Agent", "MODULE_NOT_FOUND"),
+        (f"{ASSETS / 'val_good.py'}:GodAgent", "AGENT_NOT_FOUND"),
+    ],
+)
+async def test_unloadable_targets_are_one_error(bad: str, code: str) -> None:
+    """A target that cannot be found or parsed gives exactly one error with its code."""
+    result = await validate_agent_loop(bad)
+    assert result.codes() == [code]
+    assert not result.valid
+    assert "dry_run" not in result.checks_run
+
+
+async def test_missing_class_is_found_statically_without_importing() -> None:
+    """A class missing from the file is reported (with a suggestion) before any import."""
+    result = await validate_agent_loop(target("val_module_raised", "ConfigurdAgent"))
+    assert result.checks_run == ["static"]
+    assert result.codes() == ["AGENT_NOT_FOUND"]
+    assert "did you mean ConfiguredAgent?" in result.problems[0].message
+
+
+async def test_syntax_error_stops_before_import(tmp_path: Path) -> None:
+    """A file that does not parse is reported at its line and never imported."""
+    path = tmp_path / "broken.py"
+    path.write_text("import sys\nsys.exit(3)\nclass Agent(:\n")
+    result = await validate_agent_loop(f"{path}:Agent")
+    assert result.checks_run == ["static"]
+    assert [(p.code, p.location) for p in result.problems] == [("SYNTAX_ERROR", f"{path}:3")]
+
+
+async def test_module_target_gets_static_checks_from_its_file() -> None:
+    """`pkg.module:Attr` targets are parsed too, located by file path."""
+    result = await validate_agent_loop("tests.assets.val_no_result:ForgetfulAgent", dry_run=False)
+    assert result.checks_run == ["static", "dynamic"]
+    assert "tests/assets/val_no_result.py:12" in [p.location for p in result.problems]
+
+
+# --------------------------------------------------------------------------------------------
+# Good agents
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "good",
+    [
+        target("val_good", "GoodAgent"),
+        target("val_good", "good_instance"),
+        target("val_good_variants", "VariantAgent"),
+        target("seed_calculator", "CalculatorAgent"),
+    ],
+)
+async def test_good_agents_pass_every_check(good: str) -> None:
+    """Good agents, including the seed's CalculatorAgent, pass static, dynamic and dry run."""
+    result = await validate_agent_loop(good, timeout_s=10)
+    assert result.problems == []
+    assert result.valid
+    assert result.checks_run == ["static", "dynamic", "dry_run"]
+    assert result.agent_name
+    assert result.tools == 1
+
+
+async def test_classes_and_instances_are_accepted() -> None:
+    """A class or an instance can be validated directly, static checks included."""
+    module = load_asset("val_no_result")
+    for obj in (module.ForgetfulAgent, module.ForgetfulAgent()):
+        result = await validate_agent_loop(obj, dry_run=False)
+        assert result.target.endswith(":ForgetfulAgent")
+        assert "static" in result.checks_run
+        assert "NO_RESULT_RETURNED" in result.codes()
+
+
+# --------------------------------------------------------------------------------------------
+# Dry run
+# --------------------------------------------------------------------------------------------
+
+DRY_RUN_GALLERY = [
+    ("val_dry_run_raises", "CrashingAgent", "DRY_RUN_ERROR", "<- DRY_RUN_ERROR"),
+    ("val_dry_run_hangs", "HangingAgent", "DRY_RUN_TIMEOUT", "<- DRY_RUN_TIMEOUT"),
+    ("val_dry_run_reward_nan", "NanRewardAgent", "DRY_RUN_REWARD_INVALID", "<- DRY_RUN_REWARD"),
+    ("val_dry_run_unknown_tool", "InventedToolAgent", "DRY_RUN_UNKNOWN_TOOL", "<- DRY_RUN_UNKNOWN"),
+    ("val_history_rebuilt", "RewritingAgent", "DRY_RUN_HISTORY_REWRITTEN", "async def run"),
+    ("val_no_result", "ForgetfulAgent", "DRY_RUN_NO_RESULT", "async def run"),
+]
+
+
+@pytest.mark.parametrize(("asset", "attr", "code", "marker"), DRY_RUN_GALLERY)
+async def test_dry_run_gallery(
+    asset: str, attr: str, code: str, marker: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Agents that only fail when run are caught by the dry run, located, and nothing prints."""
+    result = await validate_agent_loop(target(asset, attr), timeout_s=0.5)
+    assert result.checks_run == ["static", "dynamic", "dry_run"]
+    problem = find(result, code)[0]
+    assert problem.check == "dry_run"
+    assert problem.severity == "error"
+    line = line_of(ASSETS / f"{asset}.py", marker)
+    assert problem.location == f"tests/assets/{asset}.py:{line}"
+    assert not result.valid
+    assert capsys.readouterr() == ("", "")
+
+
+async def test_dry_run_error_carries_the_agents_message() -> None:
+    """A crash in run() shows the exception the agent raised."""
+    result = await validate_agent_loop(target("val_dry_run_raises", "CrashingAgent"))
+    assert "agent raised KeyError: 'score'" in find(result, "DRY_RUN_ERROR")[0].message
+
+
+async def test_dry_run_is_skipped_when_dynamic_checks_fail() -> None:
+    """An agent the server would refuse is not dry-run."""
+    result = await validate_agent_loop(target("val_tool_name_invalid", "BadNameAgent"))
+    assert result.checks_run == ["static", "dynamic"]
+
+
+async def test_dry_run_with_a_scripted_backend_passes_a_good_agent() -> None:
+    """The dry run drives the real server and mock TrainGate with any LLM backend."""
+    agent = load_asset("val_good").GoodAgent()
+    assert await dry_run(agent, timeout_s=5, location=None, backend=ScriptedBackend([])) == []
+
+
+def outcome(status: int = 202, findings: list[Finding] | None = None) -> RolloutOutcome:
+    return RolloutOutcome(
+        rollout_id="r",
+        init_status=status,
+        init_body={"detail": "get_tools failed: boom"},
+        record=RolloutRecord("r"),
+        wall_ms=1.0,
+        findings=findings or [],
+    )
+
+
+def test_refused_init_is_dry_run_init_failed() -> None:
+    """A non-202 init becomes DRY_RUN_INIT_FAILED with the server's reason."""
+    problems = problems_from_outcome(outcome(500), timeout_s=1, location="a.py:3")
+    assert [(p.code, p.location) for p in problems] == [("DRY_RUN_INIT_FAILED", "get_tools()")]
+    assert "HTTP 500: get_tools failed: boom" in problems[0].message
+
+
+def test_findings_map_to_dry_run_codes() -> None:
+    """Mock TrainGate findings become stable codes; a missing result is a timeout."""
+    findings = [
+        Finding("duplicate_completion", "a second completion callback arrived"),
+        Finding("chat_after_completion", "chat call after the rollout had completed"),
+        Finding("no_completion", "no completion callback within 1 s"),
+    ]
+    problems = problems_from_outcome(outcome(findings=findings), timeout_s=1, location="a.py:3")
+    assert [p.code for p in problems] == [
+        "DRY_RUN_DUPLICATE_RESULT",
+        "DRY_RUN_PROTOCOL",
+        "DRY_RUN_TIMEOUT",
+    ]
+    assert "(chat_after_completion)" in problems[1].message
+    assert {p.location for p in problems} == {"a.py:3"}
+
+
+# --------------------------------------------------------------------------------------------
+# Static checks on small sources
+# --------------------------------------------------------------------------------------------
+
+TEMPLATE = """
+import time
+import anyio
+from osmosis_rollout import RolloutAgentLoop
+
+
+class Agent(RolloutAgentLoop):
+    name = "t"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "codes"),
+    [
+        ("messages = list(ctx.request.messages)\nreturn ctx.complete(messages)", []),
+        ("while True:\n    await ctx.chat([])", []),
+        ("while True:\n    break\nreturn ctx.error('x')", []),
+        ("for _ in range(3):\n    return ctx.complete([])", ["NO_RESULT_RETURNED"]),
+        ("try:\n    return ctx.complete([])\nexcept ValueError:\n    raise", []),
+        ("try:\n    return ctx.complete([])\nexcept ValueError:\n    pass", ["NO_RESULT_RETURNED"]),
+        ("if ctx.turns:\n    return ctx.complete([])\nelse:\n    return ctx.error('x')", []),
+        ("if ctx.turns:\n    return ctx.complete([])", ["NO_RESULT_RETURNED"]),
+        (
+            "match ctx.turns:\n    case 0:\n        return ctx.error('x')\n    case _:\n"
+            "        return ctx.complete([])",
+            [],
+        ),
+        ("return await self.finish(ctx)", []),
+        ("await anyio.to_thread.run_sync(time.sleep, 1)\nreturn ctx.complete([])", []),
+        ("def helper():\n    time.sleep(1)\nreturn ctx.complete([])", []),
+        ("time.sleep(1)\nreturn ctx.complete([])", ["BLOCKING_CALL"]),
+        ("m = []\nr = await ctx.chat(m)\nm = m + [r.message]\nreturn ctx.complete(m)", []),
+        (
+            "m = []\nr = await ctx.chat(m)\nm = [r.message]\nreturn ctx.complete(m)",
+            ["HISTORY_REBUILT"],
+        ),
+        (
+            "m = []\nr = await ctx.chat(messages=m)\nm.clear()\nreturn ctx.complete(m)",
+            ["HISTORY_REBUILT"],
+        ),
+        (
+            "for _ in range(2):\n    m = [{'role': 'user', 'content': 'hi'}]\n"
+            "    await ctx.chat(m)\nreturn ctx.complete(m)",
+            ["HISTORY_REBUILT"],
+        ),
+        ("other = [1]\nother.pop()\nreturn ctx.complete([])", []),
+    ],
+)
+async def test_static_run_checks(tmp_path: Path, body: str, codes: list[str]) -> None:
+    """Return-path, blocking-call and history checks flag what they should and nothing else."""
+    source = TEMPLATE.format(body="\n".join(f"        {line}" for line in body.splitlines()))
+    path = tmp_path / "agent.py"
+    path.write_text(source)
+    result = await validate_agent_loop(f"{path}:Agent", dry_run=False)
+    assert [p.code for p in result.problems if p.check == "static"] == codes
+
+
+def test_tool_models_and_dicts_are_both_checked() -> None:
+    """Pydantic tool models are dumped and checked like dicts."""
+    from osmosis_rollout import OpenAIFunctionSchema, OpenAIFunctionToolSchema
+
+    model = OpenAIFunctionToolSchema(
+        function=OpenAIFunctionSchema(name="bad name", parameters={"type": "string"})
+    )
+    problems = check_tool_list([model])
+    assert [(p.code, p.location) for p in problems] == [
+        ("TOOL_NAME_INVALID", "tools[0].function.name"),
+        ("TOOL_DESCRIPTION_MISSING", "tools[0].function.description"),
+        ("TOOL_PARAMETERS_NOT_OBJECT", "tools[0].function.parameters"),
+    ]
+
+
+async def test_result_json_shape_is_stable() -> None:
+    """The JSON has exactly the documented keys, with `valid` computed from the problems."""
+    result = await validate_agent_loop(
+        target("val_tool_description_missing", "UndescribedAgent"), dry_run=False
+    )
+    data = json.loads(result.model_dump_json())
+    assert list(data) == [
+        "version",
+        "target",
+        "agent_name",
+        "tools",
+        "checks_run",
+        "problems",
+        "valid",
+    ]
+    assert data["version"] == 1
+    assert data["valid"] is True
+    assert list(data["problems"][0]) == ["code", "severity", "check", "location", "message"]
+    assert result.passed()
+    assert not result.passed(strict=True)
+    assert len(result.warnings) == 1
+    assert result.errors == []
+
+
+def test_every_code_is_documented() -> None:
+    """docs/validate.md has one table row per problem code, and no others."""
+    doc = (Path(__file__).parent.parent / "docs" / "validate.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", doc, re.MULTILINE))
+    assert documented == PROBLEM_CODES
+    used = {row[2] for row in GALLERY} | {row[2] for row in DRY_RUN_GALLERY}
+    assert used <= PROBLEM_CODES
