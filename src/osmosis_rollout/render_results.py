@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Group
+from rich import box
+from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -39,8 +40,8 @@ def _status(row: RowResult) -> Text:
 def _notes(row: RowResult) -> str:
     parts = [f"[yellow]{escape(f.code)}[/]: {escape(f.message)}" for f in row.findings]
     if row.error_message:
-        parts.insert(0, f"[red]{escape(row.error_message[:200])}[/]")
-    return "\n".join(parts)
+        parts.insert(0, f"[red]{escape(row.error_message[:300])}[/]")
+    return "; ".join(parts)
 
 
 def results_table(rows: Sequence[RowResult], *, max_rows: int = 30) -> Group:
@@ -51,17 +52,22 @@ def results_table(rows: Sequence[RowResult], *, max_rows: int = 30) -> Group:
         failing = [r for r in shown if not r.passed]
         shown = (failing or shown)[:max_rows]
         hidden = len(rows) - len(shown)
-    table = Table(title="Rollouts", title_justify="left", expand=False, show_lines=False)
-    table.add_column("row", justify="right", style="dim")
-    table.add_column("status")
-    table.add_column("finish")
-    table.add_column("turns", justify="right")
-    table.add_column("tools", justify="right")
-    table.add_column("tokens in/out", justify="right")
-    table.add_column("reward", justify="right")
-    table.add_column("latency", justify="right")
-    table.add_column("llm / tool / other", justify="right")
-    table.add_column("findings / error", overflow="fold", max_width=60)
+    table = Table(
+        title="Rollouts",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+    table.add_column("row", justify="right", style="dim", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("finish", no_wrap=True)
+    table.add_column("turns", justify="right", no_wrap=True)
+    table.add_column("tools", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("reward", justify="right", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("llm/tool/other", justify="right", no_wrap=True)
     for row in shown:
         table.add_row(
             str(row.index),
@@ -72,13 +78,18 @@ def results_table(rows: Sequence[RowResult], *, max_rows: int = 30) -> Group:
             f"{row.prompt_tokens}/{row.response_tokens}",
             "-" if row.reward is None else f"{row.reward:g}",
             format_ms(row.latency_ms),
-            f"{format_ms(row.llm_ms)} / {format_ms(row.tool_ms)} / {format_ms(row.other_ms)}",
-            _notes(row),
+            f"{row.llm_ms:.0f}/{row.tool_ms:.0f}/{row.other_ms:.0f} ms",
         )
-    if not hidden:
-        return Group(table)
-    note = Text(f"{hidden} more row(s) not shown; --output FILE keeps every row", style="dim")
-    return Group(table, note)
+    parts: list[RenderableType] = [table]
+    notes = [(row.index, _notes(row)) for row in shown if _notes(row)]
+    if notes:
+        parts.append(Text("Findings and errors", style="bold"))
+        parts.extend(Text.from_markup(f"  row {index}: {note}") for index, note in notes)
+    if hidden:
+        parts.append(
+            Text(f"{hidden} more row(s) not shown; --output FILE keeps every row", style="dim")
+        )
+    return Group(*parts)
 
 
 def summary_table(summary: dict[str, Any]) -> Table:

@@ -15,12 +15,15 @@ from .serve import TARGET_HELP
 
 
 @app.command("test")
-def test_command(
+def command_test(
     target: Annotated[str | None, typer.Argument(help=TARGET_HELP, show_default=False)] = None,
     dataset: Annotated[
         Path | None,
         typer.Option(
-            "--dataset", "-d", help="Rows to run: .jsonl, .json, .csv or .parquet.", show_default=False
+            "--dataset",
+            "-d",
+            help="Rows to run: .jsonl, .json, .csv or .parquet.",
+            show_default=False,
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Run at most this many rows.")] = None,
@@ -76,7 +79,10 @@ def test_command(
     from ..errors import OsmosisError
 
     if server is None and target is None:
-        fail("missing TARGET: the agent to test", hint="osmosis test agent.py:MyAgent -d rows.jsonl")
+        fail(
+            "missing TARGET: the agent to test",
+            hint="osmosis test agent.py:MyAgent --dataset rows.jsonl",
+        )
     if server is not None and target is not None:
         fail("give either TARGET (run it in-process) or --server URL, not both")
     if dataset is None and not interactive:
@@ -121,7 +127,7 @@ def test_command(
                 server=server,
                 completion_params=completion_params,
                 max_turns=max_turns,
-                timeout=timeout,
+                timeout_s=timeout,
                 concurrency=concurrency,
                 output=output,
                 json_output=json_output,
@@ -155,7 +161,7 @@ def _load_rows(path: Path, *, limit: int | None, offset: int) -> list[Any]:
     from ..testing.runner import RowInput
 
     return [
-        RowInput(index=r.index, messages=r.messages, metadata=r.metadata)
+        RowInput(index=r.number, messages=r.messages, metadata=r.metadata)
         for r in load_dataset(path, limit=limit, offset=offset)
     ]
 
@@ -168,7 +174,7 @@ async def _run(
     server: str | None,
     completion_params: dict[str, Any],
     max_turns: int,
-    timeout: float,
+    timeout_s: float,
     concurrency: int,
     output: Path | None,
     json_output: bool,
@@ -192,7 +198,7 @@ async def _run(
     options = RunOptions(
         max_turns=max_turns,
         completion_params=completion_params,
-        timeout_s=timeout,
+        timeout_s=timeout_s,
         concurrency=concurrency,
     )
     sink: IO[str] | None = _open_output(output) if output else None
@@ -221,7 +227,7 @@ async def _run(
             agent,
             backend=backend,
             server_url=server,
-            rollout_timeout_s=timeout,
+            rollout_timeout_s=timeout_s,
             max_concurrent=concurrency,
             debug_dir=debug_dir,
         ) as harness:
