@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -223,7 +225,7 @@ async def _run(
             sink.flush()
 
     try:
-        async with Harness(
+        async with _closing(backend), Harness(
             agent,
             backend=backend,
             server_url=server,
@@ -246,6 +248,17 @@ async def _run(
     if json_output:
         typer.echo(json.dumps(summary, indent=2))
     return EXIT_OK if summary["failed"] == 0 and summary["rows"] > 0 else EXIT_PROBLEMS
+
+
+@contextlib.asynccontextmanager
+async def _closing(backend: Any) -> AsyncIterator[None]:
+    """Close a backend that holds an HTTP client (the OpenAI-compatible one) when done."""
+    try:
+        yield
+    finally:
+        close = getattr(backend, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _open_output(path: Path) -> IO[str]:

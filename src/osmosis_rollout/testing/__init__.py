@@ -5,6 +5,8 @@ Import from here in your own pytest suite::
     from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 """
 
+from .backends import MockLLMBackend, OpenAICompatibleBackend
+from .datasets import DatasetRow, load_dataset
 from .harness import Harness, RolloutOutcome
 from .traingate import (
     Finding,
@@ -16,12 +18,16 @@ from .traingate import (
 )
 
 __all__ = [
+    "DatasetRow",
     "Finding",
     "Harness",
     "LLMBackend",
+    "MockLLMBackend",
     "MockTrainGate",
+    "OpenAICompatibleBackend",
     "RolloutOutcome",
     "RolloutRecord",
     "ScriptedBackend",
     "completion_from_message",
+    "load_dataset",
 ]

@@ -290,9 +290,13 @@ class MockTrainGate:
         except LLMBackendError as exc:
             # Not the agent's fault: answer like a failing trainer and let the runner report it.
             record.backend_error = exc
+            record.chats.pop()  # unanswered: the client's retry must not look like a rewrite
             if exc.systemic and self.systemic_error is None:
                 self.systemic_error = exc
-            return JSONResponse({"detail": f"LLM backend error: {exc}"}, status_code=502)
+            # Systemic failures get a status the server will not retry (424); others a 503,
+            # which a real trainer would also answer with when its model server hiccups.
+            status = 424 if exc.systemic else 503
+            return JSONResponse({"detail": f"LLM backend error: {exc}"}, status_code=status)
         record.replies.append(reply)
         return Response(reply.model_dump_json(exclude_none=True), media_type="application/json")
 

@@ -1,0 +1,419 @@
+"""LLM backends for the mock TrainGate: an offline deterministic mock, and OpenAI-compatible APIs.
+
+Both implement :class:`~osmosis_rollout.testing.traingate.LLMBackend`: the mock TrainGate hands
+them each chat request together with the rollout's record (the tools the server declared at init,
+the previous requests and replies) and sends back whatever they return.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+from pydantic import ValidationError
+
+from ..client import RetryPolicy, parse_retry_after
+from ..errors import ConfigError, LLMBackendError, UnsatisfiableSchemaError
+from ..protocol import CompletionsRequest, CompletionsResponse, describe_validation_error, wire
+from .schema_instances import generate
+from .traingate import RolloutRecord, completion_from_message, estimate_tokens
+
+__all__ = ["DEFAULT_OPENAI_BASE_URL", "MockLLMBackend", "OpenAICompatibleBackend"]
+
+#: Where ``OpenAICompatibleBackend.from_env`` points without a URL, as the OpenAI SDK does.
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+_SUMMARY_CHARS = 120
+_BODY_EXCERPT = 300
+_CHARS_PER_TOKEN = 4
+_CONTEXT_HINTS = (
+    "context length",
+    "context_length",
+    "maximum context",
+    "context window",
+    "context size",
+    "too many tokens",
+)
+
+
+class MockLLMBackend:
+    """An offline, deterministic LLM that needs no key: it calls the agent's tools, then answers.
+
+    For each rollout, while fewer than ``tool_turns`` tool-call turns have been made and the
+    server declared tools at init, the reply calls **every declared tool once**, in declaration
+    order (so one tool-call turn exercises every tool). Each call's ``arguments`` are generated
+    from the tool's ``parameters`` schema by :func:`~.schema_instances.generate`, with the seed
+    ``seed + crc32("<rollout_id>/<turn>/<tool index>")``: stable across runs and processes,
+    different per rollout, turn and tool, and varied by ``seed``.
+
+    After that it gives a final text answer that quotes the latest tool results (``"add returned
+    7"``) or, without any, the last user message, so rewards computed from the content have
+    something to parse. ``usage``, ``token_ids``, ``logprobs`` and ``prompt_token_ids`` are
+    filled with lengths that match the token counts. A reply longer than the request's
+    ``max_tokens`` is cut to that many tokens with ``finish_reason`` ``"length"`` (a cut tool
+    call becomes plain text, as a real model's would be unusable).
+    """
+
+    def __init__(self, seed: int = 0, tool_turns: int = 1) -> None:
+        self.seed = seed
+        self.tool_turns = tool_turns
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        """Answer one turn of ``record``'s rollout."""
+        turn = len(record.replies)
+        tool_turns_made = sum(1 for reply in record.replies if reply.message.tool_calls)
+        if record.tools and tool_turns_made < self.tool_turns:
+            message: dict[str, Any] = {
+                "content": None,
+                "tool_calls": self._tool_calls(record, turn),
+            }
+        else:
+            message = {"content": _final_answer(request.messages)}
+        reply = completion_from_message(request, message, turn=turn)
+        limit = request.max_tokens
+        if limit is None or reply.usage.completion_tokens <= limit:
+            return reply
+        if message.get("tool_calls"):
+            calls = ", ".join(
+                f"{c['function']['name']}({c['function']['arguments']})"
+                for c in message["tool_calls"]
+            )
+            message = {"content": f"Calling {calls}"}
+        text = str(message["content"])[: max(0, limit) * _CHARS_PER_TOKEN]
+        return _cut(completion_from_message(request, {"content": text}, turn=turn), limit)
+
+    def _tool_calls(self, record: RolloutRecord, turn: int) -> list[dict[str, Any]]:
+        calls = []
+        for index, tool in enumerate(record.tools):
+            key = f"{record.rollout_id}/{turn}/{index}".encode()
+            schema = tool.function.parameters
+            if "type" not in schema:  # arguments are always an object, even for `{}`
+                schema = {"type": "object", **schema}
+            try:
+                arguments = generate(schema, seed=self.seed + zlib.crc32(key))
+            except UnsatisfiableSchemaError as exc:
+                raise LLMBackendError(
+                    f"the mock LLM cannot call tool {tool.name!r}: {exc}", kind="tool_schema"
+                ) from None
+            if not isinstance(arguments, dict):
+                raise LLMBackendError(
+                    f"the mock LLM cannot call tool {tool.name!r}: its parameters schema must "
+                    'describe an object ({"type": "object", "properties": {...}})',
+                    kind="tool_schema",
+                )
+            calls.append(
+                {
+                    "id": f"call_{turn + 1}_{index + 1}",
+                    "type": "function",
+                    "function": {"name": tool.name, "arguments": json.dumps(arguments)},
+                }
+            )
+        return calls
+
+
+def _final_answer(messages: list[dict[str, Any]]) -> str:
+    """Quote the tool results that follow the last assistant message, or the last user turn."""
+    results: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for message in reversed(messages):
+        if message.get("role") == "tool":
+            results.insert(0, message)
+            continue
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    function = call.get("function") or {}
+                    names[str(call.get("id"))] = str(function.get("name", "tool"))
+        break
+    if results:
+        parts = [
+            f"{names.get(str(m.get('tool_call_id')), 'tool')} returned {_text(m.get('content'))}"
+            for m in results
+        ]
+        return f"Done. {'; '.join(parts)}."
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return f"Answer to: {_text(message.get('content'))}"
+    return "Done."
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):  # multimodal parts: keep the text ones
+        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    text = " ".join(str(content if content is not None else "").split())
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 3] + "..."
+
+
+def _cut(reply: CompletionsResponse, max_tokens: int) -> CompletionsResponse:
+    """Cap a reply at ``max_tokens`` tokens, keeping usage and token lists consistent."""
+    n = max(0, min(max_tokens, reply.usage.completion_tokens))
+    usage = reply.usage.model_copy(
+        update={"completion_tokens": n, "total_tokens": reply.usage.prompt_tokens + n}
+    )
+    choice = reply.choices[0].model_copy(update={"finish_reason": "length"})
+    return reply.model_copy(
+        update={
+            "choices": [choice],
+            "usage": usage,
+            "token_ids": (reply.token_ids or [])[:n],
+            "logprobs": (reply.logprobs or [])[:n],
+        }
+    )
+
+
+class OpenAICompatibleBackend:
+    """Answers turns with a real model behind an OpenAI-style ``/chat/completions`` endpoint.
+
+    Works with OpenAI, vLLM, SGLang, Ollama and llama.cpp servers. Like the OpenAI SDK, it
+    appends ``/chat/completions`` to ``base_url`` as given, so pass the URL up to and including
+    the version segment (``http://localhost:8000/v1``). Each request carries the turn's
+    messages and sampling parameters plus ``tools`` (the tools the rollout server declared at
+    init); our ``rollout_id`` and ``logprobs`` extensions are sent only with
+    ``forward_extensions=True``.
+
+    429 and 5xx answers and transport errors are retried with backoff (``retry``; ``sleep`` is
+    injectable for tests). Failures raise :class:`~osmosis_rollout.errors.LLMBackendError`
+    whose ``kind`` and ``systemic`` flag let a batch stop early on a bad key or a dead server.
+    A reply without ``usage`` gets an estimate, since the protocol requires one. The API key is
+    never part of an error message or ``repr``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        http: httpx2.AsyncClient | None = None,
+        timeout_s: float = 120.0,
+        extra_headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
+        forward_extensions: bool = False,
+    ) -> None:
+        parts = urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"LLM URL {base_url!r} must be an http:// or https:// URL with a host, "
+                "e.g. http://localhost:8000/v1"
+            )
+        if not model.strip():
+            raise ConfigError("the model name is empty: pass --model NAME")
+        self.base_url = base_url.strip().rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.model = model
+        self._api_key = api_key or None
+        self.timeout_s = timeout_s
+        self.extra_headers = dict(extra_headers or {})
+        self.retry = retry or RetryPolicy(retries=3, base_delay_s=1.0, max_delay_s=20.0)
+        self.forward_extensions = forward_extensions
+        self._sleep = sleep
+        self._http = http
+        self._owns_http = http is None
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str],
+        base_url: str | None = None,
+        model: str | None = None,
+        **options: Any,
+    ) -> OpenAICompatibleBackend:
+        """Build from flags, falling back to ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``.
+
+        Without a URL anywhere, it uses OpenAI's own (``DEFAULT_OPENAI_BASE_URL``).
+        """
+        if not model:
+            raise ConfigError(
+                "no model name: pass --model NAME (the name the LLM server serves, "
+                "e.g. 'gpt-4o-mini' or vLLM's --served-model-name)"
+            )
+        url = base_url or environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
+        return cls(url, model, environ.get("OPENAI_API_KEY") or None, **options)
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleBackend(base_url={self.base_url!r}, model={self.model!r})"
+
+    async def __aenter__(self) -> OpenAICompatibleBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @property
+    def http(self) -> httpx2.AsyncClient:
+        """The HTTP client: the one passed in, or one created on first use (then owned)."""
+        if self._http is None:
+            timeout = httpx2.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
+            self._http = httpx2.AsyncClient(timeout=timeout)
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this backend created it."""
+        if self._owns_http and self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        """Send one turn to the LLM server and map its reply (or failure)."""
+        response = await self._post(json.dumps(self.body(request, record)).encode())
+        return self._parse(response, request)
+
+    def body(self, request: CompletionsRequest, record: RolloutRecord) -> dict[str, Any]:
+        """The JSON body for one turn: the OpenAI SDK's shape, with the declared tools."""
+        body: dict[str, Any] = {"model": self.model, "messages": request.messages}
+        for key in ("temperature", "top_p", "max_tokens", "stop"):
+            value = getattr(request, key)
+            if value is not None:
+                body[key] = value
+        body.update({k: v for k, v in (request.model_extra or {}).items() if k != "tools"})
+        if record.tools:
+            body["tools"] = [wire(tool) for tool in record.tools]
+        if self.forward_extensions:
+            body["rollout_id"] = request.rollout_id
+            if request.logprobs is not None:
+                body["logprobs"] = request.logprobs
+        return body
+
+    # -- HTTP and retries -------------------------------------------------------------------
+
+    async def _post(self, content: bytes) -> httpx2.Response:
+        headers = {"Content-Type": "application/json", **self.extra_headers}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        policy = self.retry
+        for attempt in range(policy.retries + 1):
+            last = attempt == policy.retries
+            try:
+                response = await self.http.post(self.url, content=content, headers=headers)
+            except httpx2.TransportError as exc:
+                if last:
+                    raise self._transport_error(exc, attempt + 1) from None
+                delay = policy.backoff(attempt, random.random())
+            else:
+                status = response.status_code
+                if 200 <= status < 300:
+                    return response
+                if last or not (status == 429 or status >= 500):
+                    raise self._status_error(response, attempt + 1)
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                delay = (
+                    min(retry_after, policy.retry_after_cap_s)
+                    if retry_after is not None
+                    else policy.backoff(attempt, random.random())
+                )
+            await self._sleep(delay)
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _transport_error(self, exc: httpx2.TransportError, attempts: int) -> LLMBackendError:
+        detail = self._scrub(str(exc))[:200]
+        tried = f" ({attempts} attempts)" if attempts > 1 else ""
+        if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+            return LLMBackendError(
+                f"cannot connect to the LLM server at {self.base_url}{tried}: "
+                f"{type(exc).__name__} {detail}. Is it running? Check --llm-url / OPENAI_BASE_URL",
+                kind="unreachable",
+                systemic=True,
+            )
+        if isinstance(exc, httpx2.TimeoutException):
+            return LLMBackendError(
+                f"the LLM server at {self.base_url} did not answer within {self.timeout_s:g} s"
+                f"{tried}",
+                kind="timeout",
+            )
+        return LLMBackendError(
+            f"the connection to the LLM server at {self.base_url} failed{tried}: "
+            f"{type(exc).__name__} {detail}",
+            kind="http",
+        )
+
+    def _status_error(self, response: httpx2.Response, attempts: int) -> LLMBackendError:
+        status = response.status_code
+        where = f"the LLM server at {self.url} answered HTTP {status}"
+        tried = f" after {attempts} attempts" if attempts > 1 else ""
+        body = self._excerpt(response)
+        if status in (401, 403):
+            hint = (
+                "it needs an API key: set OPENAI_API_KEY"
+                if self._api_key is None
+                else "check the API key in OPENAI_API_KEY"
+            )
+            # No body here: providers echo parts of a rejected key in it.
+            return LLMBackendError(
+                f"{where}: {hint}", kind="auth", systemic=True, status_code=status
+            )
+        if status == 404:
+            return LLMBackendError(
+                f"{where}: check the URL (it usually ends in /v1; /chat/completions is appended) "
+                f"and the model name {self.model!r}" + (f" ({body})" if body else ""),
+                kind="not_found",
+                systemic=True,
+                status_code=status,
+            )
+        if status == 429:
+            return LLMBackendError(
+                f"{where}{tried}: rate limited; lower --concurrency or try again later"
+                + (f" ({body})" if body else ""),
+                kind="rate_limit",
+                status_code=status,
+            )
+        if status in (400, 413, 422) and any(h in body.lower() for h in _CONTEXT_HINTS):
+            return LLMBackendError(
+                f"{where}: the conversation is longer than the model's context window; lower "
+                f"--max-tokens or --max-turns, or shorten the prompts ({body})",
+                kind="context_length",
+                status_code=status,
+            )
+        return LLMBackendError(
+            f"{where}{tried}" + (f": {body}" if body else ""), kind="http", status_code=status
+        )
+
+    def _parse(self, response: httpx2.Response, request: CompletionsRequest) -> CompletionsResponse:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise LLMBackendError(
+                f"the LLM server at {self.url} did not answer with a JSON object "
+                f"({self._excerpt(response) or 'empty body'})",
+                kind="bad_response",
+            )
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if isinstance(first, dict):
+            per_choice = first.get("logprobs")
+            if data.get("logprobs") is None and isinstance(per_choice, dict):
+                data["logprobs"] = per_choice
+            if data.get("usage") is None and isinstance(first.get("message"), dict):
+                prompt = estimate_tokens(request.messages)
+                completion = estimate_tokens([first["message"]])
+                data["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion}
+        try:
+            return CompletionsResponse.model_validate(data)
+        except ValidationError as exc:
+            raise LLMBackendError(
+                f"the LLM server at {self.url} sent a reply that is not a chat completion "
+                f"({describe_validation_error(exc)}); it needs choices[0].message",
+                kind="bad_response",
+            ) from None
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._api_key, "**********") if self._api_key else text
+
+    def _excerpt(self, response: httpx2.Response) -> str:
+        try:
+            text = response.text
+        except (UnicodeDecodeError, LookupError):
+            return ""
+        text = self._scrub(" ".join(text.split()))
+        return text[:_BODY_EXCERPT] + ("..." if len(text) > _BODY_EXCERPT else "")

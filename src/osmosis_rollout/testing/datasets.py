@@ -1,0 +1,371 @@
+"""Datasets for ``osmosis test``: prompts (and ground truth) from JSONL, JSON, CSV or Parquet files.
+
+A row is either the original Osmosis test-mode shape, ``system_prompt`` (optional) +
+``user_prompt`` (+ ``ground_truth``) strings, or a ``messages`` list of OpenAI-style messages (a
+JSON-encoded string in CSV). Every other column goes to ``metadata``, and ``ground_truth`` is
+copied there too so reward code can read it from the rollout request.
+
+Every problem is a :class:`~osmosis_rollout.errors.DatasetError` naming the row (1-based, as
+people count records) and the column; for JSONL and CSV the file's line is named as well.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import DatasetError
+
+__all__ = ["MESSAGE_ROLES", "DatasetRow", "load_dataset"]
+
+#: Roles a dataset message may have.
+MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_PROMPT_COLUMNS = ("messages", "user_prompt", "system_prompt")
+_SUPPORTED = ".jsonl, .json, .csv or .parquet"
+
+#: A record as read from a file: (1-based row number, where it is for messages, raw value).
+_Raw = tuple[int, str, Any]
+
+
+@dataclass
+class DatasetRow:
+    """One row, ready to become a rollout's initial ``messages`` and ``metadata``.
+
+    ``index`` is the row's 0-based position in the file; ``offset`` does not renumber it, so
+    results can always be traced back to the file (the row a person counts is ``index + 1``).
+    """
+
+    index: int
+    messages: list[dict[str, Any]]
+    ground_truth: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def number(self) -> int:
+        """The 1-based row number, as error messages and people count rows."""
+        return self.index + 1
+
+
+def load_dataset(
+    path: str | os.PathLike[str], *, limit: int | None = None, offset: int = 0
+) -> list[DatasetRow]:
+    """Read and check the rows of a dataset file, skipping ``offset`` rows, keeping ``limit``.
+
+    JSONL and CSV files are read lazily, line by line, and only as far as needed; skipped rows
+    are counted but not checked, so ``offset`` can step over a broken row.
+    """
+    if limit is not None and limit < 1:
+        raise DatasetError(f"limit must be at least 1, got {limit}")
+    if offset < 0:
+        raise DatasetError(f"offset must be 0 or more, got {offset}")
+    file = Path(path)
+    if not file.exists():
+        raise DatasetError(f"dataset file not found: {file}")
+    if file.is_dir():
+        raise DatasetError(f"{file} is a directory; pass a {_SUPPORTED} file")
+    suffix = file.suffix.lower()
+    reader = _READERS.get(suffix)
+    if reader is None:
+        raise DatasetError(
+            f"cannot read {file.name}: unsupported extension {suffix or '(none)'!r}; "
+            f"use {_SUPPORTED}"
+        )
+    stop = None if limit is None else offset + limit
+    records, total = reader(file, offset, stop)
+    if total == 0:
+        raise DatasetError(f"dataset {file} has no rows")
+    if offset >= total:
+        raise DatasetError(
+            f"offset {offset} is beyond the end of {file.name}, which has {total} row(s)"
+        )
+    return [_row(number, raw, where) for number, where, raw in records]
+
+
+# -- readers: (path, start, stop) -> (selected raw records, rows seen) -----------------------
+
+
+def _read_jsonl(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int]:
+    selected: list[_Raw] = []
+    count = 0
+    with _text(path) as handle:
+        for line_no, line in _lines(handle, path):
+            if not line.strip():
+                continue
+            count += 1
+            if count <= start:
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(
+                    f"invalid JSON on line {line_no} of {path.name}: {exc.msg} "
+                    f"(column {exc.colno})",
+                    row=count,
+                ) from None
+            selected.append((count, f"line {line_no}", data))
+            if stop is not None and count >= stop:
+                break
+    return selected, count
+
+
+def _read_json(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int]:
+    with _text(path) as handle:
+        try:
+            data = json.loads(handle.read())
+        except json.JSONDecodeError as exc:
+            raise DatasetError(
+                f"{path.name} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+            ) from None
+        except UnicodeDecodeError:
+            raise DatasetError(f"{path.name} is not UTF-8 text") from None
+    rows = data
+    if isinstance(data, dict):
+        key = next((k for k in ("rows", "data") if k in data), None)
+        rows = data.get(key) if key is not None else None
+    if not isinstance(rows, list):
+        raise DatasetError(
+            f"{path.name} must hold a list of rows, or an object with a 'rows' or 'data' list"
+        )
+    chosen = rows[start:stop]
+    return [(start + i + 1, "", raw) for i, raw in enumerate(chosen)], len(rows)
+
+
+def _read_csv(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int]:
+    selected: list[_Raw] = []
+    count = 0
+    with _text(path, newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return [], 0
+            seen: set[str] = set()
+            for name in header:
+                if name and name in seen:
+                    raise DatasetError(
+                        f"the CSV header of {path.name} repeats this column", column=name
+                    )
+                seen.add(name)
+            for values in reader:
+                if not any(v.strip() for v in values):
+                    continue
+                count += 1
+                if count <= start:
+                    continue
+                where = f"line {reader.line_num}"
+                if len(values) > len(header):
+                    raise DatasetError(
+                        f"has {len(values)} fields but the header has {len(header)} ({where})",
+                        row=count,
+                    )
+                # Unnamed columns (a pandas index) are dropped; blank cells count as missing.
+                record = {name: value for name, value in zip(header, values, strict=False) if name}
+                selected.append((count, where, {k: v for k, v in record.items() if v != ""}))
+                if stop is not None and count >= stop:
+                    break
+        except csv.Error as exc:
+            raise DatasetError(
+                f"{path.name} is not valid CSV near line {reader.line_num}: {exc}"
+            ) from None
+        except UnicodeDecodeError:
+            raise DatasetError(f"{path.name} is not UTF-8 text") from None
+    return selected, count
+
+
+def _read_parquet(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DatasetError(
+            f"reading {path.name} needs pyarrow: pip install 'osmosis-rollout[parquet]'"
+        ) from None
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise DatasetError(f"cannot read {path.name} as Parquet: {exc}") from None
+    total = int(table.num_rows)
+    length = None if stop is None else max(0, stop - start)
+    rows = table.slice(start, length).to_pylist() if start < total else []
+    return [(start + i + 1, "", raw) for i, raw in enumerate(rows)], total
+
+
+_Reader = Callable[[Path, int, int | None], tuple[list[_Raw], int]]
+_READERS: dict[str, _Reader] = {
+    ".jsonl": _read_jsonl,
+    ".ndjson": _read_jsonl,
+    ".json": _read_json,
+    ".csv": _read_csv,
+    ".parquet": _read_parquet,
+}
+
+
+def _text(path: Path, *, newline: str | None = None) -> IO[str]:
+    try:
+        return path.open(encoding="utf-8-sig", newline=newline)
+    except OSError as exc:
+        raise DatasetError(f"cannot open {path}: {exc.strerror or exc}") from None
+
+
+def _lines(handle: IO[str], path: Path) -> Iterator[tuple[int, str]]:
+    line_no = 0
+    try:
+        for line_no, line in enumerate(handle, 1):
+            yield line_no, line
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path.name} is not UTF-8 text (near line {line_no + 1})") from None
+
+
+# -- rows ------------------------------------------------------------------------------------
+
+
+def _row(number: int, data: Any, where: str) -> DatasetRow:
+    at = f" ({where})" if where else ""
+    if not isinstance(data, dict):
+        raise DatasetError(
+            f"must be an object with 'user_prompt' or 'messages', got {_kind(data)}{at}",
+            row=number,
+        )
+    given = {k for k in _PROMPT_COLUMNS if data.get(k) is not None}
+    if {"messages", "user_prompt"} <= given:
+        raise DatasetError(
+            f"gives both 'messages' and 'user_prompt'; keep one of them{at}",
+            row=number,
+            column="messages",
+        )
+    if "messages" in given:
+        if "system_prompt" in given:
+            raise DatasetError(
+                f"'system_prompt' cannot be combined with 'messages'; put the system message "
+                f"first in 'messages'{at}",
+                row=number,
+                column="system_prompt",
+            )
+        messages = _messages(data["messages"], number, at)
+    elif "user_prompt" in given:
+        messages = []
+        if "system_prompt" in given:
+            system = _string(data["system_prompt"], "system_prompt", number, at)
+            messages.append({"role": "system", "content": system})
+        user = _string(data["user_prompt"], "user_prompt", number, at)
+        messages.append({"role": "user", "content": user})
+    else:
+        columns = ", ".join(repr(str(k)) for k in data) or "none"
+        raise DatasetError(
+            f"needs a 'user_prompt' string or a 'messages' list; its columns are {columns}{at}",
+            row=number,
+            column="user_prompt",
+        )
+    ground_truth = _ground_truth(data.get("ground_truth"), number, at)
+    metadata = {
+        str(key): _jsonable(value, str(key), number, at)
+        for key, value in data.items()
+        if key not in _PROMPT_COLUMNS and key != "ground_truth"
+    }
+    if ground_truth is not None:
+        metadata["ground_truth"] = ground_truth
+    return DatasetRow(number - 1, messages, ground_truth, metadata)
+
+
+def _string(value: Any, column: str, number: int, at: str) -> str:
+    if not isinstance(value, str):
+        raise DatasetError(f"must be a string, got {_kind(value)}{at}", row=number, column=column)
+    if not value.strip():
+        raise DatasetError(f"must not be empty{at}", row=number, column=column)
+    return value
+
+
+def _ground_truth(value: Any, number: int, at: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    raise DatasetError(
+        f"must be a string (or a number), got {_kind(value)}{at}",
+        row=number,
+        column="ground_truth",
+    )
+
+
+def _messages(value: Any, number: int, at: str) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(
+                f"is not valid JSON ({exc.msg} at character {exc.pos}){at}",
+                row=number,
+                column="messages",
+            ) from None
+    if not isinstance(value, list):
+        raise DatasetError(
+            f"must be a list of messages, got {_kind(value)}{at}", row=number, column="messages"
+        )
+    if not value:
+        raise DatasetError(f"must not be an empty list{at}", row=number, column="messages")
+    messages = []
+    for i, message in enumerate(value):
+        column = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise DatasetError(
+                f"must be an object with 'role' and 'content', got {_kind(message)}{at}",
+                row=number,
+                column=column,
+            )
+        # Parquet structs carry every field of every message; a None field was not given.
+        message = {k: v for k, v in message.items() if v is not None or k == "content"}
+        role = message.get("role")
+        if role not in MESSAGE_ROLES:
+            raise DatasetError(
+                f"must be one of {', '.join(sorted(MESSAGE_ROLES))}, got {role!r}{at}",
+                row=number,
+                column=f"{column}.role",
+            )
+        content = message.get("content")
+        calls_tools = role == "assistant" and bool(message.get("tool_calls"))
+        if not (isinstance(content, str | list) or (content is None and calls_tools)):
+            raise DatasetError(
+                f"must be a string or a list of content parts, got {_kind(content)}{at}",
+                row=number,
+                column=f"{column}.content",
+            )
+        messages.append(_jsonable(message, column, number, at))
+    return messages
+
+
+def _jsonable(value: Any, column: str, number: int, at: str) -> Any:
+    """Plain JSON for metadata (request metadata must serialise without NaN)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Decimal):
+        return float(value) if value.is_finite() else None
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, column, number, at) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, column, number, at) for v in value]
+    raise DatasetError(
+        f"holds a {type(value).__name__} value, which is not JSON; convert it to a string{at}",
+        row=number,
+        column=column,
+    )
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"a number ({value!r})"
+    return names.get(type(value), type(value).__name__)

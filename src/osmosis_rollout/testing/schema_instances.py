@@ -1,0 +1,760 @@
+"""Deterministic instances of JSON Schemas, used for the mock LLM's tool-call arguments.
+
+``generate(schema, seed=n)`` builds a value that is valid against ``schema``. The same schema and
+seed always give the same value (no ``hash()``, no global random state); other seeds vary it
+where the schema leaves room. It covers what tool schemas use in practice: typed objects, arrays,
+strings (lengths, formats, simple patterns), numbers (bounds, exclusive bounds, ``multipleOf``),
+enums and consts of any JSON type, ``anyOf``/``oneOf``/``allOf``, local ``$ref`` and type lists.
+
+Every result is checked with ``jsonschema`` before it is returned. When the generator cannot find
+a valid value (a contradiction, a remote ``$ref``, a regular expression with lookarounds...) it
+raises :class:`~osmosis_rollout.errors.UnsatisfiableSchemaError` rather than return a value the
+agent's own validation would reject for a reason that is not the agent's fault.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+import random
+import re
+import string
+import uuid
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+from urllib.parse import unquote
+
+import jsonschema
+from jsonschema.exceptions import best_match
+
+from ..errors import UnsatisfiableSchemaError
+
+__all__ = ["generate"]
+
+#: Attempts with fresh randomness before giving up on a schema.
+_ATTEMPTS = 8
+#: Past this depth, objects get only required properties and arrays their minimum length, so
+#: recursive schemas (trees, linked lists) end.
+_MINIMAL_DEPTH = 6
+#: Past this depth a recursive schema has no finite instance we can find.
+_MAX_DEPTH = 40
+_DEFAULT_SPAN = 100
+_WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "haven", "iris", "jade"]
+_PRINTABLE = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
+_WORD_CHARS = list(string.ascii_letters + string.digits + "_")
+_DOT_CHARS = list(string.ascii_letters + string.digits)
+
+_OBJECT_KEYS = frozenset(
+    {"properties", "required", "additionalProperties", "patternProperties", "minProperties"}
+    | {"maxProperties", "propertyNames", "dependentRequired"}
+)
+_ARRAY_KEYS = frozenset(
+    {"items", "prefixItems", "minItems", "maxItems", "contains", "uniqueItems", "additionalItems"}
+)
+_STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
+_NUMBER_KEYS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)
+_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
+_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"})
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
+_SUBSCHEMAS = frozenset({"items", "additionalProperties", "contains", "propertyNames"})
+
+
+class _NoValue(Exception):
+    """Internal: this attempt found no value; the message says where and why."""
+
+
+def generate(schema: Mapping[str, Any] | bool, *, seed: int = 0) -> Any:
+    """Return a deterministic value valid against ``schema`` (varied by ``seed``).
+
+    Raises ``UnsatisfiableSchemaError`` when ``schema`` is not a valid JSON Schema, or when no
+    valid value could be built; the message names the place in the schema that failed.
+    """
+    if isinstance(schema, Mapping):
+        schema = dict(schema)
+    validator = _validator(schema)
+    problem = "no attempt was made"
+    for attempt in range(_ATTEMPTS):
+        builder = _Builder(schema, validator, seed=seed, attempt=attempt)
+        try:
+            value = builder.value(schema, "#", 0)
+        except _NoValue as exc:
+            problem = str(exc)
+            continue
+        error = best_match(validator.iter_errors(value))
+        if error is None:
+            return value
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        problem = f"the generated value fails {error.validator!r} at {where}"
+    raise UnsatisfiableSchemaError(
+        f"cannot generate a value for this JSON Schema: {problem}. Simplify or fix the schema "
+        "(or call the tool with hand-written arguments, e.g. a ScriptedBackend)"
+    )
+
+
+def _validator(schema: dict[str, Any] | bool) -> Any:
+    try:
+        text = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        return _checked_validator(schema)
+    return _cached_validator(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_validator(text: str) -> Any:
+    # Checking a schema against its metaschema costs more than generating from it; the mock
+    # LLM generates from the same few tool schemas for every rollout.
+    return _checked_validator(json.loads(text))
+
+
+def _checked_validator(schema: Any) -> Any:
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
+        raise UnsatisfiableSchemaError(
+            f"not a valid JSON Schema ({exc.message} at {where})"
+        ) from None
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+class _Builder:
+    """One attempt at building a value; all randomness comes from (seed, attempt, path)."""
+
+    def __init__(self, root: Any, validator: Any, *, seed: int, attempt: int) -> None:
+        self.root = root
+        self.validator = validator
+        self.seed = seed
+        self.attempt = attempt
+
+    def rng(self, path: str, tag: str = "") -> random.Random:
+        # Seeding with a str hashes it with SHA-512: stable across runs and Python processes.
+        return random.Random(f"{self.seed}|{self.attempt}|{path}|{tag}")
+
+    def valid(self, value: Any, schema: Any) -> bool:
+        return bool(self.validator.evolve(schema=schema).is_valid(value))
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def value(self, schema: Any, path: str, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise _NoValue(f"the schema at {path} recurses without a finite instance")
+        if schema is True:
+            schema = {}
+        if schema is False:
+            raise _NoValue(f"the schema at {path} is `false`, which allows no value")
+        if not isinstance(schema, dict):
+            raise _NoValue(f"the schema at {path} is not an object")
+        schema = self.flatten(schema, path)
+        rng = self.rng(path)
+        if "const" in schema:
+            return copy.deepcopy(schema["const"])
+        if "enum" in schema:
+            return self.enum(schema, path, rng)
+        if "default" in schema and rng.random() < 0.25 and self.valid(schema["default"], schema):
+            return copy.deepcopy(schema["default"])
+        for key in ("oneOf", "anyOf"):
+            if key in schema:
+                return self.union(schema, key, path, depth)
+        types = _types(schema, path)
+        rng.shuffle(types)
+        problems = []
+        for kind in types:
+            try:
+                return self.typed(kind, schema, path, depth, rng)
+            except _NoValue as exc:
+                problems.append(str(exc))
+        raise _NoValue("; ".join(problems))
+
+    def typed(
+        self, kind: str, schema: dict[str, Any], path: str, depth: int, rng: random.Random
+    ) -> Any:
+        if kind == "object":
+            return self.object(schema, path, depth, rng)
+        if kind == "array":
+            return self.array(schema, path, depth, rng)
+        if kind == "string":
+            return self.string(schema, path)
+        if kind in ("integer", "number"):
+            return self.number(schema, path, rng, integer=kind == "integer")
+        if kind == "boolean":
+            return rng.random() < 0.5
+        if kind == "null":
+            return None
+        raise _NoValue(f"unknown type {kind!r} at {path}")
+
+    # -- $ref and allOf ---------------------------------------------------------------------
+
+    def flatten(self, schema: dict[str, Any], path: str) -> dict[str, Any]:
+        """Resolve ``$ref`` (merging sibling keywords) and merge ``allOf`` into one schema."""
+        for _ in range(64):
+            if "$ref" in schema:
+                target = self.resolve(schema["$ref"], path)
+                rest = {k: v for k, v in schema.items() if k != "$ref"}
+                schema = _merge(target, rest) if rest else target
+            elif isinstance(schema.get("allOf"), list):
+                merged = {k: v for k, v in schema.items() if k != "allOf"}
+                for part in schema["allOf"]:
+                    if part is False:
+                        raise _NoValue(f"allOf at {path} contains `false`")
+                    if isinstance(part, dict):
+                        merged = _merge(merged, self.flatten(part, path))
+                if "allOf" in merged:  # conflicts _merge could not fold: checked, not built
+                    return merged
+                schema = merged
+            else:
+                return schema
+        raise _NoValue(f"$ref at {path} loops without reaching a schema")
+
+    def resolve(self, ref: Any, path: str) -> dict[str, Any]:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise _NoValue(
+                f"$ref {ref!r} at {path} is not local; only '#/...' references (to $defs or "
+                "definitions) are supported"
+            )
+        node: Any = self.root
+        for token in filter(None, ref[1:].split("/")):
+            key = unquote(token).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                raise _NoValue(f"$ref {ref!r} at {path} points to nothing in the schema")
+        if node is True:
+            return {}
+        if not isinstance(node, dict):
+            raise _NoValue(f"$ref {ref!r} at {path} does not point to a schema object")
+        return node
+
+    # -- enum and unions --------------------------------------------------------------------
+
+    def enum(self, schema: dict[str, Any], path: str, rng: random.Random) -> Any:
+        options = [v for v in schema["enum"] if self.valid(v, schema)]
+        if not options:
+            raise _NoValue(f"no value of the enum at {path} satisfies the other keywords")
+        return copy.deepcopy(rng.choice(options))
+
+    def union(self, schema: dict[str, Any], key: str, path: str, depth: int) -> Any:
+        rest = {k: v for k, v in schema.items() if k != key}
+        branches = list(enumerate(schema[key]))
+        self.rng(path, key).shuffle(branches)
+        if depth >= _MINIMAL_DEPTH:  # prefer branches that cannot recurse
+            branches.sort(key=lambda item: "$ref" in json.dumps(item[1]))
+        problems = []
+        for index, branch in branches:
+            if branch is False:
+                continue
+            sub = _merge(rest, branch) if isinstance(branch, dict) else rest
+            try:
+                candidate = self.value(sub, path, depth + 1)
+            except _NoValue as exc:
+                problems.append(f"{key}[{index}]: {exc}")
+                continue
+            if self.valid(candidate, schema):
+                return candidate
+            problems.append(f"{key}[{index}] gave a value that fails the whole {key}")
+        raise _NoValue(f"no branch of {key} at {path} works ({'; '.join(problems)})")
+
+    # -- containers -------------------------------------------------------------------------
+
+    def object(
+        self, schema: dict[str, Any], path: str, depth: int, rng: random.Random
+    ) -> dict[str, Any]:
+        props: dict[str, Any] = schema.get("properties") or {}
+        required = [n for n in schema.get("required") or [] if isinstance(n, str)]
+        minimal = depth >= _MINIMAL_DEPTH
+        optional = [n for n in props if n not in required and props[n] is not False]
+        chosen = {n for n in optional if not minimal and rng.random() < 0.5}
+        min_props = schema.get("minProperties") or 0
+        max_props = schema.get("maxProperties")
+        for name in optional:
+            if len(required) + len(chosen) >= min_props:
+                break
+            chosen.add(name)
+        if max_props is not None:
+            while chosen and len(required) + len(chosen) > max_props:
+                chosen.discard(max(chosen, key=optional.index))
+        for name, needs in (schema.get("dependentRequired") or {}).items():
+            if name in required or name in chosen:
+                required.extend(n for n in needs if n not in required)
+        names = [n for n in props if n in required or n in chosen]
+        names += [n for n in required if n not in props]
+        index = 0
+        while len(names) < min_props:
+            index += 1
+            if f"key{index}" not in names:
+                names.append(f"key{index}")
+        out: dict[str, Any] = {}
+        for name in names:
+            sub = props[name] if name in props else self.extra_schema(schema, name, path)
+            out[name] = self.value(sub, f"{path}/{_escape(name)}", depth + 1)
+        return out
+
+    def extra_schema(self, schema: dict[str, Any], name: str, path: str) -> Any:
+        matching = [
+            sub
+            for pattern, sub in (schema.get("patternProperties") or {}).items()
+            if re.search(pattern, name)
+        ]
+        if matching:
+            return {"allOf": matching}
+        extra = schema.get("additionalProperties", True)
+        if extra is False:
+            raise _NoValue(
+                f"property {name!r} at {path} is required (or needed for minProperties) but "
+                "additionalProperties is false and `properties` does not declare it"
+            )
+        return extra
+
+    def array(self, schema: dict[str, Any], path: str, depth: int, rng: random.Random) -> list[Any]:
+        items = schema.get("items", True)
+        prefix: list[Any] = schema.get("prefixItems") or []
+        if isinstance(items, list):  # draft 4-7 tuple form
+            prefix, items = items, schema.get("additionalItems", True)
+        low = schema.get("minItems") or 0
+        high = schema.get("maxItems")
+        if items is False:
+            high = len(prefix) if high is None else min(high, len(prefix))
+        if high is None:
+            high = max(low, len(prefix)) + 3
+        if depth < _MINIMAL_DEPTH:
+            low = max(low, min(1, high))
+        if low > high:
+            raise _NoValue(f"the array at {path} needs {low} to {high} items")
+        size = rng.randint(low, min(high, low + 2))
+        unique = schema.get("uniqueItems") is True
+        out: list[Any] = []
+        seen: set[str] = set()
+        for i in range(size):
+            sub = prefix[i] if i < len(prefix) else items
+            for retry in range(12):
+                item = self.value(sub, f"{path}/{i}" + (f"~{retry}" if retry else ""), depth + 1)
+                if not unique or _canonical(item) not in seen:
+                    break
+            else:
+                if i >= low:  # enough items already: a shorter array is still valid
+                    break
+                raise _NoValue(f"cannot find {low} distinct items for the array at {path}")
+            seen.add(_canonical(item))
+            out.append(item)
+        contains = schema.get("contains")
+        if contains is not None and not any(self.valid(v, contains) for v in out):
+            wanted = {"allOf": [items, contains]} if isinstance(items, dict) else contains
+            item = self.value(wanted, f"{path}/contains", depth + 1)
+            if out:
+                out[0] = item
+            elif high >= 1:
+                out.append(item)
+        return out
+
+    # -- scalars ----------------------------------------------------------------------------
+
+    def string(self, schema: dict[str, Any], path: str) -> str:
+        low = schema.get("minLength") or 0
+        high = schema.get("maxLength")
+        if high is not None and low > high:
+            raise _NoValue(f"the string at {path} needs minLength {low} <= maxLength {high}")
+        pattern = schema.get("pattern")
+        for tries in range(16):
+            rng = self.rng(path, f"string{tries}")
+            fmt = schema.get("format")
+            if isinstance(pattern, str):
+                text = _pattern_string(pattern, rng, low, path)
+            elif isinstance(fmt, str) and (formatted := _format_string(fmt, rng)) is not None:
+                text = formatted
+            else:
+                text = _plain_string(rng, low, high)
+            if low <= len(text) and (high is None or len(text) <= high):
+                return text
+        raise _NoValue(f"cannot build a string at {path} that fits its pattern/format and length")
+
+    def number(
+        self, schema: dict[str, Any], path: str, rng: random.Random, *, integer: bool
+    ) -> Any:
+        lo, lo_strict, hi, hi_strict = _bounds(schema)
+        step = schema.get("multipleOf")
+        if lo is None:
+            lo = Fraction(0) if hi is None else hi - _DEFAULT_SPAN
+        if hi is None:
+            hi = lo + _DEFAULT_SPAN
+        if integer or step is not None:
+            unit = Fraction(str(step)) if step is not None else Fraction(1)
+            if integer:  # the smallest integer multiple of `unit`: its numerator
+                unit = Fraction(unit.numerator)
+            first = math.floor(lo / unit) + 1 if lo_strict else math.ceil(lo / unit)
+            last = math.ceil(hi / unit) - 1 if hi_strict else math.floor(hi / unit)
+            if first > last:
+                what = "integer" if unit == 1 else f"multiple of {step}"
+                raise _NoValue(f"no {what} lies within the bounds at {path}")
+            bounds = {k: v for k, v in schema.items() if k in _NUMBER_KEYS}
+            for _ in range(16):
+                k = rng.randint(first, min(last, first + 2 * _DEFAULT_SPAN))
+                exact = k * unit
+                candidate: Any = int(exact) if exact.denominator == 1 else float(exact)
+                if self.valid(candidate, bounds):
+                    return candidate
+            raise _NoValue(f"floating-point rounding defeats multipleOf {step} at {path}")
+        if lo > hi or (lo == hi and (lo_strict or hi_strict)):
+            raise _NoValue(f"no number lies within the bounds at {path}")
+        value = round(float(lo + (hi - lo) * Fraction(rng.random())), 2)
+        if (value < lo or (lo_strict and value == lo)) or (
+            value > hi or (hi_strict and value == hi)
+        ):
+            value = float((lo + hi) / 2)
+        return value
+
+
+# -- schema helpers --------------------------------------------------------------------------
+
+
+def _types(schema: dict[str, Any], path: str) -> list[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared]
+    if isinstance(declared, list):
+        if not declared:
+            raise _NoValue(f"the types required at {path} have nothing in common")
+        return list(declared)
+    keys = schema.keys()
+    inferred = [
+        kind
+        for kind, words in (
+            ("object", _OBJECT_KEYS),
+            ("array", _ARRAY_KEYS),
+            ("string", _STRING_KEYS),
+            ("number", _NUMBER_KEYS),
+        )
+        if words & keys
+    ]
+    return inferred or ["string", "integer", "boolean"]
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Both schemas at once (for allOf and $ref siblings); unfoldable conflicts go to allOf."""
+    out = dict(a)
+    leftover: list[dict[str, Any]] = []
+    for key, theirs in b.items():
+        if key not in out:
+            out[key] = theirs
+            continue
+        ours = out[key]
+        if ours == theirs:
+            continue
+        if key == "type":
+            out[key] = _common_types(ours, theirs)
+        elif key == "required" and isinstance(ours, list) and isinstance(theirs, list):
+            out[key] = list(dict.fromkeys([*ours, *theirs]))
+        elif key in _LOWER_BOUNDS and _is_number(ours) and _is_number(theirs):
+            out[key] = max(ours, theirs)
+        elif key in _UPPER_BOUNDS and _is_number(ours) and _is_number(theirs):
+            out[key] = min(ours, theirs)
+        elif key == "enum" and isinstance(ours, list) and isinstance(theirs, list):
+            out[key] = [v for v in ours if any(_canonical(v) == _canonical(t) for t in theirs)]
+        elif key in _SCHEMA_MAPS and isinstance(ours, dict) and isinstance(theirs, dict):
+            merged = dict(ours)
+            for name, sub in theirs.items():
+                merged[name] = {"allOf": [merged[name], sub]} if name in merged else sub
+            out[key] = merged
+        elif (
+            key in _SUBSCHEMAS and isinstance(ours, dict | bool) and isinstance(theirs, dict | bool)
+        ):
+            out[key] = False if ours is False or theirs is False else {"allOf": [ours, theirs]}
+        elif key == "multipleOf" and _is_number(ours) and _is_number(theirs):
+            x, y = Fraction(str(ours)), Fraction(str(theirs))
+            lcm = Fraction(
+                math.lcm(x.numerator, y.numerator), math.gcd(x.denominator, y.denominator)
+            )
+            out[key] = int(lcm) if lcm.denominator == 1 else float(lcm)
+        elif key in ("title", "description", "default", "examples", "$comment"):
+            continue
+        else:
+            leftover.append({key: theirs})
+    if leftover:
+        out["allOf"] = [*out.get("allOf", []), *leftover]
+    return out
+
+
+def _common_types(a: Any, b: Any) -> list[str]:
+    left = [a] if isinstance(a, str) else list(a)
+    right = [b] if isinstance(b, str) else list(b)
+    common = [t for t in left if t in right]
+    if "integer" not in common and (
+        ("integer" in left and "number" in right) or ("number" in left and "integer" in right)
+    ):
+        common.append("integer")
+    return common
+
+
+def _bounds(schema: dict[str, Any]) -> tuple[Fraction | None, bool, Fraction | None, bool]:
+    """(lower, lower is strict, upper, upper is strict), drafts 4 and 6+ alike."""
+
+    def side(inclusive: str, exclusive: str, lower: bool) -> tuple[Fraction | None, bool]:
+        limit, flag = schema.get(inclusive), schema.get(exclusive)
+        found: list[tuple[Fraction, bool]] = []
+        if _is_number(limit):  # draft 4 makes it strict with `exclusiveMinimum: true`
+            found.append((Fraction(str(limit)), flag is True))
+        if _is_number(flag):
+            found.append((Fraction(str(flag)), True))
+        if not found:
+            return None, False
+        tightest = max(v for v, _ in found) if lower else min(v for v, _ in found)
+        return tightest, any(strict for v, strict in found if v == tightest)
+
+    lo, lo_strict = side("minimum", "exclusiveMinimum", lower=True)
+    hi, hi_strict = side("maximum", "exclusiveMaximum", lower=False)
+    return lo, lo_strict, hi, hi_strict
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+# -- strings ---------------------------------------------------------------------------------
+
+
+def _plain_string(rng: random.Random, low: int, high: int | None) -> str:
+    start = low if high is not None and high < 3 else max(low, 3)
+    stop = start + 12 if high is None else min(high, start + 12)
+    size = rng.randint(start, stop)
+    words: list[str] = []
+    while len(" ".join(words)) < size:
+        words.append(rng.choice(_WORDS))
+    text = " ".join(words)
+    if high is not None and len(text) > high:  # whole words read better; cut only when forced
+        text = text[:high]
+        text = text[:-1] + "x" if text.endswith(" ") else text
+    return text
+
+
+def _format_string(fmt: str, rng: random.Random) -> str | None:
+    n = rng.randint(1, 999)
+    word = rng.choice(_WORDS)
+    date = f"{rng.randint(2000, 2030):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    clock = f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z"
+    values = {
+        "date": date,
+        "date-time": f"{date}T{clock}",
+        "time": clock,
+        "email": f"{word}.{n}@example.com",
+        "idn-email": f"{word}.{n}@example.com",
+        "uri": f"https://example.com/{word}/{n}",
+        "iri": f"https://example.com/{word}/{n}",
+        "url": f"https://example.com/{word}/{n}",
+        "uri-reference": f"/{word}/{n}",
+        "iri-reference": f"/{word}/{n}",
+        "uri-template": f"https://example.com/{word}/{{id}}",
+        "hostname": f"{word}{n}.example.com",
+        "idn-hostname": f"{word}{n}.example.com",
+        "ipv4": f"192.0.2.{rng.randint(1, 254)}",
+        "ipv6": f"2001:db8::{rng.randint(1, 0xFFFF):x}",
+        "uuid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+        "duration": f"P{n}D",
+        "json-pointer": f"/{word}/{n}",
+        "relative-json-pointer": f"1/{word}",
+        "regex": f"^{word}[0-9]+$",
+    }
+    return values.get(fmt)
+
+
+def _pattern_string(pattern: str, rng: random.Random, low: int, path: str) -> str:
+    try:
+        compiled = re.compile(pattern)
+    except re.error:
+        raise _NoValue(
+            f"the pattern at {path} is not a regular expression Python accepts"
+        ) from None
+    try:
+        text = _Regex(pattern).sample(rng)
+    except _Unsupported as exc:
+        raise _NoValue(
+            f"the pattern {pattern!r} at {path} uses {exc}, which the generator does not support"
+        ) from None
+    if len(text) < low and not pattern.endswith("$"):
+        text += "".join(rng.choice(_DOT_CHARS) for _ in range(low - len(text)))
+    if not compiled.search(text):
+        raise _NoValue(f"cannot build a string matching the pattern {pattern!r} at {path}")
+    return text
+
+
+class _Unsupported(Exception):
+    """Internal: the pattern uses a construct the sampler does not handle."""
+
+
+class _Regex:
+    """A sampler for simple regular expressions: literals, classes, groups, alternation,
+    quantifiers and anchors. Lookarounds, backreferences and flags are refused."""
+
+    def __init__(self, pattern: str) -> None:
+        self.text = pattern
+        self.pos = 0
+        self.tree = self._alternation()
+        if self.pos != len(self.text):
+            raise _Unsupported(f"an unbalanced ')' at offset {self.pos}")
+
+    def sample(self, rng: random.Random) -> str:
+        return self._emit(self.tree, rng)
+
+    def _peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def _next(self) -> str:
+        char = self._peek()
+        self.pos += 1
+        return char
+
+    def _alternation(self) -> tuple[Any, ...]:
+        branches = [self._sequence()]
+        while self._peek() == "|":
+            self.pos += 1
+            branches.append(self._sequence())
+        return ("alt", branches)
+
+    def _sequence(self) -> tuple[Any, ...]:
+        items = []
+        while self._peek() not in ("", "|", ")"):
+            items.append(self._quantified())
+        return ("seq", items)
+
+    def _quantified(self) -> tuple[Any, ...]:
+        atom = self._atom()
+        char = self._peek()
+        if char in ("*", "+", "?"):
+            self.pos += 1
+            low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}[char]
+        elif char == "{" and (match := re.match(r"\{(\d+)(,(\d*))?\}", self.text[self.pos :])):
+            self.pos += match.end()
+            low = int(match.group(1))
+            high = (
+                low if match.group(2) is None else int(match.group(3)) if match.group(3) else None
+            )
+        else:
+            return atom
+        if self._peek() in ("?", "+"):  # lazy or possessive: same strings
+            self.pos += 1
+        return ("rep", atom, low, high)
+
+    def _atom(self) -> tuple[Any, ...]:
+        char = self._next()
+        if char == "(":
+            if self.text.startswith("?:", self.pos):
+                self.pos += 2
+            elif match := re.match(r"\?P?<([A-Za-z_]\w*)>", self.text[self.pos :]):
+                self.pos += match.end()
+            elif self._peek() == "?":
+                raise _Unsupported("a lookaround or inline flag")
+            inner = self._alternation()
+            if self._next() != ")":
+                raise _Unsupported("an unclosed group")
+            return inner
+        if char == "[":
+            return ("set", self._class())
+        if char == ".":
+            return ("set", _DOT_CHARS)
+        if char in ("^", "$"):
+            return ("seq", [])
+        if char == "\\":
+            return self._escape()
+        return ("set", [char])
+
+    def _escape(self) -> tuple[Any, ...]:
+        char = self._next()
+        classes = _escape_class(char)
+        if classes is not None:
+            return ("set", classes)
+        if char in ("A", "Z", "z"):
+            return ("seq", [])
+        if char in ("b", "B") or char in "123456789":
+            raise _Unsupported(f"'\\{char}'")
+        return ("set", [_escape_literal(char, self)])
+
+    def _class(self) -> list[str]:
+        negate = self._peek() == "^"
+        if negate:
+            self.pos += 1
+        chars: list[str] = []
+        first = True
+        while True:
+            char = self._next()
+            if char == "":
+                raise _Unsupported("an unclosed character class")
+            if char == "]" and not first:
+                break
+            first = False
+            if char == "\\":
+                escaped = self._next()
+                classes = _escape_class(escaped)
+                if classes is not None:
+                    chars.extend(classes)
+                    continue
+                char = _escape_literal(escaped, self)
+            if self._peek() == "-" and self.text[self.pos + 1 : self.pos + 2] not in ("]", ""):
+                self.pos += 1
+                end = self._next()
+                if end == "\\":
+                    end = _escape_literal(self._next(), self)
+                chars.extend(chr(c) for c in range(ord(char), min(ord(end), ord(char) + 4096) + 1))
+            else:
+                chars.append(char)
+        if negate:
+            excluded = set(chars)
+            chars = [c for c in _PRINTABLE if c not in excluded]
+        if not chars:
+            raise _Unsupported("an empty character class")
+        return chars
+
+    def _emit(self, node: tuple[Any, ...], rng: random.Random) -> str:
+        kind = node[0]
+        if kind == "set":
+            return str(rng.choice(node[1]))
+        if kind == "seq":
+            return "".join(self._emit(item, rng) for item in node[1])
+        if kind == "alt":
+            return self._emit(rng.choice(node[1]), rng)
+        _, atom, low, high = node
+        count = rng.randint(low, low + 3 if high is None else min(high, low + 3))
+        return "".join(self._emit(atom, rng) for _ in range(count))
+
+
+def _escape_class(char: str) -> list[str] | None:
+    digits, word, space = list(string.digits), _WORD_CHARS, [" "]
+    table = {
+        "d": digits,
+        "w": word,
+        "s": space,
+        "D": [c for c in _DOT_CHARS if c not in digits],
+        "W": [c for c in _PRINTABLE if c not in word and c != " "],
+        "S": _DOT_CHARS,
+    }
+    return table.get(char)
+
+
+def _escape_literal(char: str, regex: _Regex) -> str:
+    controls = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
+    if char in controls:
+        return controls[char]
+    if char in ("x", "u"):
+        width = 2 if char == "x" else 4
+        digits = regex.text[regex.pos : regex.pos + width]
+        if len(digits) != width or not all(c in string.hexdigits for c in digits):
+            raise _Unsupported(f"a malformed '\\{char}' escape")
+        regex.pos += width
+        return chr(int(digits, 16))
+    if char == "":
+        raise _Unsupported("a trailing backslash")
+    if char.isalpha():
+        raise _Unsupported(f"'\\{char}'")
+    return char
