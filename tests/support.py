@@ -1,11 +1,18 @@
-"""Helpers shared by tests: loading the small agents kept in tests/assets."""
+"""Helpers shared by tests: the small agents in tests/assets, servers on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import socket
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import uvicorn
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -20,3 +27,31 @@ def load_asset(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 (ephemeral port) in a thread; yield its URL.
+
+    The socket listens before uvicorn starts, so early connections wait in the backlog; the
+    server is always stopped on exit.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (for subprocess servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,93 @@
+"""The batch runner: findings fire on purpose-built bad agents and never on good ones."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from osmosis_rollout.testing import Harness, MockLLMBackend
+from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch, summarise
+
+from .support import load_asset, serve_in_thread
+
+pytestmark = pytest.mark.anyio
+
+ROWS = [
+    RowInput(index=i, messages=[{"role": "user", "content": f"question {i}"}]) for i in (1, 2, 3)
+]
+
+
+async def run_agent(agent: object, *, timeout_s: float = 10.0) -> list[set[str]]:
+    async with Harness(agent, backend=MockLLMBackend(seed=1)) as harness:  # type: ignore[arg-type]
+        report = await run_batch(harness, ROWS, RunOptions(timeout_s=timeout_s, concurrency=3))
+    return [{f.code for f in row.findings} for row in report.rows]
+
+
+@pytest.mark.parametrize(
+    ("agent_name", "finding"),
+    [
+        ("RewritesHistoryAgent", "history_rewritten"),
+        ("CompletesTwiceAgent", "duplicate_completion"),
+        ("WrongKeyAgent", "bad_api_key"),
+        ("UnknownToolAgent", "unknown_tool"),
+    ],
+)
+async def test_each_finding_fires_on_its_bad_agent(agent_name: str, finding: str) -> None:
+    """Every row of a purpose-built bad agent carries exactly the finding it provokes."""
+    agent = getattr(load_asset("bad_agents"), agent_name)()
+    for codes in await run_agent(agent):
+        assert codes == {finding}
+
+
+async def test_good_agents_have_no_findings() -> None:
+    """The good test agent and the calculator example pass cleanly: no false positives."""
+    good = load_asset("bad_agents").GoodAgent()
+    calculator = load_asset("../../examples/calculator/agent").CalculatorAgent()
+    for agent in (good, calculator):
+        assert await run_agent(agent) == [set(), set(), set()]
+
+
+async def test_rows_keep_dataset_order_and_summary_counts() -> None:
+    """Results come back in dataset order with consistent totals, even when run concurrently."""
+    agent = load_asset("../../examples/calculator/agent").CalculatorAgent()
+    async with Harness(agent, backend=MockLLMBackend()) as harness:
+        report = await run_batch(harness, ROWS, RunOptions(concurrency=2))
+    assert [r.index for r in report.rows] == [1, 2, 3]
+    summary = summarise(report)
+    assert summary["passed"] == 3
+    assert summary["failed"] == 0
+    assert summary["tool_calls"] == sum(r.tool_calls for r in report.rows) > 0
+    assert summary["latency_ms_p50"] <= summary["latency_ms_p95"]
+    assert all(r.turns == 2 for r in report.rows)
+
+
+async def test_a_slow_agent_fails_its_rows_at_the_timeout() -> None:
+    """A rollout over the row timeout ends ERROR/timeout (the server's deadline), not a hang."""
+    agent = load_asset("bad_agents").SlowAgent()
+    async with Harness(agent, backend=MockLLMBackend(), rollout_timeout_s=0.3) as harness:
+        with anyio.fail_after(10):
+            report = await run_batch(harness, ROWS[:1], RunOptions(timeout_s=5))
+    row = report.rows[0]
+    assert row.status == "ERROR"
+    assert row.finish_reason == "timeout"
+    assert not row.passed
+
+
+async def test_a_server_that_never_calls_back_gets_no_completion() -> None:
+    """Against a server that accepts inits but never sends a callback: no_completion."""
+
+    async def init(request: Request) -> JSONResponse:
+        body = await request.json()
+        return JSONResponse({"rollout_id": body["rollout_id"], "tools": []}, status_code=202)
+
+    rogue = Starlette(routes=[Route("/v1/rollout/init", init, methods=["POST"])])
+    with serve_in_thread(rogue) as url:
+        async with Harness(server_url=url, backend=MockLLMBackend()) as harness:
+            report = await run_batch(harness, ROWS[:2], RunOptions(timeout_s=0.3))
+    for row in report.rows:
+        assert row.status == "NO_RESULT"
+        assert {f.code for f in row.findings} == {"no_completion"}
