@@ -5,13 +5,17 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from . import app
 from ._common import EXIT_PROBLEMS, fail, run_async, stderr_console
+
+if TYPE_CHECKING:
+    from ..config import ServerSettings
 
 TARGET_HELP = "The agent: [bold]path/to/file.py:Attr[/] or [bold]pkg.module:Attr[/]."
 
@@ -30,7 +34,7 @@ def resolve_target(target: str | None, module: str | None, pyproject: Path | Non
         configured = table.get("osmosis", {}).get("agent")
         if isinstance(configured, str) and configured:
             return configured
-    fail(
+    return fail(
         "missing TARGET: the agent to serve",
         hint="osmosis serve path/to/agent.py:MyAgent  (or set `agent` in [tool.osmosis])",
     )
@@ -45,6 +49,24 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def decide_auth(
+    settings: ServerSettings, *, no_auth: bool, new_key: Callable[[], str] | None = None
+) -> tuple[ServerSettings, bool]:
+    """The server key to use, and whether it was generated (then it is printed once).
+
+    ``--no-auth`` wins; a configured key is kept; a non-loopback host without one gets a fresh
+    key, because a public rollout server without auth would run anyone's rollouts.
+    """
+    if no_auth:
+        return settings.model_copy(update={"api_key": None}), False
+    if settings.api_key is not None or _is_loopback(settings.host):
+        return settings, False
+    from pydantic import SecretStr
+
+    key = new_key() if new_key is not None else secrets.token_urlsafe(32)
+    return settings.model_copy(update={"api_key": SecretStr(key)}), True
+
+
 @app.command("serve")
 def serve_command(
     target: Annotated[str | None, typer.Argument(help=TARGET_HELP, show_default=False)] = None,
@@ -52,10 +74,10 @@ def serve_command(
         str | None, typer.Option("--module", "-m", help="The agent as pkg.module:Attr.")
     ] = None,
     host: Annotated[
-        str | None, typer.Option(help="Interface to bind. [default: 127.0.0.1]", show_default=False)
+        str | None, typer.Option(help="Interface to bind. \\[default: 127.0.0.1]", show_default=False)
     ] = None,
     port: Annotated[
-        int | None, typer.Option(help="Port to bind (0 = any free port). [default: 9000]")
+        int | None, typer.Option(help="Port to bind (0 = any free port). \\[default: 9000]")
     ] = None,
     api_key: Annotated[
         str | None,
@@ -69,18 +91,25 @@ def serve_command(
         bool, typer.Option("--no-auth", help="Serve without a key, even on a public interface.")
     ] = False,
     max_concurrent: Annotated[
-        int | None, typer.Option(help="Rollouts run at once; more wait in a queue. [default: 100]")
+        int | None, typer.Option(help="Rollouts run at once; more wait in a queue. \\[default: 100]")
     ] = None,
     rollout_timeout: Annotated[
         float | None,
-        typer.Option(help="Seconds before a rollout ends with ERROR/timeout. [default: 3600]"),
+        typer.Option(help="Seconds before a rollout ends with ERROR/timeout. \\[default: 3600]"),
     ] = None,
     debug_dir: Annotated[
         Path | None, typer.Option(help="Write per-rollout JSONL traces here.")
     ] = None,
     outbox_dir: Annotated[
         Path | None,
-        typer.Option(help="Keep undeliverable callbacks here. [default: .osmosis/outbox]"),
+        typer.Option(help="Keep undeliverable callbacks here. \\[default: .osmosis/outbox]"),
+    ] = None,
+    shutdown_grace: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds running rollouts get to finish on SIGTERM before they are cancelled. "
+            "\\[default: 30]"
+        ),
     ] = None,
     no_validate: Annotated[
         bool, typer.Option("--no-validate", help="Skip the agent checks at start.")
@@ -89,7 +118,7 @@ def serve_command(
         bool, typer.Option("--reload", help="Restart when the agent's files change (development).")
     ] = False,
     log_level: Annotated[
-        str | None, typer.Option(help="critical, error, warning, info or debug. [default: info]")
+        str | None, typer.Option(help="critical, error, warning, info or debug. \\[default: info]")
     ] = None,
 ) -> None:
     """Serve an agent over the remote rollout protocol until Ctrl-C or SIGTERM.
@@ -110,22 +139,14 @@ def serve_command(
         "api_key": api_key,
         "max_concurrent": max_concurrent,
         "rollout_timeout_s": rollout_timeout,
+        "shutdown_grace_s": shutdown_grace,
         "debug_dir": debug_dir,
         "outbox_dir": outbox_dir,
         "log_level": log_level.lower() if log_level else None,
     }
     try:
         settings = ServerSettings.resolve(cli, environ=os.environ, pyproject=pyproject)
-        generated = False
-        if no_auth:
-            settings = settings.model_copy(update={"api_key": None})
-        elif settings.api_key is None and not _is_loopback(settings.host):
-            from pydantic import SecretStr
-
-            settings = settings.model_copy(
-                update={"api_key": SecretStr(secrets.token_urlsafe(32))}
-            )
-            generated = True
+        settings, generated = decide_auth(settings, no_auth=no_auth)
         agent = _load_and_check(chosen, validate=not no_validate)
         if reload:
             _print_banner(err, chosen, agent.name, settings, generated)

@@ -9,6 +9,7 @@ at once (each still sends its ``ERROR``/``cancelled`` callback); a third forces 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import socket
 from types import FrameType
@@ -29,7 +30,9 @@ logger = logging.getLogger("osmosis_rollout.server")
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind the listening socket up front so a busy port is one clear ``ConfigError``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say TCP, and
+    # without it every small response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -41,6 +44,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
                 "another port with --port"
             ) from None
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    # Listen now: a client that connects as soon as the banner says so waits in the backlog
+    # until uvicorn accepts, instead of being refused while the app starts up.
+    sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
@@ -77,6 +83,18 @@ class _DrainingServer(uvicorn.Server):
             self.should_exit = True
 
 
+def _log_config(log_level: str) -> dict[str, Any]:
+    """uvicorn's logging setup plus our ``osmosis_rollout`` loggers on the same handler, so
+    callback failures and drain progress show with a level, and ``--log-level`` applies."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["loggers"]["osmosis_rollout"] = {
+        "handlers": ["default"],
+        "level": log_level.upper(),
+        "propagate": False,
+    }
+    return config
+
+
 def serve(
     agent_loop: RolloutAgentLoop,
     *,
@@ -100,6 +118,7 @@ def serve(
     listener = sock or bind_socket(host, port)
     config = uvicorn.Config(
         app,
+        log_config=_log_config(log_level),
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=5,

@@ -1,0 +1,83 @@
+"""``osmosis init``: create a new agent project from a template."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..scaffold import DEFAULT_TEMPLATE
+from . import app
+from ._common import fail, stdout_console
+
+
+@app.command("init")
+def init_command(
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            help="Project name, e.g. [bold]my-agent[/] (its Python package is my_agent).",
+            metavar="NAME",
+            show_default=False,
+        ),
+    ] = None,
+    template: Annotated[
+        str, typer.Option("--template", "-t", help="The template (see --list-templates).")
+    ] = DEFAULT_TEMPLATE,
+    path: Annotated[
+        Path | None,
+        typer.Option(
+            "--path",
+            "-p",
+            help="The project folder to create; it must not exist or be empty. \\[default: ./NAME]",
+            show_default=False,
+        ),
+    ] = None,
+    list_templates: Annotated[
+        bool, typer.Option("--list-templates", help="List the templates and exit.")
+    ] = False,
+) -> None:
+    """Create a new agent project that passes validate, test and its own tests at once.
+
+    A bad name, an unknown template or a non-empty folder: exit 2, and nothing is written.
+    """
+    from rich.markup import escape
+
+    from ..errors import OsmosisError
+    from ..scaffold import create_project, project_names
+    from ..scaffold import list_templates as templates
+
+    out = stdout_console()
+    out.soft_wrap = True  # paths and commands stay on one line, ready to copy
+    try:
+        if list_templates:
+            for info in templates():
+                default = " [dim](default)[/]" if info.name == DEFAULT_TEMPLATE else ""
+                out.print(f"[bold]{info.name:<10}[/] {escape(info.description)}{default}")
+            return
+        if name is None:
+            fail("missing NAME: the project to create", hint="osmosis init my-agent")
+        names = project_names(name)
+        dest = (path or Path(name)).absolute()
+        files = create_project(dest, name=name, template=template)
+    except OsmosisError as exc:
+        fail(str(exc))
+    shown = _shown(dest)
+    where = escape(shown)
+    out.print(f"Created [bold]{escape(name)}[/] from the {escape(template)} template in {where}:")
+    for file in files:
+        out.print(f"  {escape(file.relative_to(dest).as_posix())}")
+    out.print("\nNext:")
+    out.print(f"  cd {escape(shlex.quote(shown))}")
+    out.print(f"  osmosis validate {names.target}")
+    out.print(f"  osmosis test {names.target} --dataset dataset.jsonl")
+
+
+def _shown(dest: Path) -> str:
+    """``dest`` relative to the current folder when it is below it, else absolute."""
+    try:
+        return str(dest.relative_to(Path.cwd().absolute())) or "."
+    except ValueError:
+        return str(dest)

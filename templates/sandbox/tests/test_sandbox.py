@@ -1,0 +1,48 @@
+"""The sandbox: output, errors, time limit, output limit and a clean environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from __PACKAGE__.sandbox import run_python
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_returns_what_the_program_printed() -> None:
+    """stdout comes back with exit code 0."""
+    result = await run_python("print(6 * 7)")
+    assert result.output == "42\n"
+    assert result.exit_code == 0
+    assert result.for_model() == "42\n"
+
+
+async def test_an_exception_is_output_not_a_crash() -> None:
+    """A failing program returns its traceback and exit code for the model to read."""
+    result = await run_python("1 / 0")
+    assert "ZeroDivisionError" in result.output
+    assert result.exit_code == 1
+    assert "[exit code 1]" in result.for_model()
+
+
+async def test_a_program_that_runs_too_long_is_killed() -> None:
+    """An endless loop is killed at the time limit and reported as such."""
+    result = await run_python("while True: pass", timeout_s=0.3)
+    assert result.timed_out
+    assert result.exit_code is None
+    assert "time limit" in result.for_model()
+
+
+async def test_output_is_cut_at_the_limit() -> None:
+    """Endless printing is stopped and the model sees at most max_output_chars."""
+    result = await run_python("while True: print('x' * 100)", max_output_chars=1000)
+    assert result.truncated
+    assert len(result.output) == 1000
+    assert "[output truncated]" in result.for_model()
+
+
+async def test_the_program_does_not_see_our_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets in this process's environment are not passed to model-written code."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    result = await run_python("import os; print(os.environ.get('OPENAI_API_KEY'))")
+    assert result.output == "None\n"
