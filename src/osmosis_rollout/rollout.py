@@ -39,11 +39,14 @@ class RolloutControl:
     def __init__(self) -> None:
         self.scope: anyio.CancelScope | None = None
         self.cancelled = False
+        self.reason = "server shutting down"
         self.context: RolloutContext | None = None
 
-    def cancel(self) -> None:
-        """Cancel the agent; ``run_rollout`` still returns its ``ERROR``/``cancelled`` response."""
+    def cancel(self, reason: str = "server shutting down") -> None:
+        """Cancel the agent; ``run_rollout`` still returns its ``ERROR``/``cancelled`` response,
+        whose ``error_message`` gives ``reason``."""
         self.cancelled = True
+        self.reason = reason
         if self.scope is not None:
             self.scope.cancel()
 
@@ -94,7 +97,7 @@ async def run_rollout(
             ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
     if scope.cancelled_caught or (scope.cancel_called and result is None and not error_message):
         if control.cancelled:
-            finish_reason, error_message = "cancelled", "rollout cancelled (server shutting down)"
+            finish_reason, error_message = "cancelled", f"rollout cancelled ({control.reason})"
         else:
             finish_reason = "timeout"
             error_message = f"rollout exceeded its deadline of {deadline_s:g} s"

@@ -170,13 +170,12 @@ class Harness:
 
         tasks.start_soon(run_server)
         self._stack.push_async_callback(stop)
-        while not server.started and not stopped.is_set():
-            await anyio.sleep(0.01)
+        # No wait for uvicorn: bind_socket already listens, early connections queue up.
         self.server_http = await self._stack.enter_async_context(
             httpx2.AsyncClient(base_url=self.server_url, timeout=30.0)
         )
 
-    def cancel(self, rollout_id: str) -> bool:
+    def cancel(self, rollout_id: str, *, reason: str = "test harness") -> bool:
         """Cancel a running in-process rollout; it still sends its ``ERROR``/``cancelled``
         callback. Returns False when there is no such rollout (or the server is remote)."""
         if self.rollout_server is None:
@@ -184,7 +183,7 @@ class Harness:
         entry = self.rollout_server.registry.by_id.get(rollout_id)
         if entry is None:
             return False
-        entry.control.cancel()
+        entry.control.cancel(reason)
         return True
 
     async def run(

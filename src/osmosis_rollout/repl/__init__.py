@@ -1,0 +1,9 @@
+"""``osmosis test --interactive``: a step-through debugger for agent rollouts.
+
+``run_repl`` is the entry point; ``stepper`` pauses the mock TrainGate's LLM turns, ``commands``
+parses what the user types, ``views`` renders, and ``session`` runs the prompt loop.
+"""
+
+from .session import run_repl
+
+__all__ = ["run_repl"]

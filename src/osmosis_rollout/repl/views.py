@@ -1,0 +1,248 @@
+"""Pure renderers for the REPL: turns, conversations, tools, metrics and outcomes.
+
+Nothing is printed here; the REPL prints what these return on the console it was given. User and
+model text goes into ``Text`` objects, never into markup, so ``[brackets]`` print as typed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.json import JSON
+from rich.padding import Padding
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
+from ..render_results import format_ms
+from ..testing.runner import RowInput, RowResult
+from .commands import COMMANDS
+from .stepper import Turn
+
+__all__ = [
+    "help_table",
+    "message_view",
+    "messages_view",
+    "metrics_table",
+    "outcome_view",
+    "rows_view",
+    "tools_view",
+    "turn_summary",
+    "turn_view",
+]
+
+_ROLE_STYLE = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow"}
+_PREVIEW_CHARS = 400
+_INLINE_ARGUMENTS = 72
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: show the text ones
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return json.dumps(content, default=str)
+
+
+def _shorten(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}..."
+
+
+def _arguments(raw: Any) -> str | RenderableType:
+    """Tool-call arguments as JSON: a one-line string when short, indented JSON when not (or
+    the raw text when it is not JSON at all, which is worth seeing as is)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            return Text(raw, style="red")
+    compact = json.dumps(raw, default=str)
+    if len(compact) <= _INLINE_ARGUMENTS:
+        return compact
+    return JSON.from_data(raw, indent=2, default=str)
+
+
+def _tool_call_view(call: Any) -> list[RenderableType]:
+    call = call if isinstance(call, dict) else {}
+    function = call.get("function") or {}
+    arguments = _arguments(function.get("arguments"))
+    head = Text.assemble(("  -> ", "bold"), (str(function.get("name", "?")), "bold yellow"))
+    if isinstance(arguments, str):
+        head.append(f"({arguments})")
+    head.append(f"  [{call.get('id', '')}]", "dim")
+    if isinstance(arguments, str):
+        return [head]
+    return [head, Padding(arguments, (0, 0, 0, 6))]
+
+
+def message_view(message: Message, *, limit: int | None = None) -> RenderableType:
+    """One chat message: a role label, its text, and each tool call with its arguments."""
+    role = str(message.get("role", "?"))
+    label = role
+    if role == "tool":
+        name = message.get("name")
+        call_id = message.get("tool_call_id")
+        label = "tool" + (f" {name}" if name else "") + (f" [{call_id}]" if call_id else "")
+    text = Text.assemble((f"{label}: ", f"bold {_ROLE_STYLE.get(role, 'white')}"))
+    text.append(_shorten(_content_text(message.get("content")), limit))
+    parts: list[RenderableType] = [text]
+    for call in message.get("tool_calls") or []:
+        parts.extend(_tool_call_view(call))
+    return Group(*parts)
+
+
+def messages_view(messages: Sequence[Message], *, pending: Message | None = None) -> Group:
+    """The whole conversation, numbered; ``pending`` is a reply the agent has not received."""
+    parts: list[RenderableType] = [Rule(f"conversation: {len(messages)} message(s)", style="dim")]
+    for i, message in enumerate(messages):
+        parts.append(Text(f"[{i}]", style="dim"))
+        parts.append(message_view(message))
+    if pending is not None:
+        parts.append(Text(f"[{len(messages)}] (pending: not yet sent to the agent)", style="dim"))
+        parts.append(message_view(pending))
+    return Group(*parts)
+
+
+def _reply_message(reply: CompletionsResponse) -> Message:
+    return reply.message.model_dump(mode="json", exclude_none=True)
+
+
+def turn_summary(turn: Turn) -> Text:
+    """The compact metrics line: finish reason, this turn's tokens and time, totals so far."""
+    usage = turn.reply.usage
+    earlier = turn.record.replies[: turn.number - 1]
+    prompt_total = usage.prompt_tokens + sum(r.usage.prompt_tokens for r in earlier)
+    response_total = usage.completion_tokens + sum(r.usage.completion_tokens for r in earlier)
+    finish = turn.reply.choices[0].finish_reason or "-"
+    return Text.assemble(
+        ("finish ", "dim"),
+        (finish, "bold"),
+        (" | tokens ", "dim"),
+        f"{usage.prompt_tokens} in / {usage.completion_tokens} out",
+        (" | model ", "dim"),
+        format_ms(turn.model_ms),
+        (" | so far ", "dim"),
+        f"{len(earlier) + 1} call(s), {prompt_total}/{response_total} tokens",
+    )
+
+
+def turn_view(turn: Turn, *, title: str = "") -> Group:
+    """One LLM turn: what arrived since the last reply, the reply, and the metrics line."""
+    heading = f"turn {turn.number}" + (f" | {title}" if title else "")
+    parts: list[RenderableType] = [Rule(heading, align="left", style="blue")]
+    for message in turn.new_messages:
+        parts.append(message_view(message, limit=_PREVIEW_CHARS))
+    if turn.edited:
+        parts.append(Text("(edited by you)", style="bold magenta"))
+    parts.append(message_view(_reply_message(turn.reply)))
+    parts.append(turn_summary(turn))
+    return Group(*parts)
+
+
+def tools_view(tools: Sequence[OpenAIFunctionToolSchema]) -> RenderableType:
+    """Each tool with its description and full ``parameters`` schema."""
+    if not tools:
+        return Text("The agent declared no tools.", style="dim")
+    parts: list[RenderableType] = [Rule(f"{len(tools)} tool(s)", style="dim")]
+    for tool in tools:
+        parts.append(
+            Text.assemble(
+                (tool.name, "bold yellow"), ("  " + (tool.function.description or ""), "")
+            )
+        )
+        parts.append(Padding(JSON.from_data(tool.function.parameters, indent=2), (0, 0, 0, 2)))
+    return Group(*parts)
+
+
+def metrics_table(
+    metrics: RolloutMetrics,
+    *,
+    paused_ms: float,
+    model_ms: float,
+    in_flight_ms: float = 0.0,
+    title: str = "Metrics",
+) -> Table:
+    """Calls, tokens and the latency split; pauses at the prompt are shown apart.
+
+    ``in_flight_ms`` is the turn still waiting at the prompt: the agent counts it as LLM time
+    only once it gets the reply, so it is shown on its own instead of inflating "other".
+    """
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    table.add_row("llm calls", str(metrics.num_llm_calls), "")
+    table.add_row("tool calls", str(metrics.num_tool_calls), "")
+    table.add_row("tokens", f"{metrics.prompt_tokens} / {metrics.response_tokens}", "in / out")
+    table.add_row("max context", str(metrics.max_context_tokens), "tokens")
+    table.add_row("total", format_ms(metrics.total_latency_ms), "since the agent started")
+    table.add_row("llm", format_ms(metrics.llm_latency_ms), "as the agent measured it")
+    table.add_row("  model", format_ms(model_ms), "the LLM backend itself")
+    table.add_row("  paused", format_ms(paused_ms), "you, at this prompt")
+    if in_flight_ms:
+        table.add_row("turn shown", format_ms(in_flight_ms), "not yet in llm: still paused")
+    table.add_row("tool", format_ms(metrics.tool_latency_ms), "")
+    other = (
+        metrics.total_latency_ms - metrics.llm_latency_ms - metrics.tool_latency_ms - in_flight_ms
+    )
+    table.add_row("other", format_ms(max(0.0, other)), "agent code and the SDK")
+    return table
+
+
+def outcome_view(row: RowResult, *, paused_ms: float, model_ms: float) -> Group:
+    """How a rollout ended: status, finish reason, reward, findings, metrics."""
+    ok = row.status == "COMPLETED"
+    head = Text.assemble(
+        ("rollout ", "bold"),
+        (row.status, "bold green" if ok else "bold red"),
+        ("  finish ", "dim"),
+        row.finish_reason or "-",
+        ("  reward ", "dim"),
+        "-" if row.reward is None else f"{row.reward:g}",
+    )
+    parts: list[RenderableType] = [Rule("end of rollout", align="left", style="blue"), head]
+    if row.error_message:
+        parts.append(Text.assemble(("error: ", "bold red"), row.error_message))
+    if row.findings:
+        parts.append(Text(f"findings ({len(row.findings)}):", style="bold yellow"))
+        for finding in row.findings:
+            parts.append(Text.assemble(("  " + finding.code, "yellow"), f": {finding.message}"))
+    else:
+        parts.append(Text("findings: none (the protocol checks passed)", style="green"))
+    if row.metrics:
+        metrics = RolloutMetrics.model_validate(row.metrics)
+        parts.append(metrics_table(metrics, paused_ms=paused_ms, model_ms=model_ms))
+    return Group(*parts)
+
+
+def rows_view(rows: Sequence[RowInput], *, limit: int = 10) -> Table:
+    """The dataset's rows, each with its last user message, so the user can pick one."""
+    table = Table(title=f"Dataset: {len(rows)} row(s)", title_justify="left", box=None)
+    table.add_column("row", justify="right", style="bold")
+    table.add_column("user message", overflow="ellipsis", no_wrap=True, max_width=70)
+    for row in rows[:limit]:
+        users = [m for m in row.messages if m.get("role") == "user"]
+        text = _content_text(users[-1].get("content")) if users else "(no user message)"
+        table.add_row(str(row.index), Text(" ".join(text.split())))
+    if len(rows) > limit:
+        table.add_row("...", Text(f"{len(rows) - limit} more", style="dim"))
+    return table
+
+
+def help_table() -> Table:
+    """Every command with its short forms and what it does."""
+    table = Table(title="Commands", title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for spec in COMMANDS:
+        table.add_row(spec.usage, spec.help)
+    table.add_row("Ctrl-C", "cancel the running rollout (it ends ERROR/cancelled)")
+    return table
