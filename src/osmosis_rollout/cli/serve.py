@@ -74,7 +74,8 @@ def serve_command(
         str | None, typer.Option("--module", "-m", help="The agent as pkg.module:Attr.")
     ] = None,
     host: Annotated[
-        str | None, typer.Option(help="Interface to bind. \\[default: 127.0.0.1]", show_default=False)
+        str | None,
+        typer.Option(help="Interface to bind. \\[default: 127.0.0.1]", show_default=False),
     ] = None,
     port: Annotated[
         int | None, typer.Option(help="Port to bind (0 = any free port). \\[default: 9000]")
@@ -91,7 +92,8 @@ def serve_command(
         bool, typer.Option("--no-auth", help="Serve without a key, even on a public interface.")
     ] = False,
     max_concurrent: Annotated[
-        int | None, typer.Option(help="Rollouts run at once; more wait in a queue. \\[default: 100]")
+        int | None,
+        typer.Option(help="Rollouts run at once; more wait in a queue. \\[default: 100]"),
     ] = None,
     rollout_timeout: Annotated[
         float | None,

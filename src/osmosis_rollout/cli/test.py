@@ -225,14 +225,17 @@ async def _run(
             sink.flush()
 
     try:
-        async with _closing(backend), Harness(
-            agent,
-            backend=backend,
-            server_url=server,
-            rollout_timeout_s=timeout_s,
-            max_concurrent=concurrency,
-            debug_dir=debug_dir,
-        ) as harness:
+        async with (
+            _closing(backend),
+            Harness(
+                agent,
+                backend=backend,
+                server_url=server,
+                rollout_timeout_s=timeout_s,
+                max_concurrent=concurrency,
+                debug_dir=debug_dir,
+            ) as harness,
+        ):
             with progress:
                 report = await run_batch(harness, rows, options, on_result=on_result)
         summary = summarise(report)

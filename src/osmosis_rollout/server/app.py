@@ -157,7 +157,7 @@ class RolloutServer:
         """Stop accepting; give running rollouts the grace period; cancel the rest."""
         if not self.registry.draining:
             logger.info(
-                "draining: %d running, %d queued; grace period %.0f s",
+                "draining: %d running, %d queued; grace period %g s",
                 self.registry.active,
                 self.registry.queued,
                 self.settings.shutdown_grace_s,

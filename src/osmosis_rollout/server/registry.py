@@ -110,8 +110,12 @@ class RolloutRegistry:
     # -- admission ------------------------------------------------------------------------------
 
     def has_capacity(self) -> bool:
-        """Whether one more rollout may be accepted (a free slot, or room in the queue)."""
-        return self.active < self.max_concurrent or self.queued < self.max_queued
+        """Whether one more rollout may be accepted (a free slot, or room in the queue).
+
+        Accepted rollouts count as queued until their task takes a slot, so a burst of inits
+        that arrives before any task has started is still bounded by slots + queue.
+        """
+        return self.active + self.queued < self.max_concurrent + self.max_queued
 
     def accept(self, entry: RolloutEntry, status: int, body: bytes) -> None:
         """Mark a pending rollout accepted and queued; duplicates now get ``body``."""

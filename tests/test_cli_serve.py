@@ -1,0 +1,330 @@
+"""``osmosis serve``: exit codes and messages (CliRunner), auth decisions, and real processes."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from osmosis_rollout.cli import app
+from osmosis_rollout.cli.serve import _print_banner, decide_auth
+from osmosis_rollout.config import ServerSettings
+
+from .test_server_uvicorn import AGENT, REPO, clean_env, osmosis_serve, stop_process, wait_healthy
+
+ASSETS = REPO / "tests" / "assets"
+TERM80 = {"COLUMNS": "80"}  # a narrow terminal: an error must still be one line
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
+    """A CliRunner in an empty directory with no OSMOSIS_* settings inherited."""
+    for name in list(os.environ):
+        if name.startswith("OSMOSIS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return CliRunner()
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that another socket is listening on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def error_lines(text: str) -> list[str]:
+    """The non-empty lines of an output."""
+    return [line for line in text.splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# Mistakes: one clear line, exit 2, no traceback
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        pytest.param(
+            f"{ASSETS / 'srv_import_fails.py'}:Agent",
+            "imports 'osmosis_no_such_dependency' at ",
+            id="missing-dependency",
+        ),
+        pytest.param(f"{ASSETS / 'nope.py'}:Agent", "file not found", id="no-file"),
+        pytest.param(f"{ASSETS / 'srv_agents.py'}:Nope", "has no attribute 'Nope'", id="no-attr"),
+        pytest.param("not a target", "must be MODULE:ATTR or FILE.py:ATTR", id="bad-format"),
+    ],
+)
+def test_import_failure_is_one_line_and_exit_2(
+    runner: CliRunner, target: str, expected: str
+) -> None:
+    """An agent that cannot be imported gives exit 2 and one error line, no traceback."""
+    result = runner.invoke(app, ["serve", target, "--no-validate"], env=TERM80)
+
+    assert result.exit_code == 2
+    [line] = error_lines(result.stderr)
+    assert line.startswith("Error: ")
+    assert expected in line
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+
+
+def test_port_in_use_is_one_line_and_exit_2(runner: CliRunner, busy_port: int) -> None:
+    """A busy port gives exit 2 and says which port, and what to do."""
+    result = runner.invoke(
+        app, ["serve", AGENT, "--no-validate", "--port", str(busy_port)], env=TERM80
+    )
+
+    assert result.exit_code == 2
+    [line] = error_lines(result.stderr)
+    assert f"port {busy_port} on 127.0.0.1 is already in use" in line
+    assert "--port" in line
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["--bogus"], id="unknown-flag"),
+        pytest.param(["--port", "abc"], id="port-not-int"),
+        pytest.param(["--rollout-timeout", "soon"], id="timeout-not-float"),
+    ],
+)
+def test_bad_flags_exit_2(runner: CliRunner, args: list[str]) -> None:
+    """Flags the parser rejects are usage errors: exit 2."""
+    result = runner.invoke(app, ["serve", AGENT, "--no-validate", *args], env=TERM80)
+
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        pytest.param(["--max-concurrent", "0"], "max_concurrent", id="max-concurrent"),
+        pytest.param(["--port", "70000"], "port", id="port-range"),
+        pytest.param(["--shutdown-grace", "-1"], "shutdown_grace_s", id="grace"),
+        pytest.param(["--log-level", "loud"], "log_level", id="log-level"),
+    ],
+)
+def test_invalid_flag_values_exit_2_naming_the_setting(
+    runner: CliRunner, args: list[str], field: str
+) -> None:
+    """Values out of range are one ConfigError line naming the setting, exit 2."""
+    result = runner.invoke(app, ["serve", AGENT, "--no-validate", *args], env=TERM80)
+
+    assert result.exit_code == 2
+    [line] = error_lines(result.stderr)
+    assert f"invalid settings: {field}: " in line
+
+
+def test_missing_target_says_how_to_give_one(runner: CliRunner) -> None:
+    """No TARGET and no `agent` in pyproject: exit 2 with a hint."""
+    result = runner.invoke(app, ["serve"], env=TERM80)
+
+    assert result.exit_code == 2
+    assert "missing TARGET" in result.stderr
+    assert "osmosis serve path/to/agent.py:MyAgent" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Settings from pyproject.toml in the current directory, and from the environment
+# --------------------------------------------------------------------------------------------
+
+
+def test_pyproject_in_cwd_gives_the_agent_and_the_serve_settings(
+    runner: CliRunner, tmp_path: Path, busy_port: int
+) -> None:
+    """`agent` from [tool.osmosis] and `port` from [tool.osmosis.serve] are used."""
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.osmosis]\nagent = "{AGENT}"\n\n[tool.osmosis.serve]\nport = {busy_port}\n',
+        encoding="utf-8",
+    )
+
+    result = runner.invoke(app, ["serve", "--no-validate"], env=TERM80)
+
+    assert result.exit_code == 2
+    assert f"port {busy_port} on 127.0.0.1 is already in use" in result.stderr
+
+
+def test_unknown_key_in_the_serve_table_stops_the_command(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """A typo in [tool.osmosis.serve] is exit 2 with the key named."""
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.osmosis.serve]\nprot = 9001\n", encoding="utf-8"
+    )
+
+    result = runner.invoke(app, ["serve", AGENT, "--no-validate"], env=TERM80)
+
+    assert result.exit_code == 2
+    assert "unknown setting 'prot' in [tool.osmosis.serve]" in result.stderr
+
+
+def test_flags_beat_the_environment(
+    runner: CliRunner, busy_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OSMOSIS_PORT is read, and --port overrides it."""
+    monkeypatch.setenv("OSMOSIS_PORT", str(busy_port))
+    from_env = runner.invoke(app, ["serve", AGENT, "--no-validate"], env=TERM80)
+    monkeypatch.setenv("OSMOSIS_MAX_CONCURRENT", "0")
+    overridden = runner.invoke(
+        app, ["serve", AGENT, "--no-validate", "--max-concurrent", "3"], env=TERM80
+    )
+
+    assert f"port {busy_port} on 127.0.0.1 is already in use" in from_env.stderr
+    assert f"port {busy_port} on 127.0.0.1 is already in use" in overridden.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The auth decision and the banner
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
+def test_loopback_without_key_serves_without_auth(host: str) -> None:
+    """On loopback no key is invented."""
+    settings, generated = decide_auth(ServerSettings(host=host), no_auth=False)
+
+    assert settings.api_key is None
+    assert generated is False
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "rollouts.example"])
+def test_public_host_without_key_gets_a_generated_key(host: str) -> None:
+    """A non-loopback host without a key gets a fresh one, marked as generated."""
+    settings, generated = decide_auth(
+        ServerSettings(host=host), no_auth=False, new_key=lambda: "generated-key"
+    )
+
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == "generated-key"
+    assert generated is True
+
+
+def test_generated_keys_are_fresh_and_long() -> None:
+    """The default generator makes a different, unguessable key each time."""
+    keys = set()
+    for _ in range(3):
+        settings, _generated = decide_auth(ServerSettings(host="0.0.0.0"), no_auth=False)
+        assert settings.api_key is not None
+        keys.add(settings.api_key.get_secret_value())
+
+    assert len(keys) == 3
+    assert all(len(k) >= 32 for k in keys)
+
+
+def test_configured_key_from_the_environment_is_kept_on_a_public_host() -> None:
+    """OSMOSIS_API_KEY is used as is; nothing is generated."""
+    base = ServerSettings.resolve({"host": "0.0.0.0"}, environ={"OSMOSIS_API_KEY": "env-key"})
+    settings, generated = decide_auth(base, no_auth=False)
+
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == "env-key"
+    assert generated is False
+
+
+def test_no_auth_wins_over_everything() -> None:
+    """--no-auth drops a configured key and generates none."""
+    base = ServerSettings.resolve({"host": "0.0.0.0", "api_key": "k"})
+    settings, generated = decide_auth(base, no_auth=True)
+
+    assert settings.api_key is None
+    assert generated is False
+
+
+def banner(settings: ServerSettings, generated: bool) -> str:
+    """The start banner as plain text."""
+    out = io.StringIO()
+    _print_banner(Console(file=out, width=200), "agent.py:A", "a", settings, generated)
+    return out.getvalue()
+
+
+def test_banner_prints_a_generated_key_once_and_a_given_key_never() -> None:
+    """A generated key is shown exactly once (TrainGate needs it); a configured one never."""
+    settings = ServerSettings(host="0.0.0.0", api_key="generated-abc")  # type: ignore[arg-type]
+
+    shown = banner(settings, generated=True)
+    hidden = banner(settings, generated=False)
+
+    assert shown.count("generated-abc") == 1
+    assert "generated key" in shown
+    assert "generated-abc" not in hidden
+    assert "auth          on (Bearer key required)" in hidden
+    assert "listening on  http://0.0.0.0:9000" in hidden
+
+
+# --------------------------------------------------------------------------------------------
+# Real processes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigint_stops_the_server_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) stops `osmosis serve` with exit 0 and no traceback."""
+    with osmosis_serve(
+        tmp_path / "server.log",
+        AGENT,
+        "--port",
+        "0",
+        "--no-validate",
+        "--outbox-dir",
+        str(tmp_path / "outbox"),
+    ) as server:
+        health = httpx2.get(f"{server.url}/health", timeout=5)
+        server.proc.send_signal(signal.SIGINT)
+        code = server.proc.wait(timeout=15)
+
+    assert health.json()["agent_loop"] == "srv-tools"
+    assert code == 0
+    output = server.output()
+    assert "Traceback" not in output
+    assert "auth          off (no server key)" in output
+    assert "debug traces  off (use --debug-dir)" in output
+
+
+@pytest.mark.slow
+def test_reload_actually_serves(tmp_path: Path) -> None:
+    """`--reload` starts a server through the app factory that answers /health."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "reload.log"
+    command = [sys.executable, "-m", "osmosis_rollout", "serve", AGENT, "--reload"]
+    command += ["--port", str(port), "--no-validate", "--outbox-dir", str(tmp_path / "outbox")]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=clean_env(OSMOSIS_API_KEY="reload-key"),
+            start_new_session=True,  # the reloader's child is in our process group
+        )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        health = httpx2.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
+        platform = httpx2.get(
+            f"http://127.0.0.1:{port}/platform/health",
+            headers={"Authorization": "Bearer reload-key"},
+            timeout=5,
+        )
+    finally:
+        stop_process(proc)
+
+    assert health["agent_loop"] == "srv-tools"
+    assert platform.status_code == 200  # the key reached the reloaded child
+    assert "reload-key" not in log.read_text(errors="replace")

@@ -1,0 +1,787 @@
+"""The rollout server in-process: ``create_app`` through ``httpx2.ASGITransport``.
+
+TrainGate is a ``MockTrainGate`` behind a ``RecordingGate`` that keeps every raw request and can
+answer chosen calls with a fault first. Every test checks the one-callback rule at the gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import httpx2
+import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from osmosis_rollout import RolloutAgentLoop
+from osmosis_rollout.client import RetryPolicy, TrainGateClient
+from osmosis_rollout.protocol import InitResponse
+from osmosis_rollout.server import RolloutServer, create_app
+from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
+
+from .support import load_asset
+
+pytestmark = pytest.mark.anyio
+
+GATE_URL = "http://traingate.test"
+SERVER_KEY = "server-key-0123456789"
+TG_KEY = "tg-secret-api-key-9876"
+CHAT = "/v1/chat/completions"
+COMPLETED = "/v1/rollout/completed"
+
+ADD_CALL: dict[str, Any] = {
+    "content": None,
+    "tool_calls": [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "add", "arguments": json.dumps({"a": 3, "b": 4})},
+        }
+    ],
+}
+ANSWER: dict[str, Any] = {"content": "3 + 4 = 7"}
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+#: The roles of a finished two-turn tool rollout's final messages.
+TOOL_TURN_ROLES = ["user", "assistant", "tool", "assistant"]
+
+agents = load_asset("srv_agents")
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers shared with test_server_uvicorn.py
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RawCall:
+    """One request as it arrived at the gate, before any parsing."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON."""
+        return json.loads(self.body)
+
+
+@dataclass
+class RecordingGate:
+    """An ASGI wrapper around a TrainGate app: records raw requests, injects scripted faults."""
+
+    app: Any
+    calls: list[RawCall] = field(default_factory=list)
+    faults: dict[str, list[Response]] = field(default_factory=dict)
+
+    def fail_next(self, path: str, status: int, headers: dict[str, str] | None = None) -> None:
+        """Answer the next call to ``path`` with ``status`` instead of passing it on."""
+        response = JSONResponse({"detail": f"injected {status}"}, status, headers=headers)
+        self.faults.setdefault(path, []).append(response)
+
+    def calls_to(self, path: str) -> list[RawCall]:
+        """The recorded calls to one path, in order."""
+        return [c for c in self.calls if c.path == path]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        body = await request.body()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self.calls.append(RawCall(request.url.path, headers, body))
+        pending = self.faults.get(request.url.path)
+        if pending:
+            await pending.pop(0)(scope, receive, send)
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def has_null(value: Any) -> bool:
+    """Whether a JSON value holds a ``null`` anywhere."""
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_null(v) for v in value)
+    return False
+
+
+def init_body(rollout_id: str = "r-1", **overrides: Any) -> dict[str, Any]:
+    """A valid init body for the in-process gate."""
+    body: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "server_url": GATE_URL,
+        "messages": [{"role": "user", "content": "What is 3 + 4?"}],
+        "completion_params": {"temperature": 0.7, "max_tokens": 64},
+        "api_key": TG_KEY,
+    }
+    body.update(overrides)
+    return body
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --------------------------------------------------------------------------------------------
+# The in-process server
+# --------------------------------------------------------------------------------------------
+
+
+class Sleeps:
+    """The client's sleep: records each retry delay and only yields, so tests stay fast."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await anyio.lowlevel.checkpoint()
+
+
+class SplitTransport(httpx2.AsyncBaseTransport):
+    """Chat turns go to the in-process gate; completion callbacks go to the real network."""
+
+    def __init__(self, chat: httpx2.AsyncBaseTransport, callback: httpx2.AsyncBaseTransport):
+        self.chat = chat
+        self.callback = callback
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        target = self.callback if request.url.path == COMPLETED else self.chat
+        return await target.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.callback.aclose()
+
+
+@dataclass
+class Served:
+    """A running in-process server, its gate, and what the gate saw."""
+
+    http: httpx2.AsyncClient
+    server: RolloutServer
+    gate: MockTrainGate
+    raw: RecordingGate
+    sleeps: Sleeps
+
+    async def init(
+        self, body: dict[str, Any] | bytes, *, key: str | None = SERVER_KEY, **headers: str
+    ) -> httpx2.Response:
+        """POST one init (registering a dict body's rollout with the gate first)."""
+        if isinstance(body, dict) and body.get("rollout_id") not in self.gate.records:
+            self.gate.expect(str(body["rollout_id"]), api_key=body.get("api_key"))
+        content = json.dumps(body).encode() if isinstance(body, dict) else body
+        sent = {"Content-Type": "application/json", **headers}
+        if key is not None:
+            sent["Authorization"] = f"Bearer {key}"
+        response = await self.http.post("/v1/rollout/init", content=content, headers=sent)
+        if response.status_code == 202:  # what gate.init_rollout does: learn the tools
+            init = InitResponse.model_validate_json(response.content)
+            self.gate.records[init.rollout_id].tools = list(init.tools)
+        return response
+
+    async def settle(self) -> None:
+        """Wait until every accepted rollout has handled its one callback."""
+        with anyio.fail_after(5):
+            for entry in self.server.registry.unfinished():
+                await entry.finished.wait()
+
+    async def health(self) -> httpx2.Response:
+        """GET /health."""
+        return await self.http.get("/health")
+
+    def completions(self, rollout_id: str) -> list[Any]:
+        """The completion callbacks the gate accepted for one rollout."""
+        return self.gate.records[rollout_id].completions
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    agent: RolloutAgentLoop,
+    tmp_path: Path,
+    *,
+    replies: list[dict[str, Any]] | None = None,
+    refuse_callbacks: bool = False,
+    **options: Any,
+) -> AsyncIterator[Served]:
+    """Run ``create_app(agent)`` with its lifespan; TrainGate answers ``replies`` per turn."""
+    gate = MockTrainGate(ScriptedBackend(list(replies or [ADD_CALL, ANSWER])))
+    raw = RecordingGate(gate.app)
+    transport: httpx2.AsyncBaseTransport = httpx2.ASGITransport(app=raw)
+    if refuse_callbacks:
+        transport = SplitTransport(transport, httpx2.AsyncHTTPTransport())
+    sleeps = Sleeps()
+    options.setdefault("api_key", SERVER_KEY)
+    options.setdefault("outbox_dir", tmp_path / "outbox")
+    options.setdefault("shutdown_grace_s", 0.0)
+    async with httpx2.AsyncClient(transport=transport, timeout=5.0) as gate_http:
+        retry = RetryPolicy(retries=3, base_delay_s=0.01, max_delay_s=0.05, connect_timeout_s=2)
+        client = TrainGateClient(gate_http, retry=retry, sleep=sleeps)
+        app = create_app(agent, client=client, **options)
+        async with (
+            app.router.lifespan_context(app),
+            httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=app), base_url="http://rollout.test"
+            ) as http,
+        ):
+            yield Served(http, app.state.rollout_server, gate, raw, sleeps)
+
+
+# --------------------------------------------------------------------------------------------
+# The happy path, in-process
+# --------------------------------------------------------------------------------------------
+
+
+async def test_tool_rollout_returns_tools_and_sends_one_complete_callback(tmp_path: Path) -> None:
+    """A two-turn tool rollout gets 202 with the full tool schemas and one COMPLETED callback."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(init_body())
+        await s.settle()
+
+    assert response.status_code == 202
+    body = response.json()
+    assert body["rollout_id"] == "r-1"
+    assert body["tools"] == [
+        agents.ADD_TOOL,  # the full JSON Schema, nested keywords and `"default": null` kept
+        {"type": "function", "function": {"name": "note", "parameters": EMPTY_PARAMETERS}},
+    ]
+    [result] = s.completions("r-1")
+    assert result.status == "COMPLETED"
+    assert result.reward == 1.0
+    assert [m["role"] for m in result.final_messages] == TOOL_TURN_ROLES
+    assert s.gate.findings == []
+    assert not (tmp_path / "outbox").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Faults: each ends in exactly one callback and loses nothing
+# --------------------------------------------------------------------------------------------
+
+
+async def test_callback_500_then_200_is_retried_and_delivered_once(tmp_path: Path) -> None:
+    """A 500 on the callback is retried with the same body; the gate accepts exactly one."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        s.raw.fail_next(COMPLETED, 500)
+        await s.init(init_body())
+        await s.settle()
+
+    first, second = s.raw.calls_to(COMPLETED)
+    assert first.body == second.body
+    assert first.headers["x-request-id"] == second.headers["x-request-id"] == "r-1:completed"
+    assert len(s.completions("r-1")) == 1
+    assert s.completions("r-1")[0].status == "COMPLETED"
+    assert len(s.sleeps.delays) == 1
+    assert not (tmp_path / "outbox").exists()
+
+
+async def test_chat_429_honours_retry_after_and_keeps_the_request_id(tmp_path: Path) -> None:
+    """A 429 with Retry-After on a chat turn waits that long, retries the same turn, completes."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        s.raw.fail_next(CHAT, 429, {"Retry-After": "2"})
+        await s.init(init_body())
+        await s.settle()
+
+    chats = s.raw.calls_to(CHAT)
+    assert [c.headers["x-request-id"] for c in chats] == ["r-1:1", "r-1:1", "r-1:2"]
+    assert chats[0].body == chats[1].body
+    assert s.sleeps.delays == [2.0]
+    [result] = s.completions("r-1")
+    assert result.status == "COMPLETED"
+    assert result.metrics is not None
+    assert result.metrics.num_llm_calls == 2
+
+
+async def test_refused_callback_lands_in_the_outbox_without_the_api_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Connection refused on every callback attempt: the full response goes to the outbox."""
+    url = f"http://127.0.0.1:{free_port()}"
+    async with serving(agents.ToolAgent(), tmp_path, refuse_callbacks=True) as s:
+        s.gate.expect("r-1", api_key=TG_KEY)
+        response = await s.init(init_body(server_url=url))
+        await s.settle()
+        health = (await s.health()).json()
+
+    assert response.status_code == 202
+    assert len(s.sleeps.delays) == 3  # the protocol's three retries, then give up
+    assert s.completions("r-1") == []
+    files = list((tmp_path / "outbox").iterdir())
+    assert [f.name for f in files] == ["r-1.json"]
+    text = files[0].read_text(encoding="utf-8")
+    assert TG_KEY not in text
+    record = json.loads(text)
+    assert record["server_url"] == url
+    assert "could not reach" in record["error"]
+    saved = record["response"]
+    assert saved["rollout_id"] == "r-1"
+    assert saved["status"] == "COMPLETED"
+    assert saved["reward"] == 1.0
+    assert [m["role"] for m in saved["final_messages"]] == TOOL_TURN_ROLES
+    assert saved["metrics"]["num_llm_calls"] == 2
+    assert saved["metrics"]["num_tool_calls"] == 1
+    assert health["completed_rollouts"] == 1
+    assert "r-1.json" in caplog.text
+    assert TG_KEY not in caplog.text
+
+
+async def test_raising_agent_sends_error_with_the_partial_conversation(tmp_path: Path) -> None:
+    """An agent that raises mid-rollout ends in one ERROR callback holding the turns so far."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        await s.init(init_body(metadata={"raise_after_tools": True}))
+        await s.settle()
+
+    [result] = s.completions("r-1")
+    assert result.status == "ERROR"
+    assert result.finish_reason == "error"
+    assert result.error_message == "agent raised RuntimeError: the calculator broke"
+    assert [m["role"] for m in result.final_messages] == ["user", "assistant"]
+    assert result.final_messages[1]["tool_calls"][0]["function"]["name"] == "add"
+
+
+async def test_hanging_agent_times_out_at_its_deadline(tmp_path: Path) -> None:
+    """An agent that hangs gets one ERROR/timeout callback once ``rollout_timeout_s`` passes."""
+    async with serving(agents.ToolAgent(), tmp_path, rollout_timeout_s=0.3) as s:
+        started = anyio.current_time()
+        await s.init(init_body(metadata={"hang_after_tools": True}))
+        await s.settle()
+        elapsed = anyio.current_time() - started
+
+    [result] = s.completions("r-1")
+    assert result.status == "ERROR"
+    assert result.finish_reason == "timeout"
+    assert result.error_message == "rollout exceeded its deadline of 0.3 s"
+    assert [m["role"] for m in result.final_messages] == ["user", "assistant"]
+    assert 0.3 <= elapsed < 3
+
+
+async def test_drain_lets_rollouts_finish_within_the_grace_period(tmp_path: Path) -> None:
+    """While draining, /health says 503 draining and inits get 503; finished work completes."""
+    agent = agents.Gated()
+    async with serving(agent, tmp_path, shutdown_grace_s=30) as s:
+        await s.init(init_body("a"))
+        await s.init(init_body("b"))
+        await agent.started.wait()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(s.server.drain)
+            while not s.server.registry.draining:
+                await anyio.lowlevel.checkpoint()
+            health = await s.health()
+            refused = await s.init(init_body("c"))
+            agent.release.set()
+        assert s.server.registry.unfinished() == []
+
+    assert health.status_code == 503
+    assert health.json()["status"] == "draining"
+    assert health.json()["active_rollouts"] == 2
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"]
+    assert [s.completions(r)[0].status for r in ("a", "b")] == ["COMPLETED", "COMPLETED"]
+    assert [len(s.completions(r)) for r in ("a", "b")] == [1, 1]
+    assert len(s.raw.calls_to(COMPLETED)) == 2
+    assert "c" not in agent.runs
+
+
+async def test_drain_cancels_what_outlives_the_grace_period(tmp_path: Path) -> None:
+    """Rollouts still running after the grace period end with one ERROR/cancelled each."""
+    agent = agents.Gated()
+    async with serving(agent, tmp_path, max_concurrent=1, shutdown_grace_s=0.2) as s:
+        await s.init(init_body("running"))
+        await s.init(init_body("queued"))
+        await agent.started.wait()
+        started = anyio.current_time()
+        with anyio.fail_after(5):
+            await s.server.drain()
+        elapsed = anyio.current_time() - started
+
+    assert elapsed >= 0.2
+    for rid in ("running", "queued"):
+        [result] = s.completions(rid)
+        assert result.status == "ERROR"
+        assert result.finish_reason == "cancelled"
+        assert result.final_messages == [{"role": "user", "content": "What is 3 + 4?"}]
+    assert agent.runs == ["running"]  # the queued one never reached the agent
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input: 4xx with a clear message, the server stays healthy, no callback is sent
+# --------------------------------------------------------------------------------------------
+
+BIG_METADATA = {"blob": "x" * (2 * 1024 * 1024)}
+
+BAD_BODIES = [
+    pytest.param(b'{"rollout_id": "r-1",', "json_invalid", id="malformed-json"),
+    pytest.param(
+        init_body(rollout_id=5, messages="hello", max_turns="many"), "string_type", id="wrong-types"
+    ),
+    pytest.param(init_body(metadata=BIG_METADATA), "the limit is 1048576", id="2mib-metadata"),
+    pytest.param(init_body(rollout_id="   "), "only whitespace", id="blank-rollout-id"),
+    pytest.param(init_body(rollout_id="r" * 300), "at most 256", id="300-char-rollout-id"),
+    pytest.param(init_body(server_url="ftp://gate.test"), "http:// or https://", id="non-http"),
+    pytest.param(init_body(completion_params=None), "dict_type", id="null-params"),
+    pytest.param(b"[1, 2]", "model_type", id="not-an-object"),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), BAD_BODIES)
+async def test_invalid_init_gets_422_without_echo(
+    tmp_path: Path, body: dict[str, Any] | bytes, expected: str
+) -> None:
+    """An invalid body gets a 422 detail list that never echoes input (not even the api_key)."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        content = json.dumps(body).encode() if isinstance(body, dict) else body
+        response = await s.init(content)
+        health = await s.health()
+
+    assert response.status_code == 422
+    assert expected in response.text
+    detail = response.json()["detail"]
+    assert isinstance(detail, list)
+    assert detail
+    assert all(set(d) == {"loc", "msg", "type"} for d in detail)
+    assert all(d["loc"][0] == "body" for d in detail)
+    assert TG_KEY not in response.text
+    assert "xxxxxxxx" not in response.text
+    assert len(response.content) < 2000
+    assert health.status_code == 200
+    assert health.json()["active_rollouts"] == 0
+    assert s.raw.calls == []
+    assert s.server.registry.by_key == {}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({}, id="missing"),
+        pytest.param({"Authorization": "Bearer wrong-key"}, id="wrong"),
+        pytest.param({"Authorization": f"Basic {SERVER_KEY}"}, id="other-scheme"),
+        pytest.param({"Authorization": "Bearer "}, id="empty-bearer"),
+    ],
+)
+async def test_init_without_the_server_key_gets_401(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    """A missing or wrong server key is a 401 with a fixed message, and nothing starts."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(init_body(), key=None, **headers)
+        health = await s.health()
+
+    assert response.status_code == 401
+    assert response.json() == {"detail": "Invalid or missing API key"}
+    assert health.json()["status"] == "healthy"
+    assert s.raw.calls == []
+
+
+async def test_non_ascii_authorization_header_is_401_not_500(tmp_path: Path) -> None:
+    """A UTF-8 Authorization header is refused with 401, and the server stays healthy."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.http.post(
+            "/v1/rollout/init",
+            content=json.dumps(init_body()).encode(),
+            headers={"Authorization": "Bearer ключ-🔑".encode()},
+        )
+        health = await s.health()
+
+    assert response.status_code == 401
+    assert response.json() == {"detail": "Invalid or missing API key"}
+    assert health.status_code == 200
+    assert s.raw.calls == []
+
+
+async def test_auth_is_checked_before_parsing(tmp_path: Path) -> None:
+    """A wrong key with a malformed body gets 401, not 422: strangers learn nothing."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(b"{not json", key="wrong")
+
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [f"Bearer {SERVER_KEY}", f"bearer {SERVER_KEY}", f"BEARER  {SERVER_KEY} ", SERVER_KEY],
+    ids=["Bearer", "bearer", "BEARER-spaces", "bare"],
+)
+async def test_server_key_forms_are_accepted(tmp_path: Path, authorization: str) -> None:
+    """``Bearer <k>`` in any case, and a bare ``<k>``, authenticate an init."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(init_body(), key=None, Authorization=authorization)
+        await s.settle()
+
+    assert response.status_code == 202
+    assert len(s.completions("r-1")) == 1
+
+
+async def test_platform_health_needs_the_server_key(tmp_path: Path) -> None:
+    """/platform/health: 404 on a keyless server; 401 on a bad key; the /health body with it."""
+    async with serving(agents.ToolAgent(), tmp_path, api_key=None) as keyless:
+        unkeyed = await keyless.http.get("/platform/health")
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        missing = await s.http.get("/platform/health")
+        bad = await s.http.get("/platform/health", headers={"Authorization": "Bearer nope"})
+        good = await s.http.get("/platform/health", headers={"Authorization": SERVER_KEY})
+
+    assert unkeyed.status_code == 404
+    assert missing.status_code == 401
+    assert bad.status_code == 401
+    assert good.status_code == 200
+    assert good.json() == {
+        "status": "healthy",
+        "agent_loop": "srv-tools",
+        "active_rollouts": 0,
+        "completed_rollouts": 0,
+        "queued_rollouts": 0,
+    }
+
+
+async def test_keyless_server_accepts_inits_without_a_header(tmp_path: Path) -> None:
+    """Without a server key, an init needs no Authorization header."""
+    async with serving(agents.ToolAgent(), tmp_path, api_key=None) as s:
+        response = await s.init(init_body(), key=None)
+        await s.settle()
+
+    assert response.status_code == 202
+    assert len(s.completions("r-1")) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Idempotency
+# --------------------------------------------------------------------------------------------
+
+
+async def test_concurrent_duplicate_inits_start_one_rollout(tmp_path: Path) -> None:
+    """50 concurrent identical inits: one run, one callback, and the same 202 body for all."""
+    agent = agents.Gated()
+    async with serving(agent, tmp_path) as s:
+        body = init_body()
+        s.gate.expect("r-1", api_key=TG_KEY)
+        responses: list[httpx2.Response] = []
+
+        async def send() -> None:
+            responses.append(await s.init(body))
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(50):
+                tasks.start_soon(send)
+        agent.release.set()
+        await s.settle()
+
+    assert [r.status_code for r in responses] == [202] * 50
+    assert len({r.content for r in responses}) == 1
+    assert agent.runs == ["r-1"]
+    assert len(s.completions("r-1")) == 1
+
+
+async def test_duplicate_after_completion_replays_the_answer_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    """A duplicate within the record TTL gets the first 202 body again; nothing reruns."""
+    agent = agents.Gated()
+    agent.release.set()
+    async with serving(agent, tmp_path) as s:
+        first = await s.init(init_body(idempotency_key="k-1"))
+        await s.settle()
+        again = await s.init(init_body(idempotency_key="k-1"))
+        await s.settle()
+        health = (await s.health()).json()
+
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert again.content == first.content
+    assert agent.runs == ["r-1"]
+    assert len(s.completions("r-1")) == 1
+    assert health["completed_rollouts"] == 1
+
+
+async def test_conflicting_duplicates_get_409(tmp_path: Path) -> None:
+    """Same idempotency_key for another rollout_id, or a running rollout_id under a new key: 409."""
+    agent = agents.Gated()
+    async with serving(agent, tmp_path) as s:
+        first = await s.init(init_body("r-1", idempotency_key="k-1"))
+        await agent.started.wait()
+        other_id = await s.init(init_body("r-2", idempotency_key="k-1"))
+        other_key = await s.init(init_body("r-1", idempotency_key="k-2"))
+        agent.release.set()
+        await s.settle()
+
+    assert first.status_code == 202
+    assert other_id.status_code == 409
+    assert "idempotency_key" in other_id.json()["detail"]
+    assert other_key.status_code == 409
+    assert "already running" in other_key.json()["detail"]
+    assert agent.runs == ["r-1"]
+    assert "r-2" not in {c.json()["rollout_id"] for c in s.raw.calls_to(COMPLETED)}
+    assert len(s.raw.calls_to(COMPLETED)) == 1
+
+
+async def test_record_ttl_expiry_forgets_finished_rollouts(tmp_path: Path) -> None:
+    """After ``record_ttl_s`` the periodic cleanup drops the record; the id may run again."""
+    agent = agents.Gated()
+    agent.release.set()
+    async with serving(agent, tmp_path, record_ttl_s=0.1) as s:
+        await s.init(init_body())
+        await s.settle()
+        assert "r-1" in s.server.registry.by_key
+        with anyio.fail_after(3):
+            while s.server.registry.by_key:  # noqa: ASYNC110 - the cleanup is periodic
+                await anyio.sleep(0.02)
+        s.gate.records.pop("r-1")
+        again = await s.init(init_body())
+        await s.settle()
+        health = (await s.health()).json()
+
+    assert again.status_code == 202
+    assert agent.runs == ["r-1", "r-1"]
+    assert health["completed_rollouts"] == 2
+
+
+# --------------------------------------------------------------------------------------------
+# get_tools failures and admission
+# --------------------------------------------------------------------------------------------
+
+
+async def test_get_tools_failure_is_500_and_starts_nothing(tmp_path: Path) -> None:
+    """get_tools raising gives 500 with the reason; nothing runs; a retry after the fix works."""
+    agent = agents.Gated()
+    agent.broken = True
+    agent.release.set()
+    async with serving(agent, tmp_path) as s:
+        failed = await s.init(init_body())
+        health = (await s.health()).json()
+        calls_after_failure = list(s.raw.calls)
+        agent.broken = False
+        retried = await s.init(init_body())
+        await s.settle()
+
+    assert failed.status_code == 500
+    assert failed.json() == {
+        "detail": "get_tools failed: ValueError: tool registry is not loaded",
+    }
+    assert health["active_rollouts"] == 0
+    assert health["queued_rollouts"] == 0
+    assert calls_after_failure == []
+    assert retried.status_code == 202
+    assert agent.runs == ["r-1"]
+    assert len(s.completions("r-1")) == 1
+
+
+async def test_invalid_tools_are_500_and_start_nothing(tmp_path: Path) -> None:
+    """get_tools returning an invalid tool name gives 500 naming the tool; no callback."""
+    async with serving(agents.Broken(), tmp_path) as s:
+        response = await s.init(init_body())
+
+    assert response.status_code == 500
+    assert "tools[0].function.name 'has spaces'" in response.json()["detail"]
+    assert s.raw.calls == []
+
+
+async def test_admission_control_refuses_beyond_the_queue(tmp_path: Path) -> None:
+    """max_concurrent=1, max_queued=1: the third init gets 503 with Retry-After; health counts."""
+    agent = agents.Gated()
+    async with serving(agent, tmp_path, max_concurrent=1, max_queued=1) as s:
+        first = await s.init(init_body("a"))
+        await agent.started.wait()
+        second = await s.init(init_body("b"))
+        third = await s.init(init_body("c"))
+        busy = (await s.health()).json()
+        agent.release.set()
+        await s.settle()
+        done = (await s.health()).json()
+
+    assert [first.status_code, second.status_code, third.status_code] == [202, 202, 503]
+    assert third.headers["retry-after"]
+    assert "retry later" in third.json()["detail"]
+    assert (busy["active_rollouts"], busy["queued_rollouts"], busy["completed_rollouts"]) == (
+        1,
+        1,
+        0,
+    )
+    assert (done["active_rollouts"], done["queued_rollouts"], done["completed_rollouts"]) == (
+        0,
+        0,
+        2,
+    )
+    assert agent.runs == ["a", "b"]
+    assert "c" not in s.gate.records or s.completions("c") == []
+
+
+async def test_admission_control_holds_under_a_burst(tmp_path: Path) -> None:
+    """A burst of inits sent together is bounded by max_concurrent + max_queued."""
+    agent = agents.Gated()
+    async with serving(agent, tmp_path, max_concurrent=2, max_queued=3) as s:
+        statuses: list[int] = []
+
+        async def send(i: int) -> None:
+            statuses.append((await s.init(init_body(f"r-{i}"))).status_code)
+
+        async with anyio.create_task_group() as tasks:
+            for i in range(20):
+                tasks.start_soon(send, i)
+        agent.release.set()
+        await s.settle()
+
+    assert sorted(statuses) == [202] * 5 + [503] * 15
+    assert len(agent.runs) == 5
+
+
+# --------------------------------------------------------------------------------------------
+# Debug traces
+# --------------------------------------------------------------------------------------------
+
+
+async def test_debug_dir_gets_one_jsonl_trace_per_rollout_without_secrets(tmp_path: Path) -> None:
+    """With debug_dir, ``ctx.log_event`` lines land in ``<rollout_id>.jsonl``; no api_key."""
+    debug = tmp_path / "traces"
+    async with serving(agents.ToolAgent(), tmp_path, debug_dir=debug) as s:
+        await s.init(init_body())
+        await s.settle()
+
+    assert [p.name for p in debug.iterdir()] == ["r-1.jsonl"]
+    text = (debug / "r-1.jsonl").read_text(encoding="utf-8")
+    events = [json.loads(line) for line in text.splitlines()]
+    assert [e["event"] for e in events] == ["rollout_start", "tool_result", "rollout_end"]
+    assert all(e["rollout_id"] == "r-1" for e in events)
+    assert events[1]["result"] == 7
+    assert events[2]["status"] == "COMPLETED"
+    assert TG_KEY not in text
+    assert SERVER_KEY not in text
+
+
+async def test_server_log_never_holds_the_api_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failures that quote TrainGate's reply still keep the per-rollout api_key out of the log."""
+    caplog.set_level(logging.DEBUG)
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        for _ in range(4):
+            s.raw.fail_next(CHAT, 503)
+        await s.init(init_body())
+        await s.settle()
+
+    [result] = s.completions("r-1")
+    assert result.status == "ERROR"
+    assert "HTTP 503" in (result.error_message or "")
+    assert caplog.records
+    assert TG_KEY not in caplog.text

@@ -1,0 +1,402 @@
+"""``osmosis serve`` as a subprocess on 127.0.0.1, driven by a MockTrainGate on a real uvicorn.
+
+Every byte crosses real sockets: the gate (a ``RecordingGate`` around ``MockTrainGate``, run by
+``Harness(server_url=...)``) records the raw chat requests and callbacks the server sends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx2
+import pytest
+
+from osmosis_rollout.protocol import RolloutRequest
+from osmosis_rollout.server import bind_socket
+from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
+from osmosis_rollout.testing.harness import MOCK_API_KEY
+
+from .test_server import ADD_CALL, ANSWER, CHAT, COMPLETED, RecordingGate, has_null
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+AGENT = f"{REPO / 'tests' / 'assets' / 'srv_agents.py'}:ToolAgent"
+SERVER_KEY = "uvicorn-server-key-42"
+_LISTENING = re.compile(r"listening on\s+http://127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class ServeProcess:
+    """A running ``osmosis serve`` subprocess."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        """Its base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        """Everything it printed so far (stdout and stderr)."""
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without inherited ``OSMOSIS_*`` settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    env.update(extra)
+    env["COLUMNS"] = "200"  # keep each printed line on one line
+    return env
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate the process group we started (SIGTERM, then SIGKILL after 10 s)."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 20) -> None:
+    """Poll ``/health`` until it answers 200 (a subprocess gives no event to wait on)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early:\n{log.read_text(errors='replace')}")
+        with contextlib.suppress(httpx2.TransportError):
+            if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"server not healthy in {timeout} s:\n{log.read_text(errors='replace')}")
+
+
+@contextlib.contextmanager
+def osmosis_serve(
+    log: Path, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> Iterator[ServeProcess]:
+    """Run ``osmosis serve AGENT --port 0 ...``; the port is read from its start banner."""
+    command = [sys.executable, "-m", "osmosis_rollout", "serve", *args]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            command,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env if env is not None else clean_env(),
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        port = None
+        while port is None:
+            found = _LISTENING.search(log.read_text(errors="replace"))
+            if found:
+                port = int(found.group(1))
+            elif proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no start banner:\n{log.read_text(errors='replace')}")
+            else:
+                time.sleep(0.05)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        yield ServeProcess(proc, port, log)
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """One ``osmosis serve`` for the module, its key given through ``OSMOSIS_API_KEY``."""
+    tmp = tmp_path_factory.mktemp("served")
+    with osmosis_serve(
+        tmp / "server.log",
+        AGENT,
+        "--port",
+        "0",
+        "--no-validate",
+        "--outbox-dir",
+        str(tmp / "outbox"),
+        env=clean_env(OSMOSIS_API_KEY=SERVER_KEY),
+    ) as server:
+        yield server
+
+
+def recording_gate(
+    replies: list[dict[str, Any]] | None = None,
+) -> tuple[MockTrainGate, RecordingGate]:
+    """A MockTrainGate whose app is wrapped so raw requests are recorded."""
+    gate = MockTrainGate(ScriptedBackend(list(replies or [ADD_CALL, ANSWER])))
+    raw = RecordingGate(gate.app)
+    gate.app = raw  # type: ignore[assignment]  # any ASGI app will do for the listener
+    return gate, raw
+
+
+# --------------------------------------------------------------------------------------------
+# End to end
+# --------------------------------------------------------------------------------------------
+
+PARAMS = {"temperature": 0.7, "top_p": 0.9, "max_tokens": 64, "stop": "</s>", "seed": None}
+
+
+async def test_tool_rollout_end_to_end_matches_the_protocol_field_by_field(
+    served: ServeProcess,
+) -> None:
+    """Chat requests and the callback on the wire match protocol.md sections 3 and 4."""
+    gate, raw = recording_gate()
+    user = {"role": "user", "content": "What is 3 + 4?"}
+    async with Harness(server_url=served.url, gate=gate, server_key=SERVER_KEY) as harness:
+        outcome = await harness.run([user], rollout_id="e2e-1", completion_params=PARAMS)
+
+    assert outcome.init_status == 202
+    assert outcome.findings == []
+    assert [t["function"]["name"] for t in outcome.init_body["tools"]] == ["add", "note"]
+    assert "description" not in outcome.init_body["tools"][1]["function"]
+
+    chats = raw.calls_to(CHAT)
+    assert len(chats) == 2
+    bodies = [c.json() for c in chats]
+    for i, (call, body) in enumerate(zip(chats, bodies, strict=True), start=1):
+        assert call.headers["authorization"] == f"Bearer {MOCK_API_KEY}"
+        assert call.headers["content-type"] == "application/json"
+        assert call.headers["x-request-id"] == f"e2e-1:{i}"
+        assert body["rollout_id"] == "e2e-1"
+        assert body["model"] == "default"
+        assert body["logprobs"] is True
+        assert body["stop"] == ["</s>"]
+        assert body["top_p"] == 0.9
+        assert body["max_tokens"] == 64
+        assert "tools" not in body
+        assert "seed" not in body  # a null completion param is dropped, not sent as null
+        assert not has_null(body)
+    assert bodies[0]["temperature"] == 0.7
+    assert bodies[1]["temperature"] == 0.2  # the agent's per-call override wins
+    assert bodies[0]["messages"] == [user]
+    first_reply = {"role": "assistant", **{k: v for k, v in ADD_CALL.items() if v is not None}}
+    assert bodies[1]["messages"][:2] == [user, first_reply]  # append-only
+    assert bodies[1]["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": "7"}
+
+    [callback] = raw.calls_to(COMPLETED)
+    assert callback.headers["authorization"] == f"Bearer {MOCK_API_KEY}"
+    assert callback.headers["x-request-id"] == "e2e-1:completed"
+    result = callback.json()
+    assert not has_null(result)
+    assert set(result) == {
+        "rollout_id",
+        "status",
+        "final_messages",
+        "finish_reason",
+        "reward",
+        "metrics",
+        "extra_fields",
+    }
+    assert result["rollout_id"] == "e2e-1"
+    assert result["status"] == "COMPLETED"
+    assert result["finish_reason"] == "stop"
+    assert result["reward"] == 1.0
+    assert result["extra_fields"] == {}
+    assert result["final_messages"] == [
+        *bodies[1]["messages"],
+        {"role": "assistant", "content": "3 + 4 = 7"},
+    ]
+    metrics = result["metrics"]
+    assert metrics["num_llm_calls"] == 2
+    assert metrics["num_tool_calls"] == 1
+    assert metrics["tool_latency_ms"] == 1.5
+    assert metrics["prompt_tokens"] == sum(r.usage.prompt_tokens for r in outcome.record.replies)
+    assert metrics["response_tokens"] == sum(
+        r.usage.completion_tokens for r in outcome.record.replies
+    )
+    assert metrics["max_context_tokens"] == max(
+        r.usage.prompt_tokens for r in outcome.record.replies
+    )
+    assert metrics["total_latency_ms"] >= metrics["llm_latency_ms"] > 0
+    assert "queue_latency_ms" in metrics
+
+
+async def test_platform_health_and_auth_use_the_key_from_the_environment(
+    served: ServeProcess,
+) -> None:
+    """OSMOSIS_API_KEY turns auth on: /platform/health and init need it."""
+    async with httpx2.AsyncClient(base_url=served.url) as http:
+        good = await http.get("/platform/health", headers={"Authorization": SERVER_KEY})
+        bad = await http.get("/platform/health", headers={"Authorization": "Bearer no"})
+        init = await http.post("/v1/rollout/init", content=b"{}")
+
+    assert good.status_code == 200
+    assert good.json()["agent_loop"] == "srv-tools"
+    assert bad.status_code == 401
+    assert init.status_code == 401
+    assert "auth          on (Bearer key required)" in served.output()
+    assert SERVER_KEY not in served.output()
+
+
+async def test_transient_traingate_errors_are_retried_over_the_wire(served: ServeProcess) -> None:
+    """429 + Retry-After on a chat turn and 500 on the callback: retried, one callback."""
+    gate, raw = recording_gate()
+    raw.fail_next(CHAT, 429, {"Retry-After": "0"})
+    raw.fail_next(COMPLETED, 500)
+    user = {"role": "user", "content": "What is 3 + 4?"}
+    async with Harness(server_url=served.url, gate=gate, server_key=SERVER_KEY) as harness:
+        outcome = await harness.run([user], rollout_id="faulty-1", timeout_s=20)
+
+    assert outcome.findings == []
+    assert [c.headers["x-request-id"] for c in raw.calls_to(CHAT)] == [
+        "faulty-1:1",
+        "faulty-1:1",
+        "faulty-1:2",
+    ]
+    assert len(raw.calls_to(COMPLETED)) == 2
+    assert len(outcome.record.completions) == 1
+    assert outcome.record.completions[0].status == "COMPLETED"
+    assert "WARNING:  POST http://127.0.0.1:" in served.output()  # our loggers reach the log
+    assert "/v1/rollout/completed returned HTTP 500; retry 1/3" in served.output()
+
+
+async def test_thousand_rollouts_at_once_each_get_one_callback(served: ServeProcess) -> None:
+    """1,000 inits at once (max_concurrent=100): all complete, one callback each, no errors."""
+    gate = MockTrainGate(ScriptedBackend([ANSWER]))  # its records count every callback
+    log_before = len(served.output())
+    async with Harness(server_url=served.url, gate=gate, server_key=SERVER_KEY) as harness:
+        assert harness.server_http is not None
+        http = harness.server_http
+        completed_before = (await http.get("/health")).json()["completed_rollouts"]
+        statuses: list[int] = []
+
+        async def start(i: int) -> None:
+            request = RolloutRequest.model_validate(
+                {
+                    "rollout_id": f"load-{i}",
+                    "server_url": gate.base_url,
+                    "messages": [{"role": "user", "content": f"q{i}"}],
+                    "completion_params": {},
+                    "api_key": MOCK_API_KEY,
+                }
+            )
+            _, response = await gate.init_rollout(http, request, server_key=SERVER_KEY)
+            statuses.append(response.status_code)
+
+        with anyio.fail_after(40):
+            async with anyio.create_task_group() as tasks:
+                for i in range(1000):
+                    tasks.start_soon(start, i)
+            for i in range(1000):
+                await gate.records[f"load-{i}"].done.wait()
+            # The server counts a rollout done once the gate's 200 reaches it, a moment after
+            # the gate recorded the callback; across processes there is no event to wait on.
+            while (health := (await http.get("/health")).json())["active_rollouts"]:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+
+    assert statuses == [202] * 1000
+    assert all(len(gate.records[f"load-{i}"].completions) == 1 for i in range(1000))
+    assert all(r.completions[0].status == "COMPLETED" for r in gate.records.values())
+    assert gate.findings == []  # no duplicate_completion, no unknown rollout
+    assert health["queued_rollouts"] == 0
+    assert health["completed_rollouts"] - completed_before == 1000
+    new_log = served.output()[log_before:]
+    assert "ERROR" not in new_log
+    assert "Traceback" not in new_log
+
+
+# --------------------------------------------------------------------------------------------
+# SIGTERM with rollouts in flight
+# --------------------------------------------------------------------------------------------
+
+
+async def test_sigterm_drains_then_cancels_with_one_callback_each(tmp_path: Path) -> None:
+    """SIGTERM: 503 draining during the grace period, quick rollouts finish, slow ones cancel."""
+    gate, raw = recording_gate()
+    with osmosis_serve(
+        tmp_path / "server.log",
+        AGENT,
+        "--port",
+        "0",
+        "--no-validate",
+        "--shutdown-grace",
+        "1.5",
+        "--outbox-dir",
+        str(tmp_path / "outbox"),
+    ) as server:
+        async with Harness(server_url=server.url, gate=gate) as harness:
+            assert harness.server_http is not None
+            http = harness.server_http
+
+            def request(rid: str, sleep_s: float) -> RolloutRequest:
+                return RolloutRequest.model_validate(
+                    {
+                        "rollout_id": rid,
+                        "server_url": gate.base_url,
+                        "messages": [{"role": "user", "content": "What is 3 + 4?"}],
+                        "completion_params": {},
+                        "metadata": {"sleep_s": sleep_s},
+                        "api_key": MOCK_API_KEY,
+                    }
+                )
+
+            inits = [
+                await gate.init_rollout(http, request(rid, sleep))
+                for rid, sleep in (("quick", 0.3), ("slow-1", 60), ("slow-2", 60))
+            ]
+            assert [r.status_code for _, r in inits] == [202, 202, 202]
+            signalled = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(5):
+                while (health := await http.get("/health")).status_code == 200:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)  # the signal arrives asynchronously
+            refused = await gate.init_rollout(http, request("late", 0))
+            with anyio.fail_after(15):
+                for rid in ("quick", "slow-1", "slow-2"):
+                    await gate.records[rid].done.wait()
+            cancelled_after = time.monotonic() - signalled
+            exit_code = await anyio.to_thread.run_sync(lambda: server.proc.wait(timeout=15))
+
+    assert health.status_code == 503
+    assert health.json()["status"] == "draining"
+    assert refused[1].status_code == 503
+    assert refused[1].headers["retry-after"]
+    assert cancelled_after >= 1.5
+    quick = gate.records["quick"].completions
+    assert [c.status for c in quick] == ["COMPLETED"]
+    for rid in ("slow-1", "slow-2"):
+        [result] = gate.records[rid].completions
+        assert result.status == "ERROR"
+        assert result.finish_reason == "cancelled"
+        assert result.final_messages == [{"role": "user", "content": "What is 3 + 4?"}]
+    assert len(raw.calls_to(COMPLETED)) == 3
+    assert not gate.records["late"].completions
+    assert exit_code == 0
+    assert "draining: 3 running, 0 queued; grace period 1.5 s" in server.output()
+    assert not (tmp_path / "outbox").exists()
+    assert "Traceback" not in server.output()
+
+
+def test_listening_socket_says_tcp_so_asyncio_disables_nagle() -> None:
+    """bind_socket makes an IPPROTO_TCP socket: asyncio then sets TCP_NODELAY per connection.
+
+    Without it every small response waited ~40 ms for a delayed ACK (25 requests a second).
+    """
+    sock = bind_socket("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
+    finally:
+        sock.close()
