@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
-from .protocol import DEFAULT_MAX_METADATA_BYTES, REVEAL_SECRETS, describe_validation_error
+from .protocol import DEFAULT_MAX_METADATA_BYTES, describe_validation_error, dump_secret
 
 __all__ = ["ServerSettings", "find_pyproject", "read_pyproject_table"]
 
@@ -53,11 +53,7 @@ class ServerSettings(BaseModel):
     @field_serializer("api_key")
     def _dump_api_key(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
         # Hidden everywhere, except when handing settings to a reloader child process.
-        if value is None:
-            return None
-        if isinstance(info.context, dict) and info.context.get(REVEAL_SECRETS):
-            return value.get_secret_value()
-        return "**********"
+        return dump_secret(value, info)
 
     @classmethod
     def resolve(

@@ -46,6 +46,7 @@ __all__ = [
     "RolloutResponse",
     "RolloutStatus",
     "describe_validation_error",
+    "dump_secret",
     "wire",
     "wire_json",
 ]
@@ -58,6 +59,16 @@ MAX_ROLLOUT_ID_LENGTH = 256
 #: Context key that makes a dump include the per-rollout ``api_key`` (only for the wire).
 REVEAL_SECRETS = "reveal_secrets"
 _REDACTED = "**********"
+
+
+def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
+    """Serialise a secret as ``**********``, or as itself when the dump context reveals secrets
+    (only :func:`wire` and the reloader hand-off do)."""
+    if value is None:
+        return None
+    if isinstance(info.context, dict) and info.context.get(REVEAL_SECRETS):
+        return value.get_secret_value()
+    return _REDACTED
 
 
 def wire(model: BaseModel) -> dict[str, Any]:
@@ -217,11 +228,7 @@ class RolloutRequest(_Lenient):
 
     @field_serializer("api_key")
     def _dump_api_key(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
-        if value is None:
-            return None
-        if isinstance(info.context, dict) and info.context.get(REVEAL_SECRETS):
-            return value.get_secret_value()
-        return _REDACTED
+        return dump_secret(value, info)
 
     @property
     def dedup_key(self) -> str:
