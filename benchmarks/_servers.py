@@ -1,0 +1,239 @@
+"""The servers the benchmarks run, as child processes or inside the benchmark's own loop.
+
+``python benchmarks/_servers.py KIND [--turns K] [--max-concurrent N]`` binds 127.0.0.1:0, prints
+``PORT <n>`` and serves until SIGTERM. Kinds:
+
+- ``standin``: a TrainGate stand-in that answers every chat turn and callback at once (raw ASGI
+  under uvicorn, so it costs as little as a server can).
+- ``sdk``: our ``serve()`` (``create_app`` under uvicorn) with :class:`TurnsAgent`.
+- ``baseline``: the least a rollout server can do: a bare Starlette endpoint that answers the init,
+  then posts the same chat turns and one completion callback with a shared ``httpx2`` client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx2
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
+
+HOST = "127.0.0.1"
+#: The one tool every benchmark agent declares (so init does real tool validation).
+TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+#: What the stand-in answers to every chat turn: 48 completion tokens with ids and logprobs,
+#: about the size of a short real reply from TrainGate.
+REPLY_TOKENS = 48
+REPLY: dict[str, Any] = {
+    "id": "bench",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "default",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {
+                "role": "assistant",
+                "content": "The answer is 42. " * 10,
+            },
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 120,
+        "completion_tokens": REPLY_TOKENS,
+        "total_tokens": 120 + REPLY_TOKENS,
+    },
+    "token_ids": list(range(1000, 1000 + REPLY_TOKENS)),
+    "logprobs": [-0.01 * (i % 7 + 1) for i in range(REPLY_TOKENS)],
+}
+REPLY_BYTES = json.dumps(REPLY).encode()
+NEXT_USER = {"role": "user", "content": "Go on."}
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class StandIn:
+    """A TrainGate stand-in as a raw ASGI app: it answers chat turns and callbacks at once.
+
+    ``on_completed(body)`` is called with each callback's raw JSON body (the throughput benchmark
+    uses it to learn when a rollout has ended).
+    """
+
+    def __init__(self, on_completed: Callable[[bytes], None] | None = None) -> None:
+        self.on_completed = on_completed
+        self.chats = 0
+        self.completions = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        if scope["path"].endswith("/chat/completions"):
+            self.chats += 1
+            body = REPLY_BYTES
+        else:
+            self.completions += 1
+            if self.on_completed is not None:
+                self.on_completed(b"".join(chunks))
+            body = b"{}"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class TurnsAgent(RolloutAgentLoop):
+    """Runs ``turns`` LLM turns (a user nudge between them), then completes with reward 1."""
+
+    name = "bench-turns"
+
+    def __init__(self, turns: int = 1) -> None:
+        self.turns = turns
+
+    def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+        return [TOOL]
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages = list(ctx.request.messages)
+        for turn in range(self.turns):
+            if turn:
+                messages.append(NEXT_USER)
+            result = await ctx.chat(messages)
+            messages.append(result.message)
+        return ctx.complete(messages, reward=1.0)
+
+
+def baseline_app(turns: int) -> Starlette:
+    """The minimal rollout server: answer the init, post the turns and the callback."""
+    http: httpx2.AsyncClient | None = None
+    tasks: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        nonlocal http
+        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=200)
+        async with httpx2.AsyncClient(limits=limits, timeout=60.0) as client:
+            http = client
+            yield
+
+    async def rollout(init: dict[str, Any]) -> None:
+        assert http is not None
+        url = init["server_url"].rstrip("/")
+        messages = list(init["messages"])
+        headers = {"Content-Type": "application/json"}
+        for turn in range(turns):
+            if turn:
+                messages.append(NEXT_USER)
+            body = {"model": "default", "rollout_id": init["rollout_id"], "messages": messages}
+            reply = await http.post(
+                f"{url}/v1/chat/completions", content=json.dumps(body), headers=headers
+            )
+            messages.append(reply.json()["choices"][0]["message"])
+        done = {
+            "rollout_id": init["rollout_id"],
+            "status": "COMPLETED",
+            "final_messages": messages,
+            "finish_reason": "stop",
+            "reward": 1.0,
+        }
+        await http.post(f"{url}/v1/rollout/completed", content=json.dumps(done), headers=headers)
+
+    async def init(request: Request) -> Response:
+        body = json.loads(await request.body())
+        task = asyncio.create_task(rollout(body))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        answer = {"rollout_id": body["rollout_id"], "tools": [TOOL]}
+        return Response(json.dumps(answer), status_code=202, media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/rollout/init", init, methods=["POST"])], lifespan=lifespan)
+
+
+def _bound_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, 0))
+    sock.listen(2048)  # connections queue up until uvicorn starts accepting
+    return sock
+
+
+def _announce(sock: socket.socket) -> None:
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+
+
+def main(argv: list[str]) -> None:
+    """Serve one kind until SIGTERM."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=["standin", "sdk", "baseline"])
+    parser.add_argument("--turns", type=int, default=1)
+    parser.add_argument("--max-concurrent", type=int, default=100)
+    args = parser.parse_args(argv)
+    sock = _bound_socket()
+    _announce(sock)
+    if args.kind == "sdk":
+        from osmosis_rollout.server import serve
+
+        with tempfile.TemporaryDirectory() as outbox:
+            serve(
+                TurnsAgent(args.turns),
+                sock=sock,
+                log_level="warning",
+                max_concurrent=args.max_concurrent,
+                shutdown_grace_s=2.0,
+                outbox_dir=outbox,
+            )
+        return
+    app: Any = StandIn() if args.kind == "standin" else baseline_app(args.turns)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off" if args.kind == "standin" else "on",
+    )
+    try:
+        asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+    finally:
+        sock.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
