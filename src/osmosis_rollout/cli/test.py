@@ -191,7 +191,7 @@ async def _run(
         TimeElapsedColumn,
     )
 
-    from ..render_results import results_table, summary_table
+    from ..render import results_table, summary_table
     from ..testing.harness import Harness
     from ..testing.runner import RowResult, RunOptions, run_batch, summarise
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
-from ..render_results import format_ms
+from ..render import format_ms
 from ..testing.runner import RowInput, RowResult
 from .commands import COMMANDS
 from .stepper import Turn

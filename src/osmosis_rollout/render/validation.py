@@ -1,8 +1,4 @@
-"""Pure functions from results to Rich renderables; commands print them on their console.
-
-Nothing here prints or reads the terminal, so every report can be tested with a
-``Console(file=io.StringIO())``.
-"""
+"""The ``osmosis validate`` report as a Rich renderable (nothing is printed here)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from .validator import ValidationResult
+    from ..validator import ValidationResult
 
 __all__ = ["validation_report"]
 

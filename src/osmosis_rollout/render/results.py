@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .testing.runner import RowResult
+if TYPE_CHECKING:
+    from ..testing.runner import RowResult
 
 __all__ = ["format_ms", "results_table", "summary_table"]
 

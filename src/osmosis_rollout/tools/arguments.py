@@ -1,0 +1,109 @@
+"""Tool call arguments: JSON parsing and JSON Schema checks, with cached validators.
+
+Every failure is a ``ToolError`` whose message is written for the model that sent the call.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+
+from ..errors import ToolError
+from ..protocol import OpenAIFunctionSchema, OpenAIFunctionToolSchema
+
+_MAX_MESSAGE = 1000
+
+
+def _shorten(text: str, limit: int = _MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def parse_arguments(
+    raw: str | Mapping[str, Any] | None, *, tool_name: str | None = None
+) -> dict[str, Any]:
+    """Turn a tool call's ``arguments`` (a JSON string, or an object) into a dict.
+
+    Empty or null arguments are ``{}``. Bad JSON or anything but an object raises ``ToolError``
+    with a message written for the model.
+    """
+    subject = f"arguments for tool {tool_name!r}" if tool_name else "tool arguments"
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if not isinstance(raw, str):
+        raise ToolError(
+            f"{subject} must be a JSON object, got {type(raw).__name__}", tool_name=tool_name
+        )
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ToolError(
+            f'{subject} are not valid JSON ({exc}); send one JSON object, e.g. {{"name": "value"}}',
+            tool_name=tool_name,
+        ) from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+        raise ToolError(
+            f"{subject} must be a JSON object with one key per parameter, got {kind}",
+            tool_name=tool_name,
+        )
+    return value
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(parameters_json: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads(parameters_json)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _validator(name: str, parameters: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
+    try:
+        return _compiled(json.dumps(parameters, sort_keys=True, default=str))
+    except SchemaError as exc:
+        raise ToolError(
+            f"tool {name!r} has an invalid parameters schema: {exc.message}", tool_name=name
+        ) from None
+
+
+def _check(name: str, validator: jsonschema.Draft202012Validator, args: Mapping[str, Any]) -> None:
+    errors = sorted(validator.iter_errors(args), key=lambda e: e.json_path)
+    if not errors:
+        return
+    problems = [f"{e.json_path}: {_shorten(e.message, 200)}" for e in errors[:3]]
+    if len(errors) > 3:
+        problems.append(f"and {len(errors) - 3} more")
+    raise ToolError(f"invalid arguments for tool {name!r}: {'; '.join(problems)}", tool_name=name)
+
+
+def validate_arguments(
+    tool: OpenAIFunctionToolSchema | OpenAIFunctionSchema | Mapping[str, Any],
+    args: Mapping[str, Any],
+) -> None:
+    """Check ``args`` against the tool's ``parameters`` (JSON Schema draft 2020-12).
+
+    ``tool`` is a tool (model or ``{"type": "function", "function": {...}}``) or just its
+    function part. Raises ``ToolError`` naming each failing path, e.g. ``$.b``. Compiled
+    validators are cached per schema.
+    """
+    if isinstance(tool, OpenAIFunctionToolSchema):
+        tool = tool.function
+    if isinstance(tool, OpenAIFunctionSchema):
+        name, parameters = tool.name, tool.parameters
+    else:
+        function = tool.get("function", tool)
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise ToolError("validate_arguments needs an OpenAI function tool with a name")
+        name = function["name"]
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+    _check(name, _validator(name, parameters), args)

@@ -1,0 +1,226 @@
+"""Running the model's tool calls: ``Toolbox`` and ``execute_tool_calls``.
+
+Whatever goes wrong in a call becomes a ``"role": "tool"`` message, never an exception that
+would end the rollout.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import jsonschema
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
+
+from ..agent import RolloutContext
+from ..errors import ToolError
+from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
+from .arguments import _check, _shorten, _validator, parse_arguments
+from .schema import _build_spec, _ToolSpec
+
+logger = logging.getLogger("osmosis_rollout.tools")
+
+
+def _encode(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    try:
+        return to_json(result, fallback=str).decode()
+    except Exception as exc:  # e.g. a circular structure
+        raise ToolError(f"the result could not be encoded as JSON: {exc}") from None
+
+
+def _as_dict(call: Any) -> dict[str, Any]:
+    if isinstance(call, BaseModel):
+        return call.model_dump()
+    return call if isinstance(call, dict) else {}
+
+
+class Toolbox:
+    """Python functions served as tools: their schemas, and a runner for the model's calls.
+
+    ``functions`` is a list of functions (plain or ``@tool``-marked, sync or async, bound
+    methods included) or a mapping from tool name to function. ``timeout_s`` bounds each call;
+    a sync function that times out keeps running in its worker thread, but its result is
+    dropped.
+    """
+
+    def __init__(
+        self,
+        functions: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]],
+        *,
+        timeout_s: float | None = None,
+    ) -> None:
+        if isinstance(functions, Mapping):
+            specs = [_build_spec(fn, name) for name, fn in functions.items()]
+        else:
+            specs = [_build_spec(fn) for fn in functions]
+        self._specs: dict[str, _ToolSpec] = {}
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        for spec in specs:
+            if spec.unbound_self:
+                raise ToolError(
+                    f"tool {spec.name!r} is an unbound method; pass the bound one "
+                    f"(e.g. self.{spec.name})",
+                    tool_name=spec.name,
+                )
+            if spec.name in self._specs:
+                raise ToolError(f"two tools are named {spec.name!r}", tool_name=spec.name)
+            self._specs[spec.name] = spec
+            self._validators[spec.name] = _validator(spec.name, spec.schema.function.parameters)
+        self.timeout_s = timeout_s
+
+    @property
+    def schemas(self) -> list[OpenAIFunctionToolSchema]:
+        """The tools to return from ``get_tools``."""
+        return [spec.schema for spec in self._specs.values()]
+
+    @property
+    def names(self) -> list[str]:
+        """Tool names, in the order the functions were given."""
+        return list(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __repr__(self) -> str:
+        return f"Toolbox({', '.join(self._specs)})"
+
+    async def execute(
+        self,
+        ctx: RolloutContext,
+        tool_calls: Sequence[Mapping[str, Any] | BaseModel],
+        *,
+        timeout_s: float | None = None,
+    ) -> list[Message]:
+        """Run a batch of tool calls concurrently; return one tool message per call, in order.
+
+        ``tool_calls`` are the OpenAI dicts from ``CompletionsResult.tool_calls``. Failures
+        become ``"Error: ..."`` messages; each call's latency goes to ``ctx.record_tool_call``.
+        """
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        results: list[Message] = [{} for _ in tool_calls]
+
+        async def run(index: int, call: Mapping[str, Any] | BaseModel) -> None:
+            results[index] = await self._run_one(ctx, _as_dict(call), timeout)
+
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(tool_calls):
+                group.start_soon(run, index, call)
+        return results
+
+    async def _run_one(
+        self, ctx: RolloutContext, call: dict[str, Any], time_limit: float | None
+    ) -> Message:
+        call_id = call.get("id")
+        call_id = call_id if isinstance(call_id, str) else ""
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        name = function.get("name")
+        started = time.perf_counter()
+        error: str | None = None
+        try:
+            content = await self._call(ctx, name, function.get("arguments"), time_limit)
+        except ToolError as exc:
+            error = _shorten(str(exc))
+            content = f"Error: {error}"
+        latency_ms = (time.perf_counter() - started) * 1000
+        ctx.record_tool_call(latency_ms)
+        ctx.log_event(
+            "tool_call",
+            tool=name,
+            tool_call_id=call_id,
+            latency_ms=round(latency_ms, 3),
+            error=error,
+        )
+        return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+    async def _call(
+        self, ctx: RolloutContext, name: Any, raw_args: Any, time_limit: float | None
+    ) -> str:
+        spec = self._specs.get(name) if isinstance(name, str) else None
+        if spec is None:
+            available = ", ".join(self._specs) or "(none)"
+            shown = repr(name) if isinstance(name, str) else "(missing name)"
+            raise ToolError(f"unknown tool {shown}; available: {available}", tool_name=None)
+        args = parse_arguments(raw_args, tool_name=spec.name)
+        _check(spec.name, self._validators[spec.name], args)
+        positional, keywords = self._bind(ctx, spec, args)
+        result: Any = None
+        with anyio.move_on_after(time_limit) as scope:
+            try:
+                if spec.is_async:
+                    result = await spec.fn(*positional, **keywords)
+                else:
+                    call = functools.partial(spec.fn, *positional, **keywords)
+                    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+                if inspect.isawaitable(result):
+                    result = await result
+            except ToolError:
+                raise  # the tool's own message, meant for the model
+            except Exception as exc:  # a tool's bug is the model's feedback, not a crash
+                logger.debug("tool %r raised", spec.name, exc_info=True)
+                raise ToolError(
+                    f"tool {spec.name!r} raised {type(exc).__name__}: {exc}", tool_name=spec.name
+                ) from None
+        if scope.cancelled_caught:
+            raise ToolError(
+                f"tool {spec.name!r} timed out after {time_limit or 0:g} s", tool_name=spec.name
+            )
+        return _encode(result)
+
+    @staticmethod
+    def _bind(
+        ctx: RolloutContext, spec: _ToolSpec, args: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        unexpected = [key for key in args if key not in spec.params]
+        if unexpected and not spec.var_keyword:
+            expected = ", ".join(spec.params) or "no arguments"
+            raise ToolError(
+                f"invalid arguments for tool {spec.name!r}: unexpected argument "
+                f"{', '.join(map(repr, unexpected))}; expected: {expected}",
+                tool_name=spec.name,
+            )
+        keywords: dict[str, Any] = dict.fromkeys(spec.context_params, ctx)
+        for key, value in args.items():
+            param = spec.params.get(key)
+            if param is not None and param.adapter is not None:
+                try:
+                    value = param.adapter.validate_python(value)
+                except ValidationError as exc:
+                    raise ToolError(
+                        f"invalid arguments for tool {spec.name!r}: {key}: "
+                        f"{describe_validation_error(exc)}",
+                        tool_name=spec.name,
+                    ) from None
+            keywords[key] = value
+        positional = [
+            keywords.pop(p.name, p.default) for p in spec.params.values() if p.positional_only
+        ]
+        return positional, keywords
+
+
+async def execute_tool_calls(
+    ctx: RolloutContext,
+    tool_calls: Sequence[Mapping[str, Any] | BaseModel],
+    functions: Toolbox | Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]],
+    *,
+    timeout_s: float | None = None,
+) -> list[Message]:
+    """Run ``tool_calls`` with ``functions`` (a dict by tool name, a list, or a Toolbox).
+
+    Same behaviour as :meth:`Toolbox.execute`; build a ``Toolbox`` once to skip re-reading the
+    functions' signatures on every turn.
+    """
+    toolbox = functions if isinstance(functions, Toolbox) else Toolbox(functions)
+    return await toolbox.execute(ctx, tool_calls, timeout_s=timeout_s)
