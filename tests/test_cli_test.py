@@ -88,6 +88,7 @@ def test_findings_make_the_exit_code_1() -> None:
         ([CALCULATOR, "-d", DATASET, "--llm", "gpt"], "unknown --llm"),
         (["no_such_file.py:Agent", "-d", DATASET], "no_such_file.py"),
         ([CALCULATOR, "--server", "http://127.0.0.1:1", "-d", DATASET], "not both"),
+        (["--server", "http://127.0.0.1:1", "-d", DATASET], "cannot reach the rollout server"),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:

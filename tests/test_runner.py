@@ -84,10 +84,44 @@ async def test_a_server_that_never_calls_back_gets_no_completion() -> None:
         body = await request.json()
         return JSONResponse({"rollout_id": body["rollout_id"], "tools": []}, status_code=202)
 
-    rogue = Starlette(routes=[Route("/v1/rollout/init", init, methods=["POST"])])
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "healthy", "agent_loop": "rogue"})
+
+    rogue = Starlette(
+        routes=[
+            Route("/v1/rollout/init", init, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
     with serve_in_thread(rogue) as url:
         async with Harness(server_url=url, backend=MockLLMBackend()) as harness:
-            report = await run_batch(harness, ROWS[:2], RunOptions(timeout_s=0.3))
+            report = await run_batch(harness, ROWS[:2], RunOptions(timeout_s=0.2))
     for row in report.rows:
         assert row.status == "NO_RESULT"
         assert {f.code for f in row.findings} == {"no_completion"}
+
+
+async def test_a_row_that_cannot_be_sent_is_refused_and_the_rest_run() -> None:
+    """A row whose metadata is over the limit is REFUSED with a reason; other rows still run."""
+    agent = load_asset("bad_agents").GoodAgent()
+    rows = [
+        ROWS[0],
+        RowInput(index=2, messages=ROWS[1].messages, metadata={"blob": "x" * (1024 * 1024 + 1)}),
+    ]
+    async with Harness(agent, backend=MockLLMBackend()) as harness:
+        report = await run_batch(harness, rows, RunOptions())
+    first, second = report.rows
+    assert first.passed
+    assert second.status == "REFUSED"
+    assert "metadata" in (second.error_message or "")
+    assert "xxxx" not in (second.error_message or "")  # the input is never echoed
+
+
+async def test_an_agent_over_the_timeout_is_a_timeout_not_a_lost_callback() -> None:
+    """The harness waits past the server's deadline, so a slow agent is reported as timeout."""
+    agent = load_asset("bad_agents").SlowAgent()
+    async with Harness(agent, backend=MockLLMBackend(), rollout_timeout_s=0.3) as harness:
+        report = await run_batch(harness, ROWS[:1], RunOptions(timeout_s=0.3))
+    row = report.rows[0]
+    assert row.finish_reason == "timeout"
+    assert [f.code for f in row.findings] == []

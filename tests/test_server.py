@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -331,7 +332,8 @@ async def test_refused_callback_lands_in_the_outbox_without_the_api_key(
     assert len(s.sleeps.delays) == 3  # the protocol's three retries, then give up
     assert s.completions("r-1") == []
     files = list((tmp_path / "outbox").iterdir())
-    assert [f.name for f in files] == ["r-1.json"]
+    assert len(files) == 1
+    assert re.fullmatch(r"r-1\.\d{8}T\d{6}\.[0-9a-f]{6}\.json", files[0].name)
     text = files[0].read_text(encoding="utf-8")
     assert TG_KEY not in text
     record = json.loads(text)
@@ -345,7 +347,7 @@ async def test_refused_callback_lands_in_the_outbox_without_the_api_key(
     assert saved["metrics"]["num_llm_calls"] == 2
     assert saved["metrics"]["num_tool_calls"] == 1
     assert health["completed_rollouts"] == 1
-    assert "r-1.json" in caplog.text
+    assert files[0].name in caplog.text
     assert TG_KEY not in caplog.text
 
 

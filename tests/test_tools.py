@@ -886,7 +886,7 @@ async def test_toolbox_agent_runs_end_to_end_against_the_mock_traingate(
     gate.expect(request.rollout_id, api_key="tg-secret-key", tools=agent.get_tools(request))
 
     response = await run_rollout(agent, request, channel)
-    await channel.complete_rollout(response)
+    await client.complete_rollout(request.server_url, response, api_key=request.api_key_value)
 
     assert response.status is RolloutStatus.COMPLETED
     tool_messages = [m for m in response.final_messages if m["role"] == "tool"]

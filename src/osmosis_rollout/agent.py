@@ -9,6 +9,7 @@ guards the one rule that keeps training data sound: the history sent to the LLM 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -31,6 +32,7 @@ from .protocol import (
     RolloutRequest,
     RolloutStatus,
     describe_validation_error,
+    first_divergence,
 )
 
 __all__ = [
@@ -189,10 +191,6 @@ def _first_error(exc: Exception) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _canonical(message: Any) -> str:
-    return json.dumps(message, sort_keys=True, separators=(",", ":"), default=str)
-
-
 def _as_message(item: Any) -> Message:
     if isinstance(item, BaseModel):
         return item.model_dump(mode="json", exclude_none=True)
@@ -225,7 +223,10 @@ class RolloutContext:
         self._prompt_tokens = 0
         self._response_tokens = 0
         self._max_context = 0
-        self._sent: list[str] | None = None  # canonical form of the last history + its reply
+        # Deep copies of the last history sent plus its reply: what the next call must start with.
+        # Copies, so that an agent editing a message in place is caught too.
+        self._sent: list[Message] | None = None
+        self._turns_started = 0
         self._last_messages: list[Message] = list(request.messages)
         self.append_only_violations: list[dict[str, Any]] = []
 
@@ -237,14 +238,14 @@ class RolloutContext:
         ``request.completion_params`` are the defaults; ``params`` override them per call.
         """
         history = [_as_message(m) for m in messages]
-        canonical = [_canonical(m) for m in history]
-        self._check_append_only(canonical)
+        kept = self._check_append_only(history)
         body: dict[str, Any] = {**self.request.completion_params}
         body.update({k: v for k, v in params.items() if k not in _NEVER_SENT})
         for key in _NEVER_SENT:
             body.pop(key, None)
         request = CompletionsRequest(rollout_id=self.request.rollout_id, messages=history, **body)
-        turn = self._llm_calls + 1
+        self._turns_started += 1  # reserved before the await: concurrent calls get distinct ids
+        turn = self._turns_started
         self._last_messages = list(history)
         started = time.perf_counter()
         try:
@@ -260,7 +261,7 @@ class RolloutContext:
         self._prompt_tokens += usage.prompt_tokens
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
-        self._sent = [*canonical, _canonical(reply)]
+        self._sent = [*kept, *copy.deepcopy(history[len(kept) :]), copy.deepcopy(reply)]
         self._last_messages = [*history, reply]
         return CompletionsResult(
             message=reply,
@@ -271,18 +272,15 @@ class RolloutContext:
             prompt_token_ids=response.prompt_token_ids,
         )
 
-    def _check_append_only(self, canonical: list[str]) -> None:
+    def _check_append_only(self, history: list[Message]) -> list[Message]:
+        """Record a violation if ``history`` does not start with what was sent before; return
+        the verified prefix of snapshots to keep (empty after a violation)."""
         previous = self._sent
         if previous is None:
-            return
-        index = next(
-            (i for i, (a, b) in enumerate(zip(previous, canonical, strict=False)) if a != b),
-            None,
-        )
-        if index is None and len(canonical) < len(previous):
-            index = len(canonical)
+            return []
+        index = first_divergence(previous, history)
         if index is None:
-            return
+            return previous
         turn = self._llm_calls + 1
         violation = {"turn": turn, "index": index}
         self.append_only_violations.append(violation)
@@ -294,6 +292,7 @@ class RolloutContext:
             index,
         )
         self.log_event("append_only_violation", **violation)
+        return []
 
     # -- tools, events, results --------------------------------------------------------------
 

@@ -16,18 +16,20 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx2
 from pydantic import ValidationError
 
-from .errors import ProtocolError, TrainGateHTTPError, TrainGateUnavailable
+from .errors import ProtocolError, TrainGateError, TrainGateHTTPError, TrainGateUnavailable
 from .protocol import (
     CompletionsRequest,
     CompletionsResponse,
     RolloutRequest,
     RolloutResponse,
     describe_validation_error,
+    scrub,
     wire_json,
 )
 
@@ -94,7 +96,8 @@ class TrainGateClient:
     """Sends chat turns and completion callbacks to TrainGate over one pooled HTTP client.
 
     Pass ``http`` to share or customise the client (tests pass one with an ASGI transport);
-    otherwise the client is created here and closed by :meth:`aclose`. ``sleep`` and ``rand``
+    otherwise the client is created here, with at most ``max_connections`` open at once (calls
+    beyond wait for a free one), and closed by :meth:`aclose`. ``sleep`` and ``rand``
     are injectable so tests can check the backoff without waiting.
     """
 
@@ -103,6 +106,7 @@ class TrainGateClient:
         http: httpx2.AsyncClient | None = None,
         *,
         retry: RetryPolicy | None = None,
+        max_connections: int | None = 1000,
         sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -112,7 +116,8 @@ class TrainGateClient:
             timeout=httpx2.Timeout(
                 self.retry.attempt_timeout_s, connect=self.retry.connect_timeout_s
             ),
-            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=200),
+            # Bounded: draining thousands of callbacks at once must not exhaust file handles.
+            limits=httpx2.Limits(max_connections=max_connections, max_keepalive_connections=200),
         )
         self._sleep = sleep
         self._rand = rand
@@ -168,7 +173,7 @@ class TrainGateClient:
     async def _post(
         self, url: str, content: bytes, *, api_key: str | None, request_id: str
     ) -> httpx2.Response:
-        headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
+        headers = {"Content-Type": "application/json", "X-Request-Id": header_safe(request_id)}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         policy = self.retry
@@ -177,6 +182,9 @@ class TrainGateClient:
             self.stats.requests += 1
             try:
                 response = await self.http.post(url, content=content, headers=headers)
+            except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
+                self.stats.failures += 1
+                raise TrainGateError(f"cannot call {url}{_detail(exc, api_key)}") from None
             except httpx2.DecodingError as exc:
                 self.stats.failures += 1
                 raise ProtocolError(
@@ -232,12 +240,16 @@ class TrainGateClient:
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
 
-def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "**********") if secret else text
+def header_safe(value: str) -> str:
+    """``value`` as an HTTP header value: printable ASCII kept, anything else percent-encoded
+    (a non-ASCII ``rollout_id`` must not make every call of its rollout fail)."""
+    if value.isascii() and value.isprintable():
+        return value
+    return quote(value, safe="".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%"))
 
 
 def _detail(exc: Exception, secret: str | None) -> str:
-    text = _scrub(str(exc), secret)
+    text = scrub(str(exc), secret)
     return f" ({text[:200]})" if text else ""
 
 
@@ -246,12 +258,15 @@ def _excerpt(response: httpx2.Response, secret: str | None) -> str:
         text = response.text
     except (UnicodeDecodeError, LookupError):
         return ""
-    text = _scrub(" ".join(text.split()), secret)
+    text = scrub(" ".join(text.split()), secret)
     return text[:_BODY_EXCERPT] + ("..." if len(text) > _BODY_EXCERPT else "")
 
 
 class RolloutChannel:
-    """One rollout's door to TrainGate: its ``server_url`` and its ``api_key`` bound in."""
+    """One rollout's door to TrainGate for LLM turns: its ``server_url`` and ``api_key`` bound in.
+
+    It deliberately has no way to send the completion callback: that is the server's job, once.
+    """
 
     def __init__(self, client: TrainGateClient, server_url: str, api_key: str | None) -> None:
         self.client = client
@@ -268,7 +283,3 @@ class RolloutChannel:
         return await self.client.chat_completions(
             self.server_url, request, api_key=self._api_key, request_id=request_id
         )
-
-    async def complete_rollout(self, result: RolloutResponse) -> None:
-        """This rollout's completion callback."""
-        await self.client.complete_rollout(self.server_url, result, api_key=self._api_key)

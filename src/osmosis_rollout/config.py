@@ -45,6 +45,7 @@ class ServerSettings(BaseModel):
     rollout_timeout_s: float = Field(3600.0, gt=0)
     record_ttl_s: float = Field(3600.0, gt=0)
     shutdown_grace_s: float = Field(30.0, ge=0)
+    get_tools_timeout_s: float = Field(60.0, gt=0)
     max_metadata_bytes: int = Field(DEFAULT_MAX_METADATA_BYTES, ge=0)
     debug_dir: Path | None = None
     outbox_dir: Path | None = None

@@ -47,6 +47,8 @@ __all__ = [
     "RolloutStatus",
     "describe_validation_error",
     "dump_secret",
+    "first_divergence",
+    "scrub",
     "wire",
     "wire_json",
 ]
@@ -58,7 +60,7 @@ DEFAULT_MAX_METADATA_BYTES = 1024 * 1024
 MAX_ROLLOUT_ID_LENGTH = 256
 #: Context key that makes a dump include the per-rollout ``api_key`` (only for the wire).
 REVEAL_SECRETS = "reveal_secrets"
-_REDACTED = "**********"
+REDACTED = "**********"
 
 
 def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
@@ -68,7 +70,21 @@ def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
         return None
     if isinstance(info.context, dict) and info.context.get(REVEAL_SECRETS):
         return value.get_secret_value()
-    return _REDACTED
+    return REDACTED
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by ``**********``."""
+    return text.replace(secret, REDACTED) if secret else text
+
+
+def first_divergence(previous: list[Message], current: list[Message]) -> int | None:
+    """Index of the first message of ``previous`` that ``current`` does not repeat unchanged
+    (the append-only rule), or None when ``current`` starts with all of ``previous``."""
+    for index, expected in enumerate(previous):
+        if index >= len(current) or current[index] != expected:
+            return index
+    return None
 
 
 def wire(model: BaseModel) -> dict[str, Any]:
@@ -194,9 +210,34 @@ class RolloutRequest(_Lenient):
     @classmethod
     def _check_server_url(cls, value: str) -> str:
         parts = urlsplit(value.strip())
+        try:
+            parts.port  # noqa: B018  # raises ValueError for a port out of range or not a number
+        except ValueError:
+            raise ValueError("server_url has an invalid port") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("server_url must be an http:// or https:// URL with a host")
+        if not value.isascii() or any(c.isspace() for c in value.strip()):
+            raise ValueError("server_url must be ASCII without spaces (percent-encode the rest)")
         return value.strip().rstrip("/")
+
+    @field_validator("api_key")
+    @classmethod
+    def _check_api_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # It becomes an HTTP header: printable ASCII only, or every callback would fail later.
+        if value is not None and not all(" " < c <= "~" for c in value.get_secret_value()):
+            raise ValueError("api_key must be printable ASCII without spaces")
+        return value
+
+    @field_validator("completion_params")
+    @classmethod
+    def _check_completion_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Checked now, so a bad sampling parameter is a 422 at init, not a failure at every turn.
+        probe = {k: v for k, v in value.items() if k not in ("rollout_id", "messages")}
+        try:
+            CompletionsRequest.model_validate({**probe, "rollout_id": "-", "messages": []})
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc, limit=1)) from None
+        return value
 
     @field_validator("max_turns", "max_tokens_total")
     @classmethod

@@ -8,6 +8,7 @@ conversation seen so far. This is the one deliberate catch-all of the core.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import traceback
@@ -16,6 +17,8 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, RolloutResult, resolve_tools
 from .errors import OsmosisError
@@ -25,6 +28,9 @@ from .protocol import (
     RolloutRequest,
     RolloutResponse,
     RolloutStatus,
+    describe_validation_error,
+    scrub,
+    wire_json,
 )
 from .tracing import Tracer
 
@@ -89,7 +95,7 @@ async def run_rollout(
             await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled before start: no turn
             result = await agent.run(ctx)
         except OsmosisError as exc:
-            error_message = _scrub(f"{type(exc).__name__}: {exc}", request.api_key_value)
+            error_message = scrub(f"{type(exc).__name__}: {exc}", request.api_key_value)
             logger.warning("rollout %s failed: %s", request.rollout_id, error_message)
         except Exception as exc:
             error_message = f"agent raised {type(exc).__name__}: {exc}"
@@ -115,20 +121,31 @@ async def run_rollout(
         error_message = "run() returned None; it must return ctx.complete(...) or ctx.error(...)"
 
     metrics = ctx.metrics
+    response: RolloutResponse | None = None
     if isinstance(result, RolloutResult):
-        response = RolloutResponse(
-            rollout_id=request.rollout_id,
-            status=result.status,
-            final_messages=result.final_messages,
-            finish_reason=result.finish_reason,
-            error_message=result.error_message,
-            reward=result.reward,
-            metrics=metrics,
-            extra_fields=result.extra_fields,
-        )
-    else:
+        try:
+            response = RolloutResponse(
+                rollout_id=request.rollout_id,
+                status=result.status,
+                final_messages=result.final_messages,
+                finish_reason=result.finish_reason,
+                error_message=result.error_message,
+                reward=result.reward,
+                metrics=metrics,
+                extra_fields=result.extra_fields,
+            )
+            wire_json(response)  # what cannot be serialised cannot be sent: fail it here
+        except (ValidationError, PydanticSerializationError) as exc:
+            detail = (
+                describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            )
+            error_message = f"run() returned a result that cannot be sent: {detail}"
+            response = None
+    if response is None:
+        # A result that could not be sent keeps its own messages (made JSON-safe below).
+        kept = result.final_messages if isinstance(result, RolloutResult) else None
         response = _error_response(
-            request, ctx.partial_messages, error_message or "", finish_reason, metrics
+            request, kept or ctx.partial_messages, error_message or "", finish_reason, metrics
         )
     ctx.log_event(
         "rollout_end",
@@ -147,7 +164,7 @@ def _log_agent_crash(request: RolloutRequest) -> None:
     secret = request.api_key_value
     text = traceback.format_exc()
     if secret and secret in text:
-        logger.error("rollout %s: the agent raised\n%s", request.rollout_id, _scrub(text, secret))
+        logger.error("rollout %s: the agent raised\n%s", request.rollout_id, scrub(text, secret))
     else:
         logger.exception("rollout %s: the agent raised", request.rollout_id)
 
@@ -167,15 +184,18 @@ def _error_response(
     finish_reason: str = "error",
     metrics: Any = None,
 ) -> RolloutResponse:
-    return RolloutResponse(
+    response = RolloutResponse(
         rollout_id=request.rollout_id,
         status=RolloutStatus.ERROR,
         final_messages=messages,
         finish_reason=finish_reason,
-        error_message=_scrub(message, request.api_key_value),
+        error_message=scrub(message, request.api_key_value),
         metrics=metrics,
     )
-
-
-def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "**********") if secret else text
+    try:
+        wire_json(response)
+    except PydanticSerializationError:
+        # The agent put something that is not JSON in its messages: keep them, as text.
+        safe = json.loads(json.dumps(messages, default=repr))
+        response = response.model_copy(update={"final_messages": safe})
+    return response

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .protocol import REDACTED
+
 __all__ = ["Tracer", "safe_trace_name"]
 
 logger = logging.getLogger("osmosis_rollout.tracing")
@@ -29,7 +31,6 @@ _RESERVED = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?", re.IGNOREC
 #: The suffix hashed names end with; a plain id ending so could collide with one.
 _HASH_SUFFIX = re.compile(r".*-[0-9a-f]{16}")
 _SECRET_KEYS = frozenset({"api_key", "apikey", "authorization", "x-api-key", "password", "token"})
-REDACTED = "**********"
 
 
 def safe_trace_name(rollout_id: str) -> str:

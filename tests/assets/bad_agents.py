@@ -82,7 +82,12 @@ class CompletesTwiceAgent(_OneTurn):
             final_messages=result.final_messages,
             finish_reason="stop",
         )
-        await ctx.llm.complete_rollout(early)  # type: ignore[attr-defined]
+        channel = ctx.llm
+        await channel.client.complete_rollout(  # type: ignore[attr-defined]
+            channel.server_url,  # type: ignore[attr-defined]
+            early,
+            api_key=ctx.request.api_key_value,
+        )
         return result
 
 

@@ -35,6 +35,7 @@ from ..protocol import (
     RolloutRequest,
     RolloutResponse,
     RolloutStatus,
+    scrub,
 )
 from ..rollout import run_rollout
 from ..tracing import Tracer
@@ -50,6 +51,9 @@ _JSON = "application/json"
 #: Inits larger than this are refused with 413 before parsing (messages can be long).
 _MIN_BODY_LIMIT = 16 * 1024 * 1024
 _RETRY_AFTER_S = "5"
+#: After the grace period, how long cancelled rollouts get to deliver their callbacks before
+#: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
+_DELIVERY_GRACE_S = 15.0
 
 
 def create_app(
@@ -135,7 +139,10 @@ class RolloutServer:
         """Open the client and the rollout task group; on exit drain, then close everything."""
         owns_client = self._given_client is None
         if owns_client:
-            self.client = TrainGateClient(retry=RetryPolicy())
+            self.client = TrainGateClient(
+                retry=RetryPolicy(),
+                max_connections=max(1000, 2 * self.settings.max_concurrent),
+            )
         try:
             async with anyio.create_task_group() as tasks:
                 self._tasks = tasks
@@ -162,7 +169,7 @@ class RolloutServer:
                 self.registry.queued,
                 self.settings.shutdown_grace_s,
             )
-        await self.registry.drain(self.settings.shutdown_grace_s)
+        await self.registry.drain(self.settings.shutdown_grace_s, _DELIVERY_GRACE_S)
 
     async def _expire_records(self) -> None:
         interval = min(60.0, max(0.05, self.settings.record_ttl_s / 2))
@@ -204,12 +211,9 @@ class RolloutServer:
             request.headers.get("authorization"), self._server_key
         ):
             return _json(401, {"detail": "Invalid or missing API key"})
-        if self.registry.draining or self._tasks is None:
-            return _json(
-                503,
-                {"detail": "server is shutting down; retry on another server"},
-                {"Retry-After": _RETRY_AFTER_S},
-            )
+        unavailable = self._unavailable()
+        if unavailable is not None:
+            return unavailable
         body = await self._read_body(request)
         if isinstance(body, Response):
             return body
@@ -229,11 +233,24 @@ class RolloutServer:
 
         entry = self.registry.reserve(rollout)
         try:
-            tools = await resolve_tools(self.agent, rollout)
-        except Exception as exc:
-            detail = _scrub(f"get_tools failed: {type(exc).__name__}: {exc}", rollout)
+            with anyio.fail_after(self.settings.get_tools_timeout_s):
+                tools = await resolve_tools(self.agent, rollout)
+        except TimeoutError:
+            detail = f"get_tools did not return within {self.settings.get_tools_timeout_s:g} s"
             logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
             return self._refuse(entry, 500, {"detail": detail})
+        except Exception as exc:
+            detail = scrub(f"get_tools failed: {type(exc).__name__}: {exc}", rollout.api_key_value)
+            logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
+            return self._refuse(entry, 500, {"detail": detail})
+        except BaseException:  # the request was cancelled: free the key so retries can start
+            self._refuse(entry, 503, {"detail": "init interrupted; retry"})
+            raise
+        # Re-checked: draining may have begun while get_tools ran.
+        unavailable = self._unavailable()
+        if unavailable is not None:
+            self.registry.release(entry, unavailable.status_code, bytes(unavailable.body))
+            return unavailable
         if not self.registry.has_capacity():
             return self._refuse(
                 entry,
@@ -244,9 +261,22 @@ class RolloutServer:
         init_body = InitResponse(rollout_id=rollout.rollout_id, tools=tools)
         payload = init_body.model_dump_json(exclude_none=True).encode()
         self.registry.accept(entry, 202, payload)
-        assert self._tasks is not None  # checked above; no await since
+        assert self._tasks is not None  # _unavailable() checked it; no await since
         self._tasks.start_soon(self._run, entry, tools)
         return Response(payload, status_code=202, media_type=_JSON)
+
+    def _unavailable(self) -> Response | None:
+        """The 503 to answer when no rollout can start now, or None."""
+        if self.registry.draining:
+            detail = "server is shutting down; retry on another server"
+        elif self._tasks is None:
+            detail = (
+                "server is not running: its lifespan has not started (when mounting the app, "
+                "run its lifespan too, or use osmosis_rollout.server.serve)"
+            )
+        else:
+            return None
+        return _json(503, {"detail": detail}, {"Retry-After": _RETRY_AFTER_S})
 
     def _refuse(
         self,
@@ -278,6 +308,7 @@ class RolloutServer:
         """Run the agent when a slot frees up, then send exactly one callback."""
         request = entry.request
         assert self.client is not None  # the lifespan opened it
+        response: RolloutResponse | None = None
         try:
             async with self._slots:
                 self.registry.start(entry)
@@ -299,7 +330,7 @@ class RolloutServer:
                         status=RolloutStatus.ERROR,
                         final_messages=list(request.messages),
                         finish_reason="error",
-                        error_message=_scrub(f"internal error: {type(exc).__name__}", request),
+                        error_message=f"internal error: {type(exc).__name__}",
                     )
             if response.metrics is not None:
                 response.metrics = response.metrics.model_copy(
@@ -307,6 +338,17 @@ class RolloutServer:
                 )
             self.registry.delivering(entry)
             await self._deliver(request, response)
+        except BaseException:
+            if response is None:  # stopped before the agent ran: the result is still kept
+                cancelled = RolloutResponse(
+                    rollout_id=request.rollout_id,
+                    status=RolloutStatus.ERROR,
+                    final_messages=list(request.messages),
+                    finish_reason="cancelled",
+                    error_message="rollout cancelled (server stopped before it ran)",
+                )
+                self._to_outbox(request, cancelled, "server stopped before the rollout ran")
+            raise
         finally:
             self.registry.finish(entry)
 
@@ -318,6 +360,9 @@ class RolloutServer:
             )
         except TrainGateError as exc:
             self._to_outbox(request, response, str(exc))
+        except Exception as exc:  # never let one delivery take the task group down
+            logger.exception("rollout %s: callback could not be sent", request.rollout_id)
+            self._to_outbox(request, response, f"callback not sent: {type(exc).__name__}")
         except BaseException as exc:  # cancelled mid-delivery at a hard stop: keep the result
             self._to_outbox(request, response, f"delivery interrupted: {type(exc).__name__}")
             raise
@@ -325,14 +370,14 @@ class RolloutServer:
     def _to_outbox(self, request: RolloutRequest, response: RolloutResponse, error: str) -> None:
         try:
             path = write_outbox(self.outbox_dir, request.server_url, response, error)
-        except OSError as exc:
+        except Exception as exc:
             logger.critical(
                 "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
                 "response follows: %s",
                 request.rollout_id,
                 error,
                 exc,
-                response.model_dump_json(exclude_none=True),
+                repr(response),
             )
             return
         logger.error(
@@ -348,8 +393,3 @@ def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
     for err in exc.errors(include_input=False, include_url=False, include_context=False):
         details.append({"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]})
     return details
-
-
-def _scrub(text: str, request: RolloutRequest) -> str:
-    secret = request.api_key_value
-    return text.replace(secret, "**********") if secret else text

@@ -1,6 +1,7 @@
 """The outbox: completion callbacks that could not be delivered, kept on disk so none is lost.
 
-One JSON file per rollout: ``{"server_url", "error", "written_at", "response"}``. The per-rollout
+One JSON file per undelivered callback, ``<rollout id>.<UTC time>.<random>.json``:
+``{"server_url", "error", "written_at", "response"}``. The per-rollout
 ``api_key`` is never written; whoever replays a file supplies it again.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -23,8 +25,10 @@ DEFAULT_OUTBOX_DIR = Path(".osmosis") / "outbox"
 def write_outbox(directory: Path, server_url: str, response: RolloutResponse, error: str) -> Path:
     """Atomically write one undelivered callback; returns the file's path."""
     directory.mkdir(parents=True, exist_ok=True)
-    name = safe_trace_name(response.rollout_id).removesuffix(".jsonl") + ".json"
-    target = directory / name
+    # Unique per write: a rollout id reused later must not overwrite an undelivered result.
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    stem = safe_trace_name(response.rollout_id).removesuffix(".jsonl")
+    target = directory / f"{stem}.{stamp}.{secrets.token_hex(3)}.json"
     record = {
         "server_url": server_url,
         "error": error,

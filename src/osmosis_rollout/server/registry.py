@@ -125,7 +125,16 @@ class RolloutRegistry:
         entry.init_ready.set()
 
     def finish(self, entry: RolloutEntry) -> None:
-        """The callback was handled: free the rollout id, keep the record for the TTL."""
+        """The callback was handled: free the rollout id, keep a slim record for the TTL.
+
+        The record keeps what a duplicate init needs (ids and the 202 body), not the
+        conversation: thousands of finished rollouts stay cheap for the whole TTL.
+        """
+        entry.control.context = None
+        entry.control.scope = None
+        entry.request = entry.request.model_copy(
+            update={"messages": [], "metadata": {}, "completion_params": {}}
+        )
         self._move(entry, Phase.DONE)
         entry.done_at = time.perf_counter()
         if self.by_id.get(entry.rollout_id) is entry:
@@ -181,14 +190,16 @@ class RolloutRegistry:
         if self.by_id.get(entry.rollout_id) is entry:
             del self.by_id[entry.rollout_id]
 
-    async def drain(self, grace_s: float) -> None:
+    async def drain(self, grace_s: float, delivery_s: float) -> None:
         """Stop accepting, let rollouts finish for ``grace_s``, then cancel the rest and wait
-        for their ``ERROR``/``cancelled`` callbacks."""
+        up to ``delivery_s`` for their ``ERROR``/``cancelled`` callbacks (whoever then stops
+        the remaining tasks makes them write their results to the outbox)."""
         self.draining = True
         with anyio.move_on_after(grace_s):
             for entry in self.unfinished():
                 await entry.finished.wait()
         for entry in self.unfinished():
             entry.control.cancel()
-        for entry in self.unfinished():
-            await entry.finished.wait()
+        with anyio.move_on_after(delivery_s):
+            for entry in self.unfinished():
+                await entry.finished.wait()

@@ -67,11 +67,14 @@ class _DrainingServer(uvicorn.Server):
             loop.call_soon_threadsafe(self._start_drain)
         elif self._signals == 2:
             logger.warning("second signal: cancelling all running rollouts now")
-            for entry in self._rollouts.registry.unfinished():
-                entry.control.cancel()
+            asyncio.get_event_loop().call_soon_threadsafe(self._cancel_all)
         else:
             self.should_exit = True
             self.force_exit = True
+
+    def _cancel_all(self) -> None:
+        for entry in self._rollouts.registry.unfinished():
+            entry.control.cancel()
 
     def _start_drain(self) -> None:
         self._drain = asyncio.ensure_future(self._drain_then_exit())

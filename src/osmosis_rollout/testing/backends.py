@@ -20,7 +20,13 @@ from pydantic import ValidationError
 
 from ..client import RetryPolicy, parse_retry_after
 from ..errors import ConfigError, LLMBackendError, UnsatisfiableSchemaError
-from ..protocol import CompletionsRequest, CompletionsResponse, describe_validation_error, wire
+from ..protocol import (
+    CompletionsRequest,
+    CompletionsResponse,
+    describe_validation_error,
+    scrub,
+    wire,
+)
 from .schema_instances import generate
 from .traingate import RolloutRecord, completion_from_message, estimate_tokens
 
@@ -408,7 +414,7 @@ class OpenAICompatibleBackend:
             ) from None
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._api_key, "**********") if self._api_key else text
+        return scrub(text, self._api_key)
 
     def _excerpt(self, response: httpx2.Response) -> str:
         try:

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx2
 import uvicorn
+from pydantic import ValidationError
 
 from ..agent import RolloutAgentLoop
 from ..client import RetryPolicy, TrainGateClient
 from ..errors import ConfigError
-from ..protocol import Message, RolloutRequest, RolloutResponse
+from ..protocol import Message, RolloutRequest, RolloutResponse, describe_validation_error
 
 if TYPE_CHECKING:
     from ..server import RolloutServer
@@ -174,6 +175,22 @@ class Harness:
         self.server_http = await self._stack.enter_async_context(
             httpx2.AsyncClient(base_url=self.server_url, timeout=30.0)
         )
+        await self._probe_server(self.server_http)
+
+    async def _probe_server(self, http: httpx2.AsyncClient) -> None:
+        """Fail fast, once, when ``--server`` points at nothing that speaks the protocol."""
+        try:
+            response = await http.get("/health", timeout=10.0)
+        except httpx2.TransportError as exc:
+            raise ConfigError(
+                f"cannot reach the rollout server at {self.server_url} "
+                f"({type(exc).__name__}); is `osmosis serve` running there?"
+            ) from None
+        if response.status_code not in (200, 503):
+            raise ConfigError(
+                f"{self.server_url}/health answered HTTP {response.status_code}; "
+                "is this an osmosis rollout server?"
+            )
 
     def cancel(self, rollout_id: str, *, reason: str = "test harness") -> bool:
         """Cancel a running in-process rollout; it still sends its ``ERROR``/``cancelled``
@@ -197,20 +214,31 @@ class Harness:
         max_tokens_total: int = 8192,
         timeout_s: float = 60.0,
     ) -> RolloutOutcome:
-        """Send one init, wait for its completion callback, and report what happened."""
+        """Send one init, wait for its completion callback, and report what happened.
+
+        ``timeout_s`` is how long the rollout may take; the callback is awaited a little longer
+        (the server's own deadline starts later, when the agent starts), so that an agent that
+        runs too long shows up as the server's ``ERROR``/``timeout``, not as a lost callback.
+        Raises ``ConfigError`` when the request itself is invalid (e.g. metadata too large).
+        """
         if self.server_http is None:
             raise RuntimeError("use the Harness inside `async with`")
         rid = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
-        request = RolloutRequest(
-            rollout_id=rid,
-            server_url=self.gate.base_url,
-            messages=messages,
-            completion_params=completion_params or {},
-            max_turns=max_turns,
-            max_tokens_total=max_tokens_total,
-            metadata=metadata or {},
-            api_key=MOCK_API_KEY,
-        )
+        try:
+            request = RolloutRequest(
+                rollout_id=rid,
+                server_url=self.gate.base_url,
+                messages=messages,
+                completion_params=completion_params or {},
+                max_turns=max_turns,
+                max_tokens_total=max_tokens_total,
+                metadata=metadata or {},
+                api_key=MOCK_API_KEY,
+            )
+        except ValidationError as exc:
+            raise ConfigError(
+                f"this rollout cannot be sent: {describe_validation_error(exc)}"
+            ) from None
         started = time.perf_counter()
         try:
             record, response = await self.gate.init_rollout(
@@ -225,7 +253,7 @@ class Harness:
         except ValueError:
             init_body = response.text[:500]
         if response.status_code == 202:
-            record = await self.gate.wait_completed(rid, timeout_s)
+            record = await self.gate.wait_completed(rid, timeout_s + max(1.0, timeout_s / 10))
         return RolloutOutcome(
             rollout_id=rid,
             init_status=response.status_code,

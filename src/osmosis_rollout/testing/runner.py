@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from ..errors import OsmosisError
 from ..protocol import Message
 from .harness import Harness, RolloutOutcome
 from .traingate import Finding
@@ -166,16 +167,25 @@ async def run_batch(
                     error_message="not run: the batch stopped early",
                 )
             else:
-                outcome = await harness.run(
-                    row.messages,
-                    rollout_id=rollout_id,
-                    completion_params=options.completion_params,
-                    metadata=row.metadata,
-                    max_turns=options.max_turns,
-                    max_tokens_total=options.max_tokens_total,
-                    timeout_s=options.timeout_s,
-                )
-                result = result_from_outcome(row.index, outcome)
+                try:
+                    outcome = await harness.run(
+                        row.messages,
+                        rollout_id=rollout_id,
+                        completion_params=options.completion_params,
+                        metadata=row.metadata,
+                        max_turns=options.max_turns,
+                        max_tokens_total=options.max_tokens_total,
+                        timeout_s=options.timeout_s,
+                    )
+                except OsmosisError as exc:  # this row cannot run; the others still can
+                    result = RowResult(
+                        index=row.index,
+                        rollout_id=rollout_id,
+                        status="REFUSED",
+                        error_message=str(exc),
+                    )
+                else:
+                    result = result_from_outcome(row.index, outcome)
         results[position] = result
         if on_result is not None:
             on_result(result)

@@ -29,6 +29,7 @@ from ..protocol import (
     RolloutRequest,
     RolloutResponse,
     describe_validation_error,
+    first_divergence,
 )
 
 __all__ = [
@@ -307,7 +308,7 @@ class MockTrainGate:
             record.add(TOOLS_SENT, "chat request carried `tools`; TrainGate knows them from init")
         if record.chats and record.replies:
             previous = [*record.chats[-1].messages, _reply_message(record.replies[-1])]
-            index = _first_difference(previous, body.messages)
+            index = first_divergence(previous, body.messages)
             if index is not None:
                 record.add(
                     HISTORY_REWRITTEN,
@@ -352,16 +353,3 @@ class MockTrainGate:
 
 def _reply_message(reply: CompletionsResponse) -> dict[str, Any]:
     return reply.message.model_dump(mode="json", exclude_none=True)
-
-
-def _first_difference(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> int | None:
-    for i, expected in enumerate(previous):
-        if i >= len(current):
-            return i
-        if _normal(expected) != _normal(current[i]):
-            return i
-    return None
-
-
-def _normal(message: dict[str, Any]) -> str:
-    return json.dumps(message, sort_keys=True, separators=(",", ":"), default=str)
