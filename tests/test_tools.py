@@ -911,3 +911,26 @@ async def test_toolbox_agent_runs_end_to_end_against_the_mock_traingate(
     assert response.metrics is not None
     assert response.metrics.num_tool_calls == 4
     assert response.metrics.tool_latency_ms > 0
+
+
+async def test_hung_sync_tools_do_not_starve_the_shared_thread_pool() -> None:
+    """A sync tool that hangs past its timeout holds only its toolbox's own thread tokens."""
+    import threading
+
+    import anyio.to_thread
+
+    release = threading.Event()
+
+    def stuck() -> str:
+        """Wait for the test to let go."""
+        release.wait(10)
+        return "late"
+
+    toolbox = Toolbox([stuck], timeout_s=0.1, max_threads=2)
+    shared = anyio.to_thread.current_default_thread_limiter()
+    try:
+        [message] = await toolbox.execute(make_ctx(), [call("stuck", "{}", "c1")])
+        assert "timed out" in message["content"]
+        assert shared.borrowed_tokens == 0
+    finally:
+        release.set()

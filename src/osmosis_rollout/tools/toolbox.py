@@ -49,7 +49,8 @@ class Toolbox:
     ``functions`` is a list of functions (plain or ``@tool``-marked, sync or async, bound
     methods included) or a mapping from tool name to function. ``timeout_s`` bounds each call;
     a sync function that times out keeps running in its worker thread, but its result is
-    dropped.
+    dropped. Sync functions run on at most ``max_threads`` threads of this toolbox's own, so
+    tools that hang can never starve the server's shared thread pool.
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class Toolbox:
         functions: Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]],
         *,
         timeout_s: float | None = None,
+        max_threads: int = 32,
     ) -> None:
         if isinstance(functions, Mapping):
             specs = [_build_spec(fn, name) for name, fn in functions.items()]
@@ -76,6 +78,8 @@ class Toolbox:
             self._specs[spec.name] = spec
             self._validators[spec.name] = _validator(spec.name, spec.schema.function.parameters)
         self.timeout_s = timeout_s
+        self.max_threads = max_threads
+        self._limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on use
 
     @property
     def schemas(self) -> list[OpenAIFunctionToolSchema]:
@@ -163,7 +167,11 @@ class Toolbox:
                     result = await spec.fn(*positional, **keywords)
                 else:
                     call = functools.partial(spec.fn, *positional, **keywords)
-                    result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+                    if self._limiter is None:
+                        self._limiter = anyio.CapacityLimiter(self.max_threads)
+                    result = await anyio.to_thread.run_sync(
+                        call, abandon_on_cancel=True, limiter=self._limiter
+                    )
                 if inspect.isawaitable(result):
                     result = await result
             except ToolError:
