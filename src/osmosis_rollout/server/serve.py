@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import logging
 import socket
 from types import FrameType
@@ -128,7 +129,10 @@ def serve(
         access_log=log_level == "debug",
     )
     server = _DrainingServer(config, app.state.rollout_server)
-
+    # Everything imported so far lives as long as the process: keep it out of the garbage
+    # collector's full passes, which otherwise grow with it (see docs/benchmarks.md).
+    gc.collect()
+    gc.freeze()
     try:
         asyncio.run(server.serve(sockets=[listener]))
     finally:
