@@ -40,9 +40,21 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """The one bridge from the CLI into async code; Ctrl-C exits 130 without a traceback."""
     import asyncio  # here, not at the top: it costs ~30 ms of every `osmosis --help`
 
+    from ..errors import OsmosisError
+
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:
         stderr_console().print("[yellow]Interrupted.[/]")
         sys.stderr.flush()
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BaseExceptionGroup as group:
+        # Concurrent rows can fail together with copies of one domain error; show the first
+        # as the usual one-line message instead of a traceback of the whole group.
+        matched, rest = group.split(OsmosisError)
+        if matched is None or rest is not None:
+            raise
+        first: BaseException = matched
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None

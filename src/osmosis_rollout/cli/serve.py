@@ -69,7 +69,9 @@ def decide_auth(
 
 @app.command("serve")
 def serve_command(
-    target: Annotated[str | None, typer.Argument(help=TARGET_HELP, show_default=False)] = None,
+    target: Annotated[
+        str | None, typer.Argument(help=TARGET_HELP, metavar="TARGET", show_default=False)
+    ] = None,
     module: Annotated[
         str | None, typer.Option("--module", "-m", help="The agent as pkg.module:Attr.")
     ] = None,
@@ -125,8 +127,8 @@ def serve_command(
 ) -> None:
     """Serve an agent over the remote rollout protocol until Ctrl-C or SIGTERM.
 
-    Settings come from the flags, then OSMOSIS_* environment variables, then [tool.osmosis] /
-    [tool.osmosis.serve] in pyproject.toml. On SIGTERM the server drains: new inits get 503,
+    Settings come from the flags, then OSMOSIS_* environment variables, then \\[tool.osmosis] /
+    \\[tool.osmosis.serve] in pyproject.toml. On SIGTERM the server drains: new inits get 503,
     running rollouts get the grace period, the rest end with an ERROR/cancelled callback.
     """
     from ..config import ServerSettings, find_pyproject
@@ -150,14 +152,17 @@ def serve_command(
         settings = ServerSettings.resolve(cli, environ=os.environ, pyproject=pyproject)
         settings, generated = decide_auth(settings, no_auth=no_auth)
         agent = _load_and_check(chosen, validate=not no_validate)
-        if reload:
-            _print_banner(err, chosen, agent.name, settings, generated)
-            _serve_with_reload(chosen, settings)
-            return
         from ..server import bind_socket, serve
 
         sock = bind_socket(settings.host, settings.port)
         settings = settings.model_copy(update={"port": sock.getsockname()[1]})
+        if reload:
+            # uvicorn's reloader binds the port itself: free it, but only after a busy port has
+            # failed here with one clear line and --port 0 has become a real port.
+            sock.close()
+            _print_banner(err, chosen, agent.name, settings, generated)
+            _serve_with_reload(chosen, settings)
+            return
         _print_banner(err, chosen, agent.name, settings, generated)
         serve(agent, settings=settings, sock=sock)
     except OsmosisError as exc:
@@ -180,10 +185,14 @@ def _validate_or_exit(target: str) -> None:
         return
     result = run_async(_validate(validate_agent_loop, target))
     if not result.valid:
+        from rich.markup import escape
+
         err = stderr_console()
         err.print("[bold red]The agent did not pass validation:[/]")
         for problem in result.errors:
-            err.print(f"  [red]{problem.code}[/] {problem.location or ''} {problem.message}")
+            where = escape(problem.location or "")
+            # Messages quote user code and exceptions: "[config]" must print, not vanish as markup.
+            err.print(f"  [red]{problem.code}[/] {where} {escape(problem.message)}")
         err.print("Run [bold]osmosis validate[/] for the full report, or pass --no-validate.")
         raise typer.Exit(EXIT_PROBLEMS)
 

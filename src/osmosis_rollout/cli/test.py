@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -18,7 +19,9 @@ from .serve import TARGET_HELP
 
 @app.command("test")
 def command_test(
-    target: Annotated[str | None, typer.Argument(help=TARGET_HELP, show_default=False)] = None,
+    target: Annotated[
+        str | None, typer.Argument(help=TARGET_HELP, metavar="TARGET", show_default=False)
+    ] = None,
     dataset: Annotated[
         Path | None,
         typer.Option(
@@ -33,7 +36,21 @@ def command_test(
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts run at once.")] = 8,
     server: Annotated[
         str | None,
-        typer.Option(help="Test an already running server (its URL) instead of TARGET."),
+        typer.Option(
+            help="Test an already running server (its URL, e.g. http://127.0.0.1:9000) "
+            "instead of TARGET."
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help="With --server: the key that server requires (its --api-key). "
+            "Also read from OSMOSIS_API_KEY.",
+            envvar="OSMOSIS_API_KEY",
+            show_envvar=False,
+            show_default=False,
+        ),
     ] = None,
     llm: Annotated[
         str, typer.Option(help="LLM backend: [bold]mock[/] (offline) or [bold]openai[/].")
@@ -92,6 +109,9 @@ def command_test(
             "--dataset is required (or use --interactive)",
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
         )
+    _check_mode_flags(interactive, row=row, output=output, json_output=json_output)
+    if server is not None:
+        _check_server_url(server)
     completion_params: dict[str, Any] = {}
     if temperature is not None:
         completion_params["temperature"] = temperature
@@ -100,6 +120,9 @@ def command_test(
     try:
         backend = _make_backend(llm, llm_url, model, seed)
         rows = _load_rows(dataset, limit=limit, offset=offset) if dataset else []
+        if row is not None and rows and not any(r.index == row for r in rows):
+            first, last = rows[0].index, rows[-1].index
+            fail(f"--row {row} is not in the dataset rows loaded ({first}-{last})")
         agent = None
         if target is not None:
             from ..loader import load_agent
@@ -127,6 +150,7 @@ def command_test(
                 rows,
                 backend=backend,
                 server=server,
+                server_key=api_key if server is not None else None,
                 completion_params=completion_params,
                 max_turns=max_turns,
                 timeout_s=timeout,
@@ -139,6 +163,32 @@ def command_test(
     except OsmosisError as exc:
         fail(str(exc))
     raise typer.Exit(code)
+
+
+def _check_mode_flags(
+    interactive: bool, *, row: int | None, output: Path | None, json_output: bool
+) -> None:
+    """Refuse flags the chosen mode would silently ignore."""
+    if row is not None and not interactive:
+        fail(
+            "--row works only with --interactive",
+            hint=f"to run just that row in a batch: --offset {row - 1} --limit 1",
+        )
+    if interactive and (output is not None or json_output):
+        flag = "--output" if output is not None else "--json"
+        fail(f"{flag} works only in batch mode, not with --interactive")
+
+
+def _check_server_url(url: str) -> None:
+    """--server must be a base URL, so a typo is a usage error rather than a connection error."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        fail(
+            f"--server {url!r} is not an http:// or https:// URL with a host",
+            hint="osmosis test --server http://127.0.0.1:9000 --dataset rows.jsonl",
+        )
 
 
 def _make_backend(llm: str, llm_url: str | None, model: str | None, seed: int) -> Any:
@@ -174,6 +224,7 @@ async def _run(
     *,
     backend: Any,
     server: str | None,
+    server_key: str | None,
     completion_params: dict[str, Any],
     max_turns: int,
     timeout_s: float,
@@ -182,6 +233,8 @@ async def _run(
     json_output: bool,
     debug_dir: Path | None,
 ) -> int:
+    import asyncio  # here, not at the top: `osmosis --help` imports this module
+
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -193,7 +246,7 @@ async def _run(
 
     from ..render import results_table, summary_table
     from ..testing.harness import Harness
-    from ..testing.runner import RowResult, RunOptions, run_batch, summarise
+    from ..testing.runner import BatchReport, RowResult, RunOptions, run_batch, summarise
 
     err = stderr_console()
     report_console = err if json_output else stdout_console()
@@ -205,6 +258,8 @@ async def _run(
     )
     sink: IO[str] | None = _open_output(output) if output else None
     counts = {"passed": 0, "failed": 0}
+    finished: list[RowResult] = []
+    started = time.perf_counter()
     progress = Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -218,6 +273,7 @@ async def _run(
     task = progress.add_task("rollouts", total=len(rows), passed=0, failed=0)
 
     def on_result(result: RowResult) -> None:
+        finished.append(result)
         counts["passed" if result.passed else "failed"] += 1
         progress.update(task, advance=1, passed=counts["passed"], failed=counts["failed"])
         if sink is not None:
@@ -231,6 +287,7 @@ async def _run(
                 agent,
                 backend=backend,
                 server_url=server,
+                server_key=server_key,
                 rollout_timeout_s=timeout_s,
                 max_concurrent=concurrency,
                 debug_dir=debug_dir,
@@ -241,6 +298,19 @@ async def _run(
         summary = summarise(report)
         if sink is not None:
             sink.write(json.dumps(summary) + "\n")
+    except asyncio.CancelledError:
+        # Ctrl-C: the rows that finished are already in the file; a closing summary marks it
+        # as partial, so a half-written results file is never mistaken for a whole run.
+        if sink is not None:
+            partial = BatchReport(
+                sorted(finished, key=lambda r: r.index),
+                wall_s=time.perf_counter() - started,
+                stopped_early="interrupted (Ctrl-C)",
+            )
+            sink.write(json.dumps(summarise(partial)) + "\n")
+        where = f"; their results are in {output}" if output is not None else ""
+        err.print(f"{len(finished)} of {len(rows)} row(s) finished before the interrupt{where}")
+        raise
     finally:
         if sink is not None:
             sink.close()

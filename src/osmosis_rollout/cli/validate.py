@@ -16,6 +16,7 @@ def validate_command(
         str,
         typer.Argument(
             help="The agent: [bold]path/to/file.py:Attr[/] or [bold]pkg.module:Attr[/].",
+            metavar="TARGET",
             show_default=False,
         ),
     ],

@@ -121,7 +121,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
     if summary.get("mean_reward") is not None:
         table.add_row("mean reward", f"{summary['mean_reward']:g}")
     table.add_row(
-        "throughput", f"{summary['rollouts_per_s']:g} rollouts/s over {summary['wall_s']:g} s"
+        "throughput",
+        f"{summary['rollouts_per_s']:.1f} rollouts/s over {format_ms(summary['wall_s'] * 1000)}",
     )
     if summary.get("stopped_early"):
         table.add_row("stopped early", f"[red]{escape(summary['stopped_early'])}[/]")

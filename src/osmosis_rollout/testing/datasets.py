@@ -103,7 +103,8 @@ def _read_jsonl(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], i
             if count <= start:
                 continue
             try:
-                data = json.loads(line)
+                # Without its line break, so an unfinished line's column is its end, not 1.
+                data = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise DatasetError(
                     f"invalid JSON on line {line_no} of {path.name}: {exc.msg} "
@@ -119,7 +120,10 @@ def _read_jsonl(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], i
 def _read_json(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int]:
     with _text(path) as handle:
         try:
-            data = json.loads(handle.read())
+            text = handle.read()
+            if not text.strip():
+                return [], 0  # an empty file has no rows, rather than invalid JSON
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DatasetError(
                 f"{path.name} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
@@ -324,16 +328,18 @@ def _messages(value: Any, number: int, at: str) -> list[dict[str, Any]]:
         message = {k: v for k, v in message.items() if v is not None or k == "content"}
         role = message.get("role")
         if role not in MESSAGE_ROLES:
+            got = f"got {role!r}" if "role" in message else "but it is missing"
             raise DatasetError(
-                f"must be one of {', '.join(sorted(MESSAGE_ROLES))}, got {role!r}{at}",
+                f"must be one of {', '.join(sorted(MESSAGE_ROLES))}, {got}{at}",
                 row=number,
                 column=f"{column}.role",
             )
         content = message.get("content")
         calls_tools = role == "assistant" and bool(message.get("tool_calls"))
         if not (isinstance(content, str | list) or (content is None and calls_tools)):
+            got = f"got {_kind(content)}" if "content" in message else "but it is missing"
             raise DatasetError(
-                f"must be a string or a list of content parts, got {_kind(content)}{at}",
+                f"must be a string or a list of content parts, {got}{at}",
                 row=number,
                 column=f"{column}.content",
             )
