@@ -596,8 +596,14 @@ def test_from_env_reads_openai_variables() -> None:
     assert SECRET not in repr(from_env)
     flagged = OpenAICompatibleBackend.from_env(environ, base_url="http://127.0.0.1:9/v1", model="m")
     assert flagged.base_url == "http://127.0.0.1:9/v1"
-    default = OpenAICompatibleBackend.from_env({}, model="gpt-4o-mini")
+    default = OpenAICompatibleBackend.from_env({"OPENAI_API_KEY": SECRET}, model="gpt-4o-mini")
     assert default.url == "https://api.openai.com/v1/chat/completions"
+
+
+def test_openai_itself_without_a_key_fails_at_once() -> None:
+    """No URL and no key would only earn a 401 from api.openai.com: say so before any call."""
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        OpenAICompatibleBackend.from_env({}, model="gpt-4o-mini")
 
 
 @pytest.mark.parametrize(

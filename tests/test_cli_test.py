@@ -99,6 +99,22 @@ def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) 
     assert "Traceback" not in result.stderr + result.stdout
 
 
+def test_openai_without_a_key_or_url_is_a_usage_error() -> None:
+    """--llm openai with neither OPENAI_API_KEY nor a URL fails at once, before any row."""
+    result = invoke(
+        CALCULATOR,
+        "-d",
+        DATASET,
+        "--llm",
+        "openai",
+        "--model",
+        "m",
+        env={"OPENAI_API_KEY": None, "OPENAI_BASE_URL": None},  # type: ignore[dict-item]
+    )
+    assert result.exit_code == 2
+    assert "OPENAI_API_KEY" in result.stderr
+
+
 def test_malformed_dataset_names_row_and_column(tmp_path: Path) -> None:
     """A bad row stops the run before it starts, naming the row and the column."""
     bad = tmp_path / "rows.jsonl"
@@ -240,3 +256,14 @@ def test_auth_failure_stops_the_batch_early() -> None:
     assert "auth" in summary["stopped_early"]
     assert len(stub.bodies) <= 2
     assert "sk-live-123" not in result.stdout + result.stderr
+
+
+def test_agent_tracebacks_only_with_verbose() -> None:
+    """Failing rows are reported in the table; agents' tracebacks appear only with --verbose."""
+    agent = f"{ROOT}/tests/assets/rev_agents.py:OpaqueMessageAgent"
+    quiet = invoke(agent, "-d", DATASET, "--limit", "1")
+    loud = invoke(agent, "-d", DATASET, "--limit", "1", "--verbose")
+    assert quiet.exit_code == loud.exit_code == 1
+    assert "Traceback" not in quiet.stderr
+    assert "--verbose" in quiet.stderr
+    assert "Traceback" in loud.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import anyio
 import pytest
 from starlette.applications import Starlette
@@ -125,3 +127,21 @@ async def test_an_agent_over_the_timeout_is_a_timeout_not_a_lost_callback() -> N
     row = report.rows[0]
     assert row.finish_reason == "timeout"
     assert [f.code for f in row.findings] == []
+
+
+async def test_a_server_that_goes_away_stops_the_batch() -> None:
+    """When a --server dies mid-batch, the batch stops: one row says why, the rest are skipped."""
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "healthy", "agent_loop": "x"})
+
+    app = Starlette(routes=[Route("/health", health, methods=["GET"])])
+    stack = contextlib.ExitStack()
+    url = stack.enter_context(serve_in_thread(app))
+    async with Harness(server_url=url, backend=MockLLMBackend()) as harness:
+        stack.close()  # the server is gone before the first row
+        rows = [RowInput(index=i, messages=ROWS[0].messages) for i in range(1, 6)]
+        report = await run_batch(harness, rows, RunOptions(concurrency=1))
+    statuses = [r.status for r in report.rows]
+    assert statuses == ["REFUSED", "SKIPPED", "SKIPPED", "SKIPPED", "SKIPPED"]
+    assert "cannot reach the rollout server" in (report.stopped_early or "")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -83,6 +85,12 @@ def command_test(
     debug_dir: Annotated[
         Path | None, typer.Option(help="Write per-rollout JSONL traces here.")
     ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also print the server's warnings and agents' tracebacks."
+        ),
+    ] = False,
     interactive: Annotated[
         bool, typer.Option("--interactive", "-i", help="Step through one rollout turn by turn.")
     ] = False,
@@ -158,6 +166,7 @@ def command_test(
                 output=output,
                 json_output=json_output,
                 debug_dir=debug_dir,
+                verbose=verbose,
             )
         )
     except OsmosisError as exc:
@@ -232,95 +241,123 @@ async def _run(
     output: Path | None,
     json_output: bool,
     debug_dir: Path | None,
+    verbose: bool = False,
 ) -> int:
     import asyncio  # here, not at the top: `osmosis --help` imports this module
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    # The table reports every failure; the library's own log lines would repeat them per row.
+    with _library_log_level(verbose):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-    from ..render import results_table, summary_table
-    from ..testing.harness import Harness
-    from ..testing.runner import BatchReport, RowResult, RunOptions, run_batch, summarise
+        from ..render import results_table, summary_table
+        from ..testing.harness import Harness
+        from ..testing.runner import BatchReport, RowResult, RunOptions, run_batch, summarise
 
-    err = stderr_console()
-    report_console = err if json_output else stdout_console()
-    options = RunOptions(
-        max_turns=max_turns,
-        completion_params=completion_params,
-        timeout_s=timeout_s,
-        concurrency=concurrency,
-    )
-    sink: IO[str] | None = _open_output(output) if output else None
-    counts = {"passed": 0, "failed": 0}
-    finished: list[RowResult] = []
-    started = time.perf_counter()
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("[green]{task.fields[passed]} passed[/] [red]{task.fields[failed]} failed[/]"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    )
-    task = progress.add_task("rollouts", total=len(rows), passed=0, failed=0)
+        err = stderr_console()
+        report_console = err if json_output else stdout_console()
+        options = RunOptions(
+            max_turns=max_turns,
+            completion_params=completion_params,
+            timeout_s=timeout_s,
+            concurrency=concurrency,
+        )
+        sink: IO[str] | None = _open_output(output) if output else None
+        counts = {"passed": 0, "failed": 0}
+        finished: list[RowResult] = []
+        started = time.perf_counter()
+        progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(
+                "[green]{task.fields[passed]} passed[/] [red]{task.fields[failed]} failed[/]"
+            ),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        )
+        task = progress.add_task("rollouts", total=len(rows), passed=0, failed=0)
 
-    def on_result(result: RowResult) -> None:
-        finished.append(result)
-        counts["passed" if result.passed else "failed"] += 1
-        progress.update(task, advance=1, passed=counts["passed"], failed=counts["failed"])
-        if sink is not None:
-            sink.write(json.dumps(result.as_dict(), default=str) + "\n")
-            sink.flush()
+        def on_result(result: RowResult) -> None:
+            finished.append(result)
+            counts["passed" if result.passed else "failed"] += 1
+            progress.update(task, advance=1, passed=counts["passed"], failed=counts["failed"])
+            if sink is not None:
+                sink.write(json.dumps(result.as_dict(), default=str) + "\n")
+                sink.flush()
 
-    try:
-        async with (
-            _closing(backend),
-            Harness(
-                agent,
-                backend=backend,
-                server_url=server,
-                server_key=server_key,
-                rollout_timeout_s=timeout_s,
-                max_concurrent=concurrency,
-                debug_dir=debug_dir,
-            ) as harness,
-        ):
-            with progress:
-                report = await run_batch(harness, rows, options, on_result=on_result)
-        summary = summarise(report)
-        if sink is not None:
-            sink.write(json.dumps(summary) + "\n")
-    except asyncio.CancelledError:
-        # Ctrl-C: the rows that finished are already in the file; a closing summary marks it
-        # as partial, so a half-written results file is never mistaken for a whole run.
-        if sink is not None:
-            partial = BatchReport(
-                sorted(finished, key=lambda r: r.index),
-                wall_s=time.perf_counter() - started,
-                stopped_early="interrupted (Ctrl-C)",
+        try:
+            async with (
+                _closing(backend),
+                Harness(
+                    agent,
+                    backend=backend,
+                    server_url=server,
+                    server_key=server_key,
+                    rollout_timeout_s=timeout_s,
+                    max_concurrent=concurrency,
+                    debug_dir=debug_dir,
+                ) as harness,
+            ):
+                with progress:
+                    report = await run_batch(harness, rows, options, on_result=on_result)
+            summary = summarise(report)
+            if sink is not None:
+                sink.write(json.dumps(summary) + "\n")
+        except asyncio.CancelledError:
+            # Ctrl-C: the rows that finished are already in the file; a closing summary marks it
+            # as partial, so a half-written results file is never mistaken for a whole run.
+            if sink is not None:
+                partial = BatchReport(
+                    sorted(finished, key=lambda r: r.index),
+                    wall_s=time.perf_counter() - started,
+                    stopped_early="interrupted (Ctrl-C)",
+                )
+                sink.write(json.dumps(summarise(partial)) + "\n")
+            where = f"; their results are in {output}" if output is not None else ""
+            err.print(f"{len(finished)} of {len(rows)} row(s) finished before the interrupt{where}")
+            raise
+        finally:
+            if sink is not None:
+                sink.close()
+        report_console.print(results_table(report.rows))
+        report_console.print(summary_table(summary))
+        if summary["errors"] and not verbose:
+            err.print(
+                "[dim]Rerun with --verbose to see the agents' tracebacks, or --debug-dir DIR to "
+                "keep a trace of every rollout.[/]"
             )
-            sink.write(json.dumps(summarise(partial)) + "\n")
-        where = f"; their results are in {output}" if output is not None else ""
-        err.print(f"{len(finished)} of {len(rows)} row(s) finished before the interrupt{where}")
-        raise
+        if output is not None:
+            err.print(f"results written to {output}")
+        if json_output:
+            typer.echo(json.dumps(summary, indent=2))
+        return EXIT_OK if summary["failed"] == 0 and summary["rows"] > 0 else EXIT_PROBLEMS
+
+
+@contextlib.contextmanager
+def _library_log_level(verbose: bool) -> Iterator[None]:
+    """For one command: the library's warnings and tracebacks on stderr with ``--verbose``,
+    nothing below CRITICAL without; the previous logging setup is restored afterwards."""
+    library_log = logging.getLogger("osmosis_rollout")
+    previous = library_log.level
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    library_log.setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    if verbose:
+        library_log.addHandler(handler)
+    try:
+        yield
     finally:
-        if sink is not None:
-            sink.close()
-    report_console.print(results_table(report.rows))
-    report_console.print(summary_table(summary))
-    if output is not None:
-        err.print(f"results written to {output}")
-    if json_output:
-        typer.echo(json.dumps(summary, indent=2))
-    return EXIT_OK if summary["failed"] == 0 and summary["rows"] > 0 else EXIT_PROBLEMS
+        library_log.removeHandler(handler)
+        library_log.setLevel(previous)
 
 
 @contextlib.asynccontextmanager

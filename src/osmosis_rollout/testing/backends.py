@@ -242,7 +242,13 @@ class OpenAICompatibleBackend:
                 "e.g. 'gpt-4o-mini' or vLLM's --served-model-name)"
             )
         url = base_url or environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
-        return cls(url, model, environ.get("OPENAI_API_KEY") or None, **options)
+        api_key = environ.get("OPENAI_API_KEY") or None
+        if url == DEFAULT_OPENAI_BASE_URL and api_key is None:
+            raise ConfigError(
+                "OpenAI's API needs a key: set OPENAI_API_KEY, or point --llm-url at your own "
+                "OpenAI-compatible server (vLLM, SGLang, Ollama...)"
+            )
+        return cls(url, model, api_key, **options)
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleBackend(base_url={self.base_url!r}, model={self.model!r})"

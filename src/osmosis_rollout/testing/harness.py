@@ -29,11 +29,15 @@ if TYPE_CHECKING:
     from ..server import RolloutServer
 from .traingate import Finding, LLMBackend, MockTrainGate, RolloutRecord
 
-__all__ = ["Harness", "RolloutOutcome"]
+__all__ = ["Harness", "RolloutOutcome", "ServerUnreachable"]
 
 _SERVER_BASE = "http://rollout-server.test"
 #: The per-rollout secret the mock TrainGate hands out and expects back on every call.
 MOCK_API_KEY = "mock-traingate-key"
+
+
+class ServerUnreachable(ConfigError):
+    """The rollout server given by URL cannot be reached (not started, or gone)."""
 
 
 @dataclass
@@ -182,7 +186,7 @@ class Harness:
         try:
             response = await http.get("/health", timeout=10.0)
         except httpx2.TransportError as exc:
-            raise ConfigError(
+            raise ServerUnreachable(
                 f"cannot reach the rollout server at {self.server_url} "
                 f"({type(exc).__name__}); is `osmosis serve` running there?"
             ) from None
@@ -245,7 +249,7 @@ class Harness:
                 self.server_http, request, server_key=self.server_key
             )
         except httpx2.TransportError as exc:
-            raise ConfigError(
+            raise ServerUnreachable(
                 f"cannot reach the rollout server at {self.server_url}: {type(exc).__name__}"
             ) from None
         try:

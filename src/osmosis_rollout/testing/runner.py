@@ -18,7 +18,7 @@ import anyio
 
 from ..errors import OsmosisError
 from ..protocol import Message
-from .harness import Harness, RolloutOutcome
+from .harness import Harness, RolloutOutcome, ServerUnreachable
 from .traingate import Finding
 
 __all__ = ["BatchReport", "RowInput", "RowResult", "RunOptions", "run_batch", "summarise"]
@@ -154,12 +154,13 @@ async def run_batch(
     run_id = uuid.uuid4().hex[:8]
     results: dict[int, RowResult] = {}
     limiter = anyio.CapacityLimiter(max(1, options.concurrency))
+    stopped: list[str] = []  # why the batch stopped early, when the server went away
     started = time.perf_counter()
 
     async def one(position: int, row: RowInput) -> None:
         async with limiter:
             rollout_id = f"row-{row.index}-{run_id}"
-            if harness.gate.systemic_error is not None:
+            if harness.gate.systemic_error is not None or stopped:
                 result = RowResult(
                     index=row.index,
                     rollout_id=rollout_id,
@@ -176,6 +177,14 @@ async def run_batch(
                         max_turns=options.max_turns,
                         max_tokens_total=options.max_tokens_total,
                         timeout_s=options.timeout_s,
+                    )
+                except ServerUnreachable as exc:  # gone for every row: stop, don't send the rest
+                    stopped.append(str(exc))
+                    result = RowResult(
+                        index=row.index,
+                        rollout_id=rollout_id,
+                        status="REFUSED",
+                        error_message=str(exc),
                     )
                 except OsmosisError as exc:  # this row cannot run; the others still can
                     result = RowResult(
@@ -194,10 +203,11 @@ async def run_batch(
         for position, row in enumerate(rows):
             tasks.start_soon(one, position, row)
     systemic = harness.gate.systemic_error
+    reason = f"LLM backend ({systemic.kind}): {systemic}" if systemic else None
     return BatchReport(
         rows=[results[i] for i in range(len(rows))],
         wall_s=time.perf_counter() - started,
-        stopped_early=f"LLM backend ({systemic.kind}): {systemic}" if systemic else None,
+        stopped_early=reason or (stopped[0] if stopped else None),
     )
 
 
