@@ -309,3 +309,11 @@ def test_summary_throughput_is_rounded_for_people() -> None:
     result = invoke("test", CALCULATOR, "-d", DATASET, "--limit", "2", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr
     assert re.search(r"throughput +\d+\.\d rollouts/s over (\d+ ms|\d+\.\d\d s)\b", result.stdout)
+
+
+def test_init_help_names_the_real_default_template() -> None:
+    """`osmosis init --help` shows scaffold's default template without importing scaffold."""
+    from osmosis_rollout.cli import init as init_command
+    from osmosis_rollout.scaffold import DEFAULT_TEMPLATE
+
+    assert init_command._DEFAULT_TEMPLATE == DEFAULT_TEMPLATE

@@ -8,9 +8,11 @@ from typing import Annotated
 
 import typer
 
-from ..scaffold import DEFAULT_TEMPLATE
 from . import app
 from ._common import fail, stdout_console
+
+#: Shown in --help without importing scaffold (kept equal to scaffold.DEFAULT_TEMPLATE by a test).
+_DEFAULT_TEMPLATE = "tools"
 
 
 @app.command("init")
@@ -24,8 +26,14 @@ def init_command(
         ),
     ] = None,
     template: Annotated[
-        str, typer.Option("--template", "-t", help="The template (see --list-templates).")
-    ] = DEFAULT_TEMPLATE,
+        str | None,
+        typer.Option(
+            "--template",
+            "-t",
+            help=f"The template (see --list-templates). \\[default: {_DEFAULT_TEMPLATE}]",
+            show_default=False,
+        ),
+    ] = None,
     path: Annotated[
         Path | None,
         typer.Option(
@@ -46,8 +54,10 @@ def init_command(
     from rich.markup import escape
 
     from ..errors import OsmosisError
-    from ..scaffold import create_project, project_names
+    from ..scaffold import DEFAULT_TEMPLATE, create_project, project_names
     from ..scaffold import list_templates as templates
+
+    template = template or DEFAULT_TEMPLATE
 
     out = stdout_console()
     out.soft_wrap = True  # paths and commands stay on one line, ready to copy
