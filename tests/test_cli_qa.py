@@ -317,3 +317,18 @@ def test_init_help_names_the_real_default_template() -> None:
     from osmosis_rollout.scaffold import DEFAULT_TEMPLATE
 
     assert init_command._DEFAULT_TEMPLATE == DEFAULT_TEMPLATE
+
+
+def test_validate_names_the_classes_and_the_bad_line(tmp_path: Path) -> None:
+    """A wrong class name lists the classes in the file; a syntax error quotes the line."""
+    from osmosis_rollout.cli import app as cli_app
+
+    agent = tmp_path / "agent.py"
+    agent.write_text("class Alpha:\n    pass\n\n\nclass Beta:\n    pass\n")
+    missing = CliRunner().invoke(cli_app, ["validate", f"{agent}:Zzz"])
+    assert missing.exit_code == 2
+    assert "classes defined there: Alpha, Beta" in missing.stderr
+    agent.write_text("class Alpha:\n    def f(self)\n        pass\n")
+    broken = CliRunner().invoke(cli_app, ["validate", f"{agent}:Alpha", "--json"])
+    assert broken.exit_code == 1
+    assert "def f(self)" in broken.stdout

@@ -83,7 +83,11 @@ class _Checker:
         try:
             tree = ast.parse(self.path.read_bytes(), filename=str(self.path))
         except SyntaxError as exc:
-            self.add("SYNTAX_ERROR", exc.lineno or 0, f"syntax error: {exc.msg}; fix the line")
+            line = (exc.text or "").strip()
+            shown = f": {line[:80]}" if line else ""
+            self.add(
+                "SYNTAX_ERROR", exc.lineno or 0, f"syntax error: {exc.msg}{shown}; fix the line"
+            )
             return self.report
         except (OSError, ValueError) as exc:
             self.add("SOURCE_UNREADABLE", 0, f"cannot read the file: {exc}")
@@ -94,7 +98,12 @@ class _Checker:
         if cls is None:
             if not _binds(tree, self.class_name):
                 close = difflib.get_close_matches(self.class_name, list(classes), n=3)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                if close:
+                    hint = f"; did you mean {', '.join(close)}?"
+                elif classes:
+                    hint = f"; classes defined there: {', '.join(sorted(classes))}"
+                else:
+                    hint = "; it defines no class"
                 self.add(
                     "AGENT_NOT_FOUND",
                     1,
