@@ -257,32 +257,33 @@ class MockTrainGate:
             token.encode("utf-8", "replace"), expected.encode()
         )
 
-    async def _parse(self, request: Request, model: type[Any]) -> Any:
+    async def _receive(
+        self, request: Request, model: type[Any], what: str
+    ) -> tuple[Any, RolloutRecord] | Response:
+        """Parse a call's body, find its rollout, check its key: the body and record, or the
+        error response (each failure also recorded as a finding)."""
         try:
-            return model.model_validate_json(await request.body())
+            body = model.model_validate_json(await request.body())
         except ValidationError as exc:
-            return describe_validation_error(exc)
-
-    async def _chat(self, request: Request) -> Response:
-        body = await self._parse(request, CompletionsRequest)
-        if isinstance(body, str):
-            self.stray_findings.append(
-                Finding(MALFORMED_REQUEST, f"malformed chat request: {body}")
-            )
-            return JSONResponse({"detail": body}, status_code=400)
+            detail = describe_validation_error(exc)
+            self.stray_findings.append(Finding(MALFORMED_REQUEST, f"malformed {what}: {detail}"))
+            return JSONResponse({"detail": detail}, status_code=400)
         record = self.records.get(body.rollout_id)
         if record is None:
             self.stray_findings.append(
-                Finding(
-                    UNKNOWN_ROLLOUT,
-                    "chat call for a rollout that was never started",
-                    body.rollout_id,
-                )
+                Finding(UNKNOWN_ROLLOUT, f"{what} for a rollout never started", body.rollout_id)
             )
             return JSONResponse({"detail": "unknown rollout_id"}, status_code=404)
         if not self._authorised(request, record):
-            record.add(BAD_API_KEY, "chat call without the rollout's bearer api_key")
+            record.add(BAD_API_KEY, f"{what} without the rollout's bearer api_key")
             return JSONResponse({"detail": "invalid api key"}, status_code=401)
+        return body, record
+
+    async def _chat(self, request: Request) -> Response:
+        received = await self._receive(request, CompletionsRequest, "chat call")
+        if isinstance(received, Response):
+            return received
+        body, record = received
         self._check_chat(record, body)
         record.request_ids.append(request.headers.get("x-request-id", ""))
         record.chats.append(body)
@@ -317,21 +318,10 @@ class MockTrainGate:
                 )
 
     async def _completed(self, request: Request) -> Response:
-        body = await self._parse(request, RolloutResponse)
-        if isinstance(body, str):
-            self.stray_findings.append(
-                Finding(MALFORMED_REQUEST, f"malformed completion callback: {body}")
-            )
-            return JSONResponse({"detail": body}, status_code=400)
-        record = self.records.get(body.rollout_id)
-        if record is None:
-            self.stray_findings.append(
-                Finding(UNKNOWN_ROLLOUT, "completion for an unknown rollout", body.rollout_id)
-            )
-            return JSONResponse({"detail": "unknown rollout_id"}, status_code=404)
-        if not self._authorised(request, record):
-            record.add(BAD_API_KEY, "completion callback without the rollout's bearer api_key")
-            return JSONResponse({"detail": "invalid api key"}, status_code=401)
+        received = await self._receive(request, RolloutResponse, "completion callback")
+        if isinstance(received, Response):
+            return received
+        body, record = received
         if record.completions:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:
