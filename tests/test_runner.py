@@ -145,3 +145,29 @@ async def test_a_server_that_goes_away_stops_the_batch() -> None:
     statuses = [r.status for r in report.rows]
     assert statuses == ["REFUSED", "SKIPPED", "SKIPPED", "SKIPPED", "SKIPPED"]
     assert "cannot reach the rollout server" in (report.stopped_early or "")
+
+
+async def test_a_retried_turn_is_not_a_history_rewrite() -> None:
+    """A chat retried with the same X-Request-Id (its reply was lost) replaces that turn."""
+    import httpx2
+
+    from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
+
+    gate = MockTrainGate(ScriptedBackend([{"content": "one"}, {"content": "two"}]))
+    gate.expect("r-1")
+    first = {"rollout_id": "r-1", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx2.AsyncClient(transport=gate.transport(), base_url="http://g") as http:
+        for _ in range(2):  # the same turn twice
+            sent = await http.post(
+                "/v1/chat/completions", json=first, headers={"X-Request-Id": "r-1:1"}
+            )
+            assert sent.status_code == 200
+        second = {
+            "rollout_id": "r-1",
+            "messages": [*first["messages"], {"role": "assistant", "content": "one"}],
+        }
+        await http.post("/v1/chat/completions", json=second, headers={"X-Request-Id": "r-1:2"})
+    record = gate.records["r-1"]
+    assert record.findings == []
+    assert record.request_ids == ["r-1:1", "r-1:2"]
+    assert [r.message.content for r in record.replies] == ["one", "two"]

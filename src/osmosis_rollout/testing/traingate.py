@@ -284,8 +284,15 @@ class MockTrainGate:
         if isinstance(received, Response):
             return received
         body, record = received
+        request_id = request.headers.get("x-request-id", "")
+        if request_id and record.request_ids and record.request_ids[-1] == request_id:
+            # A retry of the last turn (its reply was lost on the way): it replaces that turn.
+            record.request_ids.pop()
+            record.chats.pop()
+            if len(record.replies) > len(record.chats):
+                record.replies.pop()
         self._check_chat(record, body)
-        record.request_ids.append(request.headers.get("x-request-id", ""))
+        record.request_ids.append(request_id)
         record.chats.append(body)
         try:
             reply = await self.backend.complete(body, record)
@@ -293,6 +300,7 @@ class MockTrainGate:
             # Not the agent's fault: answer like a failing trainer and let the runner report it.
             record.backend_error = exc
             record.chats.pop()  # unanswered: the client's retry must not look like a rewrite
+            record.request_ids.pop()
             if exc.systemic and self.systemic_error is None:
                 self.systemic_error = exc
             # Systemic failures get a status the server will not retry (424); others a 503,
