@@ -332,3 +332,41 @@ def test_validate_names_the_classes_and_the_bad_line(tmp_path: Path) -> None:
     broken = CliRunner().invoke(cli_app, ["validate", f"{agent}:Alpha", "--json"])
     assert broken.exit_code == 1
     assert "def f(self)" in broken.stdout
+
+
+def test_serve_with_a_broken_pyproject_is_one_clear_error(tmp_path: Path) -> None:
+    """No TARGET and an unreadable pyproject.toml: exit 2 naming the file, no traceback."""
+    from osmosis_rollout.cli import app as cli_app
+
+    (tmp_path / "pyproject.toml").write_text("[tool.osmosis\nagent = 1\n")
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli_app, ["serve"])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 2
+    assert "pyproject.toml" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_imports_the_agent_once_even_with_validation(tmp_path: Path) -> None:
+    """The start-up checks reuse the loaded agent: the module's code runs once."""
+    from osmosis_rollout.cli.serve import _load_and_check
+
+    marker = tmp_path / "imports.txt"
+    agent = tmp_path / "once_agent.py"
+    agent.write_text(
+        "from pathlib import Path\n"
+        "from osmosis_rollout import RolloutAgentLoop\n"
+        f"with Path({str(marker)!r}).open('a') as f:\n    f.write('x')\n\n\n"
+        "class Once(RolloutAgentLoop):\n"
+        "    name = 'once'\n\n"
+        "    def get_tools(self, request):\n"
+        "        return []\n\n"
+        "    async def run(self, ctx):\n"
+        "        return ctx.complete(list(ctx.request.messages))\n"
+    )
+    loaded = _load_and_check(f"{agent}:Once", validate=True)
+    assert loaded.name == "once"
+    assert marker.read_text() == "x"

@@ -161,6 +161,23 @@ def test_osmosis_table_must_be_a_table(tmp_path: Path) -> None:
         read_pyproject_table(pyproject, "serve", allowed=ServerSettings.model_fields)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[tool.osmosis]\nserve = "fast"\n', r"\[tool.osmosis.serve\] must be a table"),
+        ("tool = 3\n", r"\[tool.osmosis\] must be a table"),
+    ],
+)
+def test_a_section_that_is_not_a_table_is_a_config_error(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """`serve = "fast"` or `tool = 3` is a ConfigError, not an AttributeError traceback."""
+    pyproject = write(tmp_path, text)
+
+    with pytest.raises(ConfigError, match=message):
+        ServerSettings.resolve(pyproject=pyproject)
+
+
 def test_find_pyproject_walks_up_from_a_file_or_directory(tmp_path: Path) -> None:
     """The nearest pyproject.toml at or above the start (a file or a directory) is found."""
     pyproject = write(tmp_path, PYPROJECT)

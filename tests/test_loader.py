@@ -226,3 +226,20 @@ def test_find_source_does_not_run_package_code(isolated: Path) -> None:
     assert find_source("osmosis_boom_pkg.agents") == package / "agents.py"
     assert "osmosis_boom_pkg" not in sys.modules
     assert find_source("osmosis_boom_pkg.missing") is None
+
+
+def test_relative_import_in_a_package_file_suggests_the_module_target(isolated: Path) -> None:
+    """A package file with `from .x import y`, given as a path, names the module target."""
+    package = isolated / "osmosis_rel_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text("VALUE = 1\n")
+    (package / "agent.py").write_text("\nfrom .helpers import VALUE\n")
+    error = load_error("osmosis_rel_pkg/agent.py:Agent")
+    assert error.code == "IMPORT_FAILED"
+    assert "relative import" in str(error)
+    assert str(error).endswith("give the target as a module: osmosis_rel_pkg.agent:Agent")
+    assert error.location == "osmosis_rel_pkg/agent.py:2"
+    # The suggested target imports the package file (it defines no Agent: that is all).
+    with pytest.raises(AgentLoadError, match="has no attribute 'Agent'"):
+        load_target("osmosis_rel_pkg.agent:Agent")

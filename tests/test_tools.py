@@ -934,3 +934,60 @@ async def test_hung_sync_tools_do_not_starve_the_shared_thread_pool() -> None:
         assert shared.borrowed_tokens == 0
     finally:
         release.set()
+
+
+async def test_sync_tools_stuck_past_their_timeout_cannot_pile_up_threads() -> None:
+    """Once max_threads calls are stuck after timing out, new sync calls fail at once."""
+    release = threading.Event()
+    started = 0
+
+    def stuck() -> str:
+        """Wait for the test to let go."""
+        nonlocal started
+        started += 1
+        release.wait(10)
+        return "late"
+
+    toolbox = Toolbox([stuck], timeout_s=0.05, max_threads=1)
+    try:
+        [first] = await toolbox.execute(make_ctx(), [call("stuck", "{}", "c1")])
+        [second] = await toolbox.execute(make_ctx(), [call("stuck", "{}", "c2")])
+    finally:
+        release.set()
+    assert first["content"] == "Error: tool 'stuck' timed out after 0.05 s"
+    assert second["content"] == (
+        "Error: tool 'stuck' cannot run now: 1 earlier sync tool calls timed out and have not "
+        "returned yet"
+    )
+    assert started == 1  # the refused call never took a thread
+    with anyio.fail_after(5):  # the stuck thread returns, and its place is free again
+        while True:
+            [again] = await toolbox.execute(make_ctx(), [call("stuck", "{}", "c3")], timeout_s=5)
+            if "cannot run now" not in again["content"]:
+                break
+            await anyio.sleep(0.01)
+    assert again["content"] == "late"
+
+
+async def test_the_model_cannot_fill_the_context_parameter_through_kwargs() -> None:
+    """A `ctx` argument from the model is refused even when the tool takes **kwargs."""
+    seen: list[Any] = []
+
+    def look(ctx: RolloutContext, query: str, **extra: Any) -> str:
+        """Look something up."""
+        seen.append(ctx)
+        return query
+
+    context = make_ctx()
+    [refused, ok] = await Toolbox([look]).execute(
+        context,
+        [
+            call("look", '{"query": "q", "ctx": 5}', "c1"),
+            call("look", '{"query": "q", "other": 1}', "c2"),
+        ],
+    )
+    assert refused["content"] == (
+        "Error: invalid arguments for tool 'look': unexpected argument 'ctx'; expected: query"
+    )
+    assert ok["content"] == "q"
+    assert seen == [context]

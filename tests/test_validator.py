@@ -498,3 +498,80 @@ def test_every_code_is_documented() -> None:
     assert documented == PROBLEM_CODES
     used = {row[2] for row in GALLERY} | {row[2] for row in DRY_RUN_GALLERY}
     assert used <= PROBLEM_CODES
+
+
+# --------------------------------------------------------------------------------------------
+# Review fixes
+# --------------------------------------------------------------------------------------------
+
+ASSIGNED_METHODS = """
+from osmosis_rollout import RolloutAgentLoop
+
+
+async def shared_run(self, ctx):
+    messages = list(ctx.request.messages)
+    result = await ctx.chat(messages)
+    messages.append(result.message)
+    return ctx.complete(messages)
+
+
+def no_tools(self, request):
+    return []
+
+
+class Agent(RolloutAgentLoop):
+    name = "assigned"
+    get_tools = no_tools
+    run = shared_run
+"""
+
+
+async def test_methods_bound_by_assignment_are_not_missing(tmp_path: Path) -> None:
+    """`run = shared_run` in the class body is a method, not a missing one; the agent passes."""
+    path = tmp_path / "agent.py"
+    path.write_text(ASSIGNED_METHODS)
+    result = await validate_agent_loop(f"{path}:Agent", timeout_s=10)
+    assert result.problems == []
+    assert result.checks_run == ["static", "dynamic", "dry_run"]
+
+
+async def test_every_static_error_at_the_class_line_is_reported(tmp_path: Path) -> None:
+    """A class missing name, get_tools and run gets all three errors, not just the first."""
+    path = tmp_path / "agent.py"
+    path.write_text(
+        "from osmosis_rollout import RolloutAgentLoop\n\n\nclass Agent(RolloutAgentLoop):\n"
+        "    def helper(self):\n        return 1\n"
+    )
+    result = await validate_agent_loop(f"{path}:Agent")
+    assert result.codes() == ["NAME_MISSING", "GET_TOOLS_MISSING", "RUN_MISSING"]
+    assert {p.location for p in result.problems} == {f"{path}:4"}
+
+
+async def test_local_names_like_modules_are_not_blocking_calls(tmp_path: Path) -> None:
+    """A local `requests` list or `socket` dict is not the module: no BLOCKING_CALL."""
+    body = (
+        "requests = []\nrequests.append(1)\nsocket = {}\nsocket.get('x')\nreturn ctx.complete([])"
+    )
+    source = TEMPLATE.format(body="\n".join(f"        {line}" for line in body.splitlines()))
+    path = tmp_path / "agent.py"
+    path.write_text(source)
+    result = await validate_agent_loop(f"{path}:Agent", dry_run=False)
+    assert result.codes() == []
+
+
+async def test_a_timeout_error_raised_by_get_tools_is_a_failure_not_our_deadline(
+    tmp_path: Path,
+) -> None:
+    """get_tools raising TimeoutError at once is GET_TOOLS_FAILED, not GET_TOOLS_TIMEOUT."""
+    path = tmp_path / "agent.py"
+    path.write_text(
+        "from osmosis_rollout import RolloutAgentLoop\n\n\nclass Agent(RolloutAgentLoop):\n"
+        '    name = "t"\n\n    async def get_tools(self, request):\n'
+        '        raise TimeoutError("the tool registry timed out")\n\n'
+        "    async def run(self, ctx):\n        return ctx.complete([])\n"
+    )
+    result = await validate_agent_loop(f"{path}:Agent", timeout_s=30)
+    [problem] = result.problems
+    assert problem.code == "GET_TOOLS_FAILED"
+    assert "TimeoutError: the tool registry timed out" in problem.message
+    assert problem.location == f"{path}:8"

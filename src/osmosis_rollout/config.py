@@ -104,13 +104,19 @@ def read_pyproject_table(path: Path, section: str, *, allowed: Mapping[str, Any]
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
-    table = data.get("tool", {}).get("osmosis", {})
+    tool = data.get("tool", {})
+    table = tool.get("osmosis", {}) if isinstance(tool, dict) else None
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.osmosis] must be a table")
     merged: dict[str, Any] = {}
     sub_tables = {"serve", "test", "validate", "init"}
     shared = {k: v for k, v in table.items() if k not in sub_tables}
     specific = table.get(section) or {}
+    if not isinstance(specific, dict):
+        raise ConfigError(
+            f"{path}: [tool.osmosis.{section}] must be a table of settings, "
+            f"not {section} = {type(specific).__name__}"
+        )
     for strict, source in ((False, shared), (True, specific)):
         for key, value in source.items():
             name = key.replace("-", "_")

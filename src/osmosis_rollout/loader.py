@@ -121,7 +121,7 @@ def load_target(target: str) -> LoadedTarget:
                 "in the target",
                 code="FILE_NOT_FOUND",
             )
-        module = _import_file(path)
+        module = _import_file(path, attr)
         file: Path | None = path
         shown = module_or_path
     else:
@@ -178,7 +178,7 @@ def _ensure_cwd_on_path() -> None:
         sys.path.insert(0, cwd)
 
 
-def _import_file(path: Path) -> ModuleType:
+def _import_file(path: Path, attr: str) -> ModuleType:
     directory = str(path.resolve().parent)
     if directory not in sys.path:
         sys.path.insert(0, directory)  # sibling imports (`from helpers import x`) must work
@@ -195,8 +195,31 @@ def _import_file(path: Path) -> ModuleType:
         sys.modules.pop(name, None)
         if not isinstance(exc, Exception | SystemExit):
             raise
+        package_target = _package_target(path, attr)
+        if isinstance(exc, ImportError) and "relative import" in str(exc) and package_target:
+            # A file inside a package, loaded on its own: its `from .x import y` cannot work.
+            raise AgentLoadError(
+                f"{path} uses a relative import, which works only when the file is imported "
+                f"as part of its package; give the target as a module: {package_target}",
+                code="IMPORT_FAILED",
+                location=error_location(exc.__traceback__),
+            ) from None
         raise _import_error(exc, str(path), module_name=None) from None
     return module
+
+
+def _package_target(path: Path, attr: str) -> str | None:
+    """``pkg.mod:Attr`` for a file inside package folders (with ``__init__.py``), else None."""
+    file = path.resolve()
+    parts = [file.stem]
+    folder = file.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) == 1 or not all(part.isidentifier() for part in parts):
+        return None
+    where = "" if folder == Path.cwd().resolve() else f" (run from {display_path(folder)})"
+    return f"{'.'.join(parts)}:{attr}{where}"
 
 
 def _import_module(name: str) -> ModuleType:

@@ -30,8 +30,13 @@ def resolve_target(target: str | None, module: str | None, pyproject: Path | Non
     if pyproject is not None:
         import tomllib
 
-        table = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
-        configured = table.get("osmosis", {}).get("agent")
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            fail(f"cannot read {pyproject}: {exc}")
+        tool = data.get("tool")
+        table = tool.get("osmosis") if isinstance(tool, dict) else None
+        configured = table.get("agent") if isinstance(table, dict) else None
         if isinstance(configured, str) and configured:
             return configured
     return fail(
@@ -174,11 +179,11 @@ def _load_and_check(target: str, *, validate: bool) -> Any:
 
     agent = load_agent(target)
     if validate:
-        _validate_or_exit(target)
+        _validate_or_exit(agent)  # the loaded agent: its module's code must not run twice
     return agent
 
 
-def _validate_or_exit(target: str) -> None:
+def _validate_or_exit(target: Any) -> None:
     try:
         from ..validator import validate_agent_loop
     except ImportError:  # pragma: no cover - the validator ships with the package
@@ -197,7 +202,7 @@ def _validate_or_exit(target: str) -> None:
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-async def _validate(validate_agent_loop: Any, target: str) -> Any:
+async def _validate(validate_agent_loop: Any, target: Any) -> Any:
     result = validate_agent_loop(target, dry_run=False)
     if hasattr(result, "__await__"):
         result = await result

@@ -137,11 +137,9 @@ def command_test(
 
             agent = load_agent(target)
         if interactive:
-            from ..repl import run_repl
-
             raise typer.Exit(
                 run_async(
-                    run_repl(
+                    _interactive(
                         agent,
                         backend=backend,
                         rows=rows,
@@ -340,6 +338,14 @@ async def _run(
         if json_output:
             typer.echo(json.dumps(summary, indent=2))
         return EXIT_OK if summary["failed"] == 0 and summary["rows"] > 0 else EXIT_PROBLEMS
+
+
+async def _interactive(agent: Any, *, backend: Any, **options: Any) -> int:
+    """The REPL, with the backend closed afterwards like in batch mode."""
+    from ..repl import run_repl
+
+    async with _closing(backend):
+        return await run_repl(agent, backend=backend, **options)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -49,8 +50,11 @@ class Toolbox:
     ``functions`` is a list of functions (plain or ``@tool``-marked, sync or async, bound
     methods included) or a mapping from tool name to function. ``timeout_s`` bounds each call;
     a sync function that times out keeps running in its worker thread, but its result is
-    dropped. Sync functions run on at most ``max_threads`` threads of this toolbox's own, so
-    tools that hang can never starve the server's shared thread pool.
+    dropped. At most ``max_threads`` sync calls run at once (a limit of this toolbox's own, so
+    tools that hang can never starve the server's shared thread pool), and at most
+    ``max_threads`` more may still hold a thread after timing out; while that many are stuck,
+    further sync calls fail at once with an error message, so hung tools cannot pile up
+    threads without bound.
     """
 
     def __init__(
@@ -80,6 +84,8 @@ class Toolbox:
         self.timeout_s = timeout_s
         self.max_threads = max_threads
         self._limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on use
+        self._lock = threading.Lock()
+        self._stuck = 0  # sync calls abandoned at their timeout whose thread still runs
 
     @property
     def schemas(self) -> list[OpenAIFunctionToolSchema]:
@@ -167,11 +173,7 @@ class Toolbox:
                     result = await spec.fn(*positional, **keywords)
                 else:
                     call = functools.partial(spec.fn, *positional, **keywords)
-                    if self._limiter is None:
-                        self._limiter = anyio.CapacityLimiter(self.max_threads)
-                    result = await anyio.to_thread.run_sync(
-                        call, abandon_on_cancel=True, limiter=self._limiter
-                    )
+                    result = await self._run_in_thread(spec.name, call)
                 if inspect.isawaitable(result):
                     result = await result
             except ToolError:
@@ -187,12 +189,56 @@ class Toolbox:
             )
         return _encode(result)
 
+    async def _run_in_thread(self, name: str, call: Callable[[], Any]) -> Any:
+        """Run a sync tool in a worker thread, counting threads left behind by timeouts."""
+        with self._lock:
+            if self._stuck >= self.max_threads:
+                raise ToolError(
+                    f"tool {name!r} cannot run now: {self._stuck} earlier sync tool calls "
+                    "timed out and have not returned yet",
+                    tool_name=name,
+                )
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.max_threads)
+        state = ["queued"]  # -> running -> done, or -> abandoned -> done, or -> dropped
+
+        def guarded() -> Any:
+            with self._lock:
+                if state[0] == "dropped":
+                    return None
+                state[0] = "running"
+            try:
+                return call()
+            finally:
+                with self._lock:
+                    if state[0] == "abandoned":
+                        self._stuck -= 1
+                    state[0] = "done"
+
+        try:
+            return await anyio.to_thread.run_sync(
+                guarded, abandon_on_cancel=True, limiter=self._limiter
+            )
+        except anyio.get_cancelled_exc_class():
+            with self._lock:
+                if state[0] == "running":
+                    state[0] = "abandoned"
+                    self._stuck += 1
+                elif state[0] == "queued":
+                    state[0] = "dropped"
+            raise
+
     @staticmethod
     def _bind(
         ctx: RolloutContext, spec: _ToolSpec, args: dict[str, Any]
     ) -> tuple[list[Any], dict[str, Any]]:
-        unexpected = [key for key in args if key not in spec.params]
-        if unexpected and not spec.var_keyword:
+        # A model cannot fill the ctx parameter, even through **kwargs.
+        unexpected = [
+            key
+            for key in args
+            if key not in spec.params and (key in spec.context_params or not spec.var_keyword)
+        ]
+        if unexpected:
             expected = ", ".join(spec.params) or "no arguments"
             raise ToolError(
                 f"invalid arguments for tool {spec.name!r}: unexpected argument "

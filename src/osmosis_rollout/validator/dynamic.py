@@ -69,20 +69,14 @@ async def check_tools(
     agent: RolloutAgentLoop, request: RolloutRequest, *, timeout_s: float
 ) -> tuple[list[Problem], int | None]:
     """Call ``get_tools`` (sync or async) and check what it returns; (problems, tool count)."""
+    raw: Any = None
     try:
-        with anyio.fail_after(timeout_s):
+        # move_on_after, not fail_after: a TimeoutError that get_tools itself raises (a slow
+        # tool registry, say) is a failure to report as such, not our deadline.
+        with anyio.move_on_after(timeout_s) as deadline:
             raw = agent.get_tools(request)
             if inspect.isawaitable(raw):
                 raw = await raw
-    except TimeoutError:
-        return [
-            _problem(
-                "GET_TOOLS_TIMEOUT",
-                "get_tools()",
-                f"get_tools() did not return within {timeout_s:g} s; TrainGate waits for it "
-                "before every rollout, so keep it fast (load tool definitions once, in __init__)",
-            )
-        ], None
     except Exception as exc:
         return [
             _problem(
@@ -90,6 +84,15 @@ async def check_tools(
                 error_location(exc.__traceback__) or "get_tools()",
                 f"get_tools() raised {type(exc).__name__}: {exc}; the server answers 500 to "
                 "every init while this happens",
+            )
+        ], None
+    if deadline.cancelled_caught:
+        return [
+            _problem(
+                "GET_TOOLS_TIMEOUT",
+                "get_tools()",
+                f"get_tools() did not return within {timeout_s:g} s; TrainGate waits for it "
+                "before every rollout, so keep it fast (load tool definitions once, in __init__)",
             )
         ], None
     if raw is None:

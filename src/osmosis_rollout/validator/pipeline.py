@@ -50,8 +50,11 @@ class _Validation:
         """Add a problem unless an earlier check already said the same thing."""
         for seen in self.result.problems:
             same_code = seen.code == problem.code and seen.check != problem.check
+            # A later check failing where a static error already points (distinct static
+            # errors at one spot, e.g. a class missing both `name` and `run`, all stay).
             same_spot = (
-                problem.severity == "error"
+                problem.check != "static"
+                and problem.severity == "error"
                 and seen.severity == "error"
                 and seen.check == "static"
                 and problem.location is not None
@@ -59,7 +62,8 @@ class _Validation:
             )
             # A class the static checks already faulted fails to be created at import.
             class_failed = (
-                seen.check == "static"
+                problem.check != "static"
+                and seen.check == "static"
                 and seen.severity == "error"
                 and problem.location is not None
                 and problem.location == self.static.class_location
