@@ -82,7 +82,7 @@ def results_table(rows: Sequence[RowResult], *, max_rows: int = 30) -> Group:
             f"{row.llm_ms:.0f}/{row.tool_ms:.0f}/{row.other_ms:.0f} ms",
         )
     parts: list[RenderableType] = [table]
-    notes = [(row.index, _notes(row)) for row in shown if _notes(row)]
+    notes = [(row.index, note) for row in shown if (note := _notes(row))]
     if notes:
         parts.append(Text("Findings and errors", style="bold"))
         parts.extend(Text.from_markup(f"  row {index}: {note}") for index, note in notes)
