@@ -30,7 +30,7 @@ def load_asset(name: str) -> ModuleType:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
+def serve_in_thread(app: Any, *, lifespan: str = "off") -> Iterator[str]:
     """Serve an ASGI app with uvicorn on 127.0.0.1 (ephemeral port) in a thread; yield its URL.
 
     The socket listens before uvicorn starts, so early connections wait in the backlog; the
@@ -39,7 +39,7 @@ def serve_in_thread(app: Any) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan=lifespan, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -531,3 +531,30 @@ async def test_abandon_fails_the_pending_turn() -> None:
             stepper.abandon("r-1")
     with pytest.raises(LLMBackendError):
         await stepper.complete(request, record)
+
+
+async def test_interactive_against_a_keyed_running_server() -> None:
+    """With --server and a server key, the REPL authenticates its inits and steps the rollout."""
+    from osmosis_rollout.server import create_app
+
+    from .support import serve_in_thread
+
+    app = create_app(calculator(), api_key="repl-server-key", shutdown_grace_s=0)
+    screen = Screen()
+    with serve_in_thread(app, lifespan="on") as url, create_pipe_input() as pipe:
+        session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
+        pipe.send_text("c\nq\n")
+        pipe.close()
+        with anyio.fail_after(20):
+            code = await run_repl(
+                None,
+                backend=ScriptedBackend([add_call(12, 30), {"content": "42"}]),
+                rows=ROWS,
+                start_row=1,
+                server_url=url,
+                server_key="repl-server-key",
+                session=session,
+                console=Console(file=screen, width=120),
+            )
+    assert code == 0
+    assert "rollout COMPLETED" in screen.getvalue()

@@ -145,6 +145,7 @@ def command_test(
                         rows=rows,
                         start_row=row,
                         server_url=server,
+                        server_key=api_key if server is not None else None,
                         completion_params=completion_params,
                         max_turns=max_turns,
                     )

@@ -61,12 +61,14 @@ async def run_repl(
     rows: list[RowInput],
     start_row: int | None = None,
     server_url: str | None = None,
+    server_key: str | None = None,
     completion_params: dict[str, Any] | None = None,
     max_turns: int = 10,
     session: PromptSession[str] | None = None,
     console: Console | None = None,
 ) -> int:
-    """Step through rollouts of ``agent`` (or of the server at ``server_url``) turn by turn.
+    """Step through rollouts of ``agent`` (or of the server at ``server_url``, authenticated
+    with ``server_key`` when it has one) turn by turn.
 
     ``session`` and ``console`` default to the terminal; tests pass a pipe-input session and a
     console writing to a ``StringIO``. Returns the exit code (0).
@@ -77,7 +79,11 @@ async def run_repl(
     events: asyncio.Queue[Turn | _Ended] = asyncio.Queue()
     stepper = SteppingBackend(backend, events.put_nowait)
     async with Harness(
-        agent, backend=stepper, server_url=server_url, rollout_timeout_s=_FOREVER_S
+        agent,
+        backend=stepper,
+        server_url=server_url,
+        server_key=server_key,
+        rollout_timeout_s=_FOREVER_S,
     ) as harness:
         repl = _Repl(
             harness,
