@@ -128,7 +128,7 @@ def test_invalid_flag_values_exit_2_naming_the_setting(
 
     assert result.exit_code == 2
     [line] = error_lines(result.stderr)
-    assert f"invalid settings: {field}: " in line
+    assert f"invalid settings: {field} ({args[0]}, OSMOSIS_{field.upper()}" in line
 
 
 def test_missing_target_says_how_to_give_one(runner: CliRunner) -> None:

@@ -125,13 +125,13 @@ def test_unknown_shared_keys_are_left_to_other_commands(tmp_path: Path) -> None:
 )
 def test_invalid_cli_values_are_config_errors(source: dict[str, object], field: str) -> None:
     """An out-of-range or mistyped value is a ConfigError naming the setting."""
-    with pytest.raises(ConfigError, match=rf"invalid settings: {field}: "):
+    with pytest.raises(ConfigError, match=rf"invalid settings: {field} \(OSMOSIS_{field.upper()}"):
         ServerSettings.resolve(source)
 
 
 def test_invalid_environment_value_is_a_config_error() -> None:
     """A bad OSMOSIS_* value is reported like a bad flag, without echoing it."""
-    with pytest.raises(ConfigError, match="invalid settings: port: ") as caught:
+    with pytest.raises(ConfigError, match=r"invalid settings: port \(OSMOSIS_PORT") as caught:
         ServerSettings.resolve(environ={"OSMOSIS_PORT": "ninety"})
 
     assert "ninety" not in str(caught.value)
@@ -190,3 +190,10 @@ def test_find_pyproject_walks_up_from_a_file_or_directory(tmp_path: Path) -> Non
     assert find_pyproject(agent) == pyproject.resolve()
     inner = write(nested, "[project]\nname = 'inner'\n")
     assert find_pyproject(agent) == inner.resolve()
+
+
+def test_errors_name_the_flag_when_one_sets_the_setting() -> None:
+    """With ``flags``, an error names the flag, the variable and the pyproject table."""
+    with pytest.raises(ConfigError) as caught:
+        ServerSettings.resolve({"port": 70000}, flags={"port": "--port"})
+    assert "port (--port, OSMOSIS_PORT or [tool.osmosis.serve])" in str(caught.value)

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
-from .protocol import DEFAULT_MAX_METADATA_BYTES, describe_validation_error, dump_secret
+from .protocol import DEFAULT_MAX_METADATA_BYTES, dump_secret
 
 __all__ = ["ServerSettings", "find_pyproject", "read_pyproject_table"]
 
@@ -64,8 +64,13 @@ class ServerSettings(BaseModel):
         environ: Mapping[str, str] | None = None,
         pyproject: Path | None = None,
         section: str = "serve",
+        flags: Mapping[str, str] | None = None,
     ) -> Self:
-        """Merge the sources in precedence order; ``None`` CLI values mean "not given"."""
+        """Merge the sources in precedence order; ``None`` CLI values mean "not given".
+
+        ``flags`` maps field names to the command-line flags that set them, so that an error
+        names every place the user may have set the value.
+        """
         merged: dict[str, Any] = {}
         if pyproject is not None:
             merged.update(read_pyproject_table(pyproject, section, allowed=cls.model_fields))
@@ -74,7 +79,18 @@ class ServerSettings(BaseModel):
         try:
             return cls.model_validate(merged)
         except ValidationError as exc:
-            raise ConfigError(f"invalid settings: {describe_validation_error(exc)}") from None
+            problems = []
+            for error in exc.errors(include_input=False, include_url=False, include_context=False):
+                field = str(error["loc"][0]) if error["loc"] else ""
+                problems.append(f"{_where(field, section, flags or {})}: {error['msg']}")
+            raise ConfigError(f"invalid settings: {'; '.join(problems)}") from None
+
+
+def _where(field: str, section: str, flags: Mapping[str, str]) -> str:
+    """A setting and every place it can come from: ``port (--port, OSMOSIS_PORT or ...)``."""
+    places = [flags[field]] if field in flags else []
+    places += [f"OSMOSIS_{field.upper()}"]
+    return f"{field} ({', '.join(places)} or [tool.osmosis.{section}])"
 
 
 def _from_environ(environ: Mapping[str, str], fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,20 @@ def resolve_target(target: str | None, module: str | None, pyproject: Path | Non
     )
 
 
+#: The flag that sets each setting, so that a bad value's error names it.
+_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "api_key": "--api-key",
+    "max_concurrent": "--max-concurrent",
+    "rollout_timeout_s": "--rollout-timeout",
+    "shutdown_grace_s": "--shutdown-grace",
+    "debug_dir": "--debug-dir",
+    "outbox_dir": "--outbox-dir",
+    "log_level": "--log-level",
+}
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -154,7 +168,9 @@ def serve_command(
         "log_level": log_level.lower() if log_level else None,
     }
     try:
-        settings = ServerSettings.resolve(cli, environ=os.environ, pyproject=pyproject)
+        settings = ServerSettings.resolve(
+            cli, environ=os.environ, pyproject=pyproject, flags=_FLAGS
+        )
         settings, generated = decide_auth(settings, no_auth=no_auth)
         agent = _load_and_check(chosen, validate=not no_validate)
         from ..server import bind_socket, serve
