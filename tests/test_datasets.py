@@ -362,3 +362,11 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
         load_dataset(tmp_path / "nope.jsonl")
     with pytest.raises(DatasetError, match="is a directory"):
         load_dataset(tmp_path)
+
+
+def test_csv_with_an_unclosed_quote_is_an_error(tmp_path: Path) -> None:
+    """An unclosed quote would swallow the rest of the file into one cell: report it instead."""
+    path = tmp_path / "rows.csv"
+    path.write_text('user_prompt,ground_truth\n"hello,1\nworld,2\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match="not valid CSV near line 3"):
+        load_dataset(path)

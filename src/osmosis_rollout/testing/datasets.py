@@ -146,7 +146,7 @@ def _read_csv(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int
     selected: list[_Raw] = []
     count = 0
     with _text(path, newline="") as handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(handle, strict=True)  # an unclosed quote is an error, not data
         try:
             header = next(reader, None)
             if header is None:
