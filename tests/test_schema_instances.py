@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any, Literal
@@ -467,3 +468,11 @@ def test_simple_patterns_are_matched(pattern: str, seed: int) -> None:
     """Strings for simple regular expressions match them (JSON Schema's search semantics)."""
     schema = {"type": "string", "pattern": pattern}
     _validate(schema, generate(schema, seed=seed))
+
+
+def test_pattern_with_an_upper_bound_only_quantifier() -> None:
+    """``{,n}`` means 0 to n (as Python's re reads it, which jsonschema uses)."""
+    schema = {"type": "string", "pattern": "^a{,3}b$"}
+    values = {generate(schema, seed=seed) for seed in range(20)}
+    assert all(re.fullmatch(r"a{0,3}b", v) for v in values)
+    assert len(values) > 1

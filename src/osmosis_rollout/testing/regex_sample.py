@@ -62,12 +62,21 @@ class _Regex:
         if char in ("*", "+", "?"):
             self.pos += 1
             low, high = {"*": (0, None), "+": (1, None), "?": (0, 1)}[char]
-        elif char == "{" and (match := re.match(r"\{(\d+)(,(\d*))?\}", self.text[self.pos :])):
+        elif char == "{" and (
+            match := re.match(r"\{(\d+)(,(\d*))?\}|\{,(\d+)\}", self.text[self.pos :])
+        ):
             self.pos += match.end()
-            low = int(match.group(1))
-            high = (
-                low if match.group(2) is None else int(match.group(3)) if match.group(3) else None
-            )
+            if match.group(4) is not None:  # {,n}: 0 to n, as Python's re (and jsonschema) read it
+                low, high = 0, int(match.group(4))
+            else:
+                low = int(match.group(1))
+                high = (
+                    low
+                    if match.group(2) is None
+                    else int(match.group(3))
+                    if match.group(3)
+                    else None
+                )
         else:
             return atom
         if self._peek() in ("?", "+"):  # lazy or possessive: same strings
