@@ -10,7 +10,6 @@ import contextlib
 import json
 import logging
 import re
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from osmosis_rollout.protocol import InitResponse
 from osmosis_rollout.server import RolloutServer, create_app
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 
-from .support import load_asset
+from .support import free_port, load_asset
 
 pytestmark = pytest.mark.anyio
 
@@ -139,14 +138,6 @@ def init_body(rollout_id: str = "r-1", **overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # --------------------------------------------------------------------------------------------

@@ -200,11 +200,9 @@ def _load_and_check(target: str, *, validate: bool) -> Any:
 
 
 def _validate_or_exit(target: Any) -> None:
-    try:
-        from ..validator import validate_agent_loop
-    except ImportError:  # pragma: no cover - the validator ships with the package
-        return
-    result = run_async(_validate(validate_agent_loop, target))
+    from ..validator import validate_agent_loop
+
+    result = run_async(validate_agent_loop(target, dry_run=False))
     if not result.valid:
         from rich.markup import escape
 
@@ -216,13 +214,6 @@ def _validate_or_exit(target: Any) -> None:
             err.print(f"  [red]{problem.code}[/] {where} {escape(problem.message)}")
         err.print("Run [bold]osmosis validate[/] for the full report, or pass --no-validate.")
         raise typer.Exit(EXIT_PROBLEMS)
-
-
-async def _validate(validate_agent_loop: Any, target: Any) -> Any:
-    result = validate_agent_loop(target, dry_run=False)
-    if hasattr(result, "__await__"):
-        result = await result
-    return result
 
 
 def _print_banner(err: Any, target: str, name: str, settings: Any, generated: bool) -> None:
