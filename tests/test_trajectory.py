@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,8 @@ async def test_trace_replays_into_the_transcript_the_repl_showed(tmp_path: Path)
             )
     assert code == 0
     shown = screen_file.getvalue()
-    (trace,) = tmp_path.iterdir()
+    (name,) = os.listdir(tmp_path)
+    trace = tmp_path / name
     trajectory = read_trace(trace)
     assert len(trajectory.turns) == 3
     position = 0
@@ -279,7 +281,7 @@ def test_output_rows_keep_dataset_order_and_link_their_trace(tmp_path: Path) -> 
         trace = (out.parent / row["trace"]).resolve()
         assert trace.parent == (tmp_path / "tr").resolve()
         assert read_trace(trace).rollout_id == row["rollout_id"]
-    assert list(lines[0]) [-1] == "final_messages"  # last, so readers can skip it cheaply
+    assert list(lines[0])[-1] == "final_messages"  # last, so readers can skip it cheaply
     # rows really did finish out of order: the slow first row ended last
     ends = {
         r["row"]: read_trace((out.parent / r["trace"]).resolve()).end["ts"]  # type: ignore[index]
