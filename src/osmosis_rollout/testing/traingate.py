@@ -295,7 +295,8 @@ class MockTrainGate:
         body, record = received
         # The first turn may arrive before the init's 202 (the server starts the agent first):
         # answer it only once the declared tools are known, so the LLM always gets them.
-        await record.tools_ready.wait()
+        if not record.tools_ready.is_set():  # no checkpoint otherwise: keep the usual order
+            await record.tools_ready.wait()
         request_id = request.headers.get("x-request-id", "")
         if request_id and record.request_ids and record.request_ids[-1] == request_id:
             # A retry of the last turn (its reply was lost on the way): it replaces that turn.
@@ -342,7 +343,8 @@ class MockTrainGate:
         if isinstance(received, Response):
             return received
         body, record = received
-        await record.tools_ready.wait()  # the tools check needs them, as the chat check does
+        if not record.tools_ready.is_set():  # the tools check needs them, as chat calls do
+            await record.tools_ready.wait()
         if record.completions:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:
