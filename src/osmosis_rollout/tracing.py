@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .protocol import REDACTED
+from .protocol import REDACTED, scrub, scrub_data
 
 __all__ = ["Tracer", "safe_trace_name"]
 
@@ -91,10 +91,12 @@ class Tracer:
         hidden = [s for s in secrets if s]
 
         def emit(event: dict[str, Any]) -> None:
-            record = {"ts": round(time.time(), 6), **_redact(event)}
+            record: Any = {"ts": round(time.time(), 6), **_redact(event)}
+            for secret in hidden:  # before encoding, then after (default=str may reveal more)
+                record = scrub_data(record, secret)
             line = json.dumps(record, default=str, ensure_ascii=False)
             for secret in hidden:
-                line = line.replace(secret, REDACTED)
+                line = scrub(line, secret)
             self._put(path, line)
 
         return emit
