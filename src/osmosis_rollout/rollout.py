@@ -82,7 +82,15 @@ async def run_rollout(
             return _error_response(request, list(request.messages), f"get_tools failed: {exc}")
     ctx = RolloutContext(request, tools, llm, trace=trace)
     control.context = ctx
-    ctx.log_event("rollout_start", agent=agent.name, tools=[t.name for t in tools])
+    if trace is not None:
+        ctx.log_event(
+            "rollout_start",
+            agent=agent.name,
+            tools=[t.name for t in tools],
+            max_turns=request.max_turns,
+            completion_params=request.completion_params,
+            metadata=request.metadata,
+        )
     finish_reason = "error"
     error_message: str | None = None
     result: Any = None
@@ -153,15 +161,28 @@ async def run_rollout(
         response = _error_response(
             request, kept or ctx.partial_messages, error_message or "", finish_reason, metrics
         )
-    ctx.log_event(
-        "rollout_end",
-        status=response.status.value,
-        finish_reason=response.finish_reason,
-        error_message=response.error_message,
-        reward=response.reward,
-        metrics=metrics.model_dump(),
-    )
+    if trace is not None:
+        seen = ctx.partial_messages if ctx.turns else []
+        final_from, final_tail = _final_delta(seen, response.final_messages)
+        ctx.log_event(
+            "rollout_end",
+            status=response.status.value,
+            finish_reason=response.finish_reason,
+            error_message=response.error_message,
+            reward=response.reward,
+            metrics=metrics.model_dump(),
+            final_from=final_from,
+            final_messages=final_tail,
+        )
     return response
+
+
+def _final_delta(seen: list[Message], final: list[Message]) -> tuple[int, list[Message]]:
+    """The final messages as ``(index, tail)`` after what the last turn already traced (the
+    history and reply), or ``(0, everything)`` when the agent returned something else."""
+    if len(final) >= len(seen) and final[: len(seen)] == seen:
+        return len(seen), final[len(seen) :]
+    return 0, final
 
 
 def _log_agent_crash(request: RolloutRequest) -> None:
