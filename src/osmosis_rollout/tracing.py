@@ -20,7 +20,7 @@ from typing import Any
 
 from .protocol import REDACTED
 
-__all__ = ["Tracer", "safe_trace_name"]
+__all__ = ["Tracer", "file_sink", "safe_trace_name"]
 
 logger = logging.getLogger("osmosis_rollout.tracing")
 
@@ -63,6 +63,34 @@ def _redact(value: Any) -> Any:
     return value
 
 
+def _encode(event: dict[str, Any], secrets: list[str]) -> str:
+    record = {"ts": round(time.time(), 6), **_redact(event)}
+    line = json.dumps(record, default=str, ensure_ascii=False)
+    for secret in secrets:
+        line = line.replace(secret, REDACTED)
+    return line
+
+
+def file_sink(
+    debug_dir: str | Path, rollout_id: str, secrets: Iterable[str | None] = ()
+) -> Callable[[dict[str, Any]], None]:
+    """A synchronous sink for one rollout outside a server (v1's ``RolloutContext(...,
+    _debug_dir=...)``): each event is on disk when the call returns. A directory or file that
+    cannot be written logs a warning and the event is dropped; the agent never fails for it."""
+    hidden = [s for s in secrets if s]
+    directory = Path(debug_dir)
+
+    def emit(event: dict[str, Any]) -> None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with (directory / safe_trace_name(rollout_id)).open("a", encoding="utf-8") as fh:
+                fh.write(_encode(event, hidden) + "\n")
+        except OSError as exc:
+            logger.warning("could not write debug event to %s: %s", directory, exc)
+
+    return emit
+
+
 class Tracer:
     """Appends events to per-rollout JSONL files from a single writer thread.
 
@@ -91,11 +119,7 @@ class Tracer:
         hidden = [s for s in secrets if s]
 
         def emit(event: dict[str, Any]) -> None:
-            record = {"ts": round(time.time(), 6), **_redact(event)}
-            line = json.dumps(record, default=str, ensure_ascii=False)
-            for secret in hidden:
-                line = line.replace(secret, REDACTED)
-            self._put(path, line)
+            self._put(path, _encode(event, hidden))
 
         return emit
 
