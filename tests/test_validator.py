@@ -206,7 +206,9 @@ async def test_tool_problems_are_all_reported_not_just_the_first() -> None:
 
 async def test_blocking_call_messages_name_the_call_and_the_fix() -> None:
     """Blocking calls are named as imported (aliases resolved) with an async alternative."""
-    result = await validate_agent_loop_async(target("val_blocking_call", "BlockingAgent"), dry_run=False)
+    result = await validate_agent_loop_async(
+        target("val_blocking_call", "BlockingAgent"), dry_run=False
+    )
     messages = [p.message for p in find(result, "BLOCKING_CALL")]
     for name in ("time.sleep", "requests.get", "urllib.request.urlopen", "subprocess.run", "open"):
         assert any(m.startswith(f"{name}()") for m in messages), name
@@ -216,9 +218,13 @@ async def test_blocking_call_messages_name_the_call_and_the_fix() -> None:
 
 async def test_a_faulted_class_is_not_reported_twice() -> None:
     """A class the static checks faulted fails at import too; only the static problem shows."""
-    result = await validate_agent_loop_async(target("val_name_invalid", "BlankNameAgent"), dry_run=False)
+    result = await validate_agent_loop_async(
+        target("val_name_invalid", "BlankNameAgent"), dry_run=False
+    )
     assert result.codes() == ["NAME_INVALID"]
-    result = await validate_agent_loop_async(target("val_name_missing", "NamelessAgent"), dry_run=False)
+    result = await validate_agent_loop_async(
+        target("val_name_missing", "NamelessAgent"), dry_run=False
+    )
     assert result.codes() == ["NAME_MISSING"]
 
 
@@ -263,7 +269,9 @@ async def test_syntax_error_stops_before_import(tmp_path: Path) -> None:
 
 async def test_module_target_gets_static_checks_from_its_file() -> None:
     """`pkg.module:Attr` targets are parsed too, located by file path."""
-    result = await validate_agent_loop_async("tests.assets.val_no_result:ForgetfulAgent", dry_run=False)
+    result = await validate_agent_loop_async(
+        "tests.assets.val_no_result:ForgetfulAgent", dry_run=False
+    )
     assert result.checks_run == ["static", "dynamic"]
     assert "tests/assets/val_no_result.py:12" in [p.location for p in result.problems]
 
