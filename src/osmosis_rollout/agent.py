@@ -262,6 +262,15 @@ class _LLMView:
     def __repr__(self) -> str:
         return f"<ctx.llm of rollout {self._ctx.request.rollout_id!r}>"
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (``server_url``, ``client``...) is the backend's, as before this view.
+        return getattr(self._ctx._backend, name)
+
+    @property
+    def rollout_id(self) -> str:
+        """The rollout this client serves (v1's attribute)."""
+        return self._ctx.request.rollout_id
+
     async def chat_completions(self, messages: Sequence[Any], **kwargs: Any) -> CompletionsResult:
         """One LLM turn; the same as ``await ctx.chat(messages, **kwargs)``."""
         return await self._ctx.chat(messages, **kwargs)
