@@ -229,6 +229,8 @@ class RolloutContext:
         self._turns_started = 0
         self._last_messages: list[Message] = list(request.messages)
         self.append_only_violations: list[dict[str, Any]] = []
+        #: Each turn's ``finish_reason`` in order (``"length"``: cut by ``max_tokens``).
+        self.finish_reasons: list[str | None] = []
 
     # -- LLM turns ---------------------------------------------------------------------------
 
@@ -263,6 +265,14 @@ class RolloutContext:
         self._max_context = max(self._max_context, usage.prompt_tokens)
         self._sent = [*kept, *copy.deepcopy(history[len(kept) :]), copy.deepcopy(reply)]
         self._last_messages = [*history, reply]
+        self.finish_reasons.append(choice.finish_reason)
+        self.log_event(
+            "llm_turn",
+            turn=turn,
+            finish_reason=choice.finish_reason,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+        )
         return CompletionsResult(
             message=reply,
             finish_reason=choice.finish_reason,
@@ -309,11 +319,18 @@ class RolloutContext:
     def complete(
         self,
         messages: Sequence[Any],
-        finish_reason: str = "stop",
+        finish_reason: str | None = None,
         reward: float | None = None,
     ) -> RolloutResult:
-        """End the rollout successfully with its final conversation and optional reward."""
+        """End the rollout successfully with its final conversation and optional reward.
+
+        Without ``finish_reason`` it is ``"stop"``, or ``"length"`` when the last reply was cut
+        by ``max_tokens``: a truncated answer must not pass for a finished one.
+        """
         self._finished = time.perf_counter()
+        if finish_reason is None:
+            cut = bool(self.finish_reasons) and self.finish_reasons[-1] == "length"
+            finish_reason = "length" if cut else "stop"
         return RolloutResult(
             status=RolloutStatus.COMPLETED,
             final_messages=[_as_message(m) for m in messages],

@@ -64,6 +64,8 @@ class RowResult:
     findings: list[Finding] = field(default_factory=list)
     final_messages: list[Message] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: Each LLM turn's finish_reason as TrainGate answered it (``"length"``: cut by max_tokens).
+    turn_finish_reasons: list[str | None] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -94,6 +96,7 @@ class RowResult:
             "llm_ms": round(self.llm_ms, 3),
             "tool_ms": round(self.tool_ms, 3),
             "other_ms": round(self.other_ms, 3),
+            "turn_finish_reasons": self.turn_finish_reasons,
             "findings": [f.as_dict() for f in self.findings],
             "metrics": self.metrics,
             "final_messages": self.final_messages,
@@ -117,6 +120,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome) -> RowResult:
         status="NO_RESULT",
         latency_ms=outcome.wall_ms,
         findings=list(outcome.findings),
+        turn_finish_reasons=[r.choices[0].finish_reason for r in outcome.record.replies],
     )
     backend_error = outcome.record.backend_error
     if not outcome.accepted:
