@@ -233,7 +233,7 @@ async def test_a_cut_last_reply_is_reported_and_ends_the_rollout_with_length(
     assert not row.passed
     assert row.as_dict()["turn_finish_reasons"] == ["length"]
     events = read_trace(tmp_path)
-    turns = [e for e in events if e["event"] == "llm_turn"]
+    turns = [e for e in events if e["event"] == "turn"]
     assert [(e["turn"], e["finish_reason"]) for e in turns] == [(1, "length")]
 
 

@@ -283,7 +283,7 @@ async def test_rollout_trace_never_holds_the_api_key(
         "rollout_start",
         "debug",
         "http",
-        "llm_turn",
+        "turn",
         "history",
         "rollout_end",
     ]

@@ -66,6 +66,15 @@ class RowResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     #: Each LLM turn's finish_reason as TrainGate answered it (``"length"``: cut by max_tokens).
     turn_finish_reasons: list[str | None] = field(default_factory=list)
+    #: The dataset row's metadata as sent with the rollout (``ground_truth`` included).
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: The rollout's debug trace, when the server wrote one (``--debug-dir``).
+    trace: str | None = None
+
+    @property
+    def ground_truth(self) -> Any:
+        """The row's ``ground_truth``, if the dataset had one."""
+        return self.metadata.get("ground_truth")
 
     @property
     def passed(self) -> bool:
@@ -99,7 +108,10 @@ class RowResult:
             "turn_finish_reasons": self.turn_finish_reasons,
             "findings": [f.as_dict() for f in self.findings],
             "metrics": self.metrics,
-            "final_messages": self.final_messages,
+            "ground_truth": self.ground_truth,
+            "metadata": self.metadata,
+            "trace": self.trace,
+            "final_messages": self.final_messages,  # last: readers can index the rest cheaply
         }
 
 
@@ -199,6 +211,9 @@ async def run_batch(
                     )
                 else:
                     result = result_from_outcome(row.index, outcome)
+                    trace = harness.trace_path(rollout_id)
+                    result.trace = str(trace) if trace is not None else None
+        result.metadata = row.metadata
         results[position] = result
         if on_result is not None:
             on_result(result)

@@ -62,10 +62,17 @@ class Finding:
     code: str
     message: str
     rollout_id: str | None = None
+    #: The LLM turn it was seen at (the number of chat calls so far), None before any.
+    turn: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for results files."""
-        return {"code": self.code, "message": self.message, "rollout_id": self.rollout_id}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "rollout_id": self.rollout_id,
+            "turn": self.turn,
+        }
 
 
 @dataclass
@@ -100,9 +107,10 @@ class RolloutRecord:
         """Names of the tools the server declared at init."""
         return {t.name for t in self.tools}
 
-    def add(self, code: str, message: str) -> None:
-        """Record a finding for this rollout."""
-        self.findings.append(Finding(code, message, self.rollout_id))
+    def add(self, code: str, message: str, *, turn: int | None = None) -> None:
+        """Record a finding for this rollout, at ``turn`` (default: the last chat turn)."""
+        turn = turn if turn is not None else len(self.chats) or None
+        self.findings.append(Finding(code, message, self.rollout_id, turn))
 
 
 class LLMBackend(Protocol):
@@ -327,18 +335,26 @@ class MockTrainGate:
         return Response(reply.model_dump_json(exclude_none=True), media_type="application/json")
 
     def _check_chat(self, record: RolloutRecord, body: CompletionsRequest) -> None:
+        turn = len(record.chats) + 1  # the turn this call starts
         if record.completions:
-            record.add(CHAT_AFTER_COMPLETION, "chat call after the rollout had completed")
+            record.add(
+                CHAT_AFTER_COMPLETION, "chat call after the rollout had completed", turn=turn
+            )
         if "tools" in (body.model_extra or {}):
-            record.add(TOOLS_SENT, "chat request carried `tools`; TrainGate knows them from init")
+            record.add(
+                TOOLS_SENT,
+                "chat request carried `tools`; TrainGate knows them from init",
+                turn=turn,
+            )
         if record.chats and record.replies:
             previous = [*record.chats[-1].messages, _reply_message(record.replies[-1])]
             index = first_divergence(previous, body.messages)
             if index is not None:
                 record.add(
                     HISTORY_REWRITTEN,
-                    f"turn {len(record.chats) + 1} rewrote the history at message {index}: "
+                    f"turn {turn} rewrote the history at message {index}: "
                     "each call must send the previous messages plus the reply, unchanged",
+                    turn=turn,
                 )
 
     async def _completed(self, request: Request) -> Response:
