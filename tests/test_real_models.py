@@ -438,11 +438,8 @@ def test_llm_time_is_labelled_as_queueing_when_turns_overlapped(
     stub = OpenAIStub(default=slow(0.4, text("3")))
     agent = f"{Path(__file__).parent}/assets/bad_agents.py:GoodAgent"
     with stub.serve() as url:
-        result = CliRunner().invoke(
-            app,
-            ["test", agent, "-d", str(dataset), "--llm-url", url, "--model", "m"]
-            + ["--concurrency", concurrency],
-        )
+        args = ["test", agent, "-d", str(dataset), "--llm-url", url, "--model", "m"]
+        result = CliRunner().invoke(app, [*args, "--concurrency", concurrency])
     assert result.exit_code == 0, result.stdout + result.stderr
     assert (
         bool(re.search(r"llm time includes queueing: up to [23] turns", result.stderr)) is labelled
