@@ -124,9 +124,7 @@ class BatchReport:
     stopped_early: str | None = None
 
 
-def result_from_outcome(
-    index: int, outcome: RolloutOutcome, *, gate_url: str = ""
-) -> RowResult:
+def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = "") -> RowResult:
     """Turn what the mock TrainGate saw into a row result (``gate_url``: the mock's base URL,
     named as such in error messages)."""
     row = RowResult(
@@ -213,9 +211,7 @@ async def run_batch(
                         error_message=str(exc),
                     )
                 else:
-                    result = result_from_outcome(
-                        row.index, outcome, gate_url=harness.gate.base_url
-                    )
+                    result = result_from_outcome(row.index, outcome, gate_url=harness.gate.base_url)
                     trace = harness.trace_path(rollout_id)
                     result.trace = str(trace) if trace is not None else None
         result.metadata = row.metadata
