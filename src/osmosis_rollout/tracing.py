@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .protocol import REDACTED
+from .protocol import REDACTED, scrub, scrub_data
 
 __all__ = ["MAX_TRACED_TEXT", "TRACE_VERSION", "Tracer", "clip_text", "safe_trace_name"]
 
@@ -106,10 +106,12 @@ class Tracer:
         hidden = [s for s in secrets if s]
 
         def emit(event: dict[str, Any]) -> None:
-            record = {"v": TRACE_VERSION, "ts": round(time.time(), 6), **_redact(event)}
+            record: Any = {"v": TRACE_VERSION, "ts": round(time.time(), 6), **_redact(event)}
+            for secret in hidden:  # before encoding, then after (default=str may reveal more)
+                record = scrub_data(record, secret)
             line = json.dumps(record, default=str, ensure_ascii=False)
             for secret in hidden:
-                line = line.replace(secret, REDACTED)
+                line = scrub(line, secret)
             self._put(path, line)
 
         return emit
