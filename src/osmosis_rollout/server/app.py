@@ -10,6 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import random
+import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -26,7 +30,7 @@ from starlette.routing import Route
 from ..agent import RolloutAgentLoop, resolve_tools
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
-from ..errors import TrainGateError
+from ..errors import TrainGateError, TrainGateHTTPError
 from ..protocol import (
     DEFAULT_MAX_METADATA_BYTES,
     HealthResponse,
@@ -36,12 +40,22 @@ from ..protocol import (
     RolloutResponse,
     RolloutStatus,
     scrub,
+    wire,
 )
 from ..rollout import run_rollout
 from ..tracing import Tracer
 from .auth import key_matches
 from .outbox import DEFAULT_OUTBOX_DIR, write_outbox
-from .registry import Conflict, RolloutEntry, RolloutRegistry
+from .registry import RolloutEntry, RolloutRegistry
+from .state import (
+    ClaimOutcome,
+    LeasedRollout,
+    OutboxEntry,
+    StateBackend,
+    StateUnavailable,
+    fingerprint,
+    open_state,
+)
 
 __all__ = ["RolloutServer", "create_app"]
 
@@ -54,6 +68,11 @@ _RETRY_AFTER_S = "5"
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 _DELIVERY_GRACE_S = 15.0
+#: How long a duplicate init waits for another replica to decide the first one.
+_PEER_DECISION_MARGIN_S = 5.0
+#: How long a replica trying an outbox entry hides it from its peers.
+_OUTBOX_VISIBILITY_S = 900.0
+_OUTBOX_MAX_DELAY_S = 600.0
 
 
 def create_app(
@@ -70,6 +89,8 @@ def create_app(
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
     settings: ServerSettings | None = None,
     client: TrainGateClient | None = None,
+    state: str = "memory",
+    lease_ttl_s: float = 30.0,
 ) -> Starlette:
     """Build the rollout server for ``agent_loop``.
 
@@ -88,6 +109,8 @@ def create_app(
             debug_dir=Path(debug_dir) if debug_dir is not None else None,
             outbox_dir=Path(outbox_dir) if outbox_dir is not None else None,
             max_metadata_bytes=max_metadata_bytes,
+            state=state,
+            lease_ttl_s=lease_ttl_s,
         )
     server = RolloutServer(agent_loop, settings, client=client)
     app = Starlette(
@@ -128,6 +151,12 @@ class RolloutServer:
         self.client: TrainGateClient | None = client
         self.tracer = Tracer(settings.debug_dir) if settings.debug_dir else None
         self.outbox_dir = settings.outbox_dir or DEFAULT_OUTBOX_DIR
+        self.state: StateBackend = open_state(settings.state, outbox_dir=self.outbox_dir)
+        #: This process among the replicas sharing the state (leases and queue places name it).
+        self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._deciding: dict[str, _Decision] = {}  # inits being decided here, by key
+        self._admitting = 0  # inits between the admission check and registry.accept
+        self._counted: set[str] = set()  # keys holding a place in the shared queue
         self._slots = anyio.Semaphore(settings.max_concurrent)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
@@ -147,6 +176,10 @@ class RolloutServer:
             async with anyio.create_task_group() as tasks:
                 self._tasks = tasks
                 tasks.start_soon(self._expire_records)
+                if self.state.shared:
+                    tasks.start_soon(self._renew_leases)
+                    tasks.start_soon(self._sweep_orphans)
+                    tasks.start_soon(self._redeliver_outbox)
                 try:
                     yield
                 finally:
@@ -159,6 +192,8 @@ class RolloutServer:
                 await self.client.aclose()
             if self.tracer is not None:
                 self.tracer.close()
+            with anyio.CancelScope(shield=True):
+                await self.state.close()
 
     async def drain(self) -> None:
         """Stop accepting; give running rollouts the grace period; cancel the rest."""
@@ -176,23 +211,30 @@ class RolloutServer:
         while True:
             await anyio.sleep(interval)
             self.registry.expire()
+            self.state.expire()
 
     # -- GET /health, GET /platform/health --------------------------------------------------------
 
-    def _health_body(self) -> HealthResponse:
+    async def _health_body(self) -> HealthResponse:
         registry = self.registry
+        reachable = False
+        with anyio.move_on_after(2.0):
+            reachable = await self.state.ping()
+        status = "draining" if registry.draining else "healthy" if reachable else "degraded"
         return HealthResponse(
-            status="draining" if registry.draining else "healthy",
+            status=status,
             agent_loop=self.agent.name,
             active_rollouts=registry.active,
             completed_rollouts=registry.completed_total,
             queued_rollouts=registry.queued,
+            state=self.state.name,
+            state_reachable=reachable,
         )
 
     async def health(self, request: Request) -> Response:
-        """200 with counts, or 503 while draining."""
-        body = self._health_body()
-        status = 503 if body.status == "draining" else 200
+        """200 with counts; 503 while draining or while the shared state is unreachable."""
+        body = await self._health_body()
+        status = 200 if body.status == "healthy" else 503
         return Response(body.model_dump_json(), status_code=status, media_type=_JSON)
 
     async def platform_health(self, request: Request) -> Response:
@@ -224,13 +266,63 @@ class RolloutServer:
         except ValidationError as exc:
             return _json(422, {"detail": _validation_details(exc)})
 
-        found = self.registry.lookup(rollout)
-        if isinstance(found, Conflict):
-            return _json(409, {"detail": found.detail})
-        if found is not None:
-            await found.init_ready.wait()
-            return Response(found.init_body, status_code=found.init_status, media_type=_JSON)
+        key, digest = rollout.dedup_key, fingerprint(rollout)
+        try:
+            earlier = await self._claim(rollout, key, digest)
+        except StateUnavailable as exc:
+            return self._state_down(rollout, exc)
+        if earlier is not None:
+            return earlier
+        decision = self._deciding[key] = _Decision(rollout.rollout_id, digest)
+        try:
+            answer = await self._decide(rollout, digest)
+        except BaseException:
+            decision.decide(503, b'{"detail": "init interrupted; retry"}')
+            raise
+        finally:
+            del self._deciding[key]
+        decision.decide(answer.status_code, bytes(answer.body))
+        return answer
 
+    async def _claim(self, rollout: RolloutRequest, key: str, digest: str) -> Response | None:
+        """None when this init is the first with its key (it is ours to decide); otherwise the
+        answer: the first init's, a 409, or a 503 when a peer takes too long deciding."""
+        deadline = anyio.current_time() + self.settings.get_tools_timeout_s
+        deadline += _PEER_DECISION_MARGIN_S
+        pause = 0.01
+        while True:
+            claim = await self.state.claim_init(
+                key,
+                rollout.rollout_id,
+                digest,
+                pending_ttl_s=self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S,
+            )
+            if claim.outcome is ClaimOutcome.CLAIMED:
+                return None
+            if claim.outcome is ClaimOutcome.CONFLICT:
+                return _json(409, {"detail": claim.detail})
+            if claim.outcome is ClaimOutcome.ANSWERED:
+                return Response(claim.body, status_code=claim.status, media_type=_JSON)
+            local = self._deciding.get(key)
+            if local is not None:  # decided in this process: wait for it, no polling
+                await local.ready.wait()
+                if local.matches(rollout.rollout_id, digest) and local.status != 202:
+                    return Response(local.body, status_code=local.status, media_type=_JSON)
+                continue  # accepted (ask the state for the record) or another body (409)
+            if anyio.current_time() > deadline:
+                return _json(
+                    503,
+                    {
+                        "detail": "an init with this key is still being decided by another "
+                        "replica; retry"
+                    },
+                    {"Retry-After": _RETRY_AFTER_S},
+                )
+            await anyio.sleep(pause)
+            pause = min(0.25, pause * 2)
+
+    async def _decide(self, rollout: RolloutRequest, digest: str) -> Response:
+        """Get the tools, admit, publish the 202 and start the rollout (the init is ours)."""
         entry = self.registry.reserve(rollout)
         try:
             with anyio.fail_after(self.settings.get_tools_timeout_s):
@@ -238,32 +330,54 @@ class RolloutServer:
         except TimeoutError:
             detail = f"get_tools did not return within {self.settings.get_tools_timeout_s:g} s"
             logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
-            return self._refuse(entry, 500, {"detail": detail})
+            return await self._refuse(entry, _json(500, {"detail": detail}))
         except Exception as exc:
             detail = scrub(f"get_tools failed: {type(exc).__name__}: {exc}", rollout.api_key_value)
             logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
-            return self._refuse(entry, 500, {"detail": detail})
+            return await self._refuse(entry, _json(500, {"detail": detail}))
         except BaseException:  # the request was cancelled: free the key so retries can start
-            self._refuse(entry, 503, {"detail": "init interrupted; retry"})
+            with anyio.CancelScope(shield=True):
+                await self._refuse(entry, _json(503, {"detail": "init interrupted; retry"}))
             raise
         # Re-checked: draining may have begun while get_tools ran.
         unavailable = self._unavailable()
         if unavailable is not None:
-            self.registry.release(entry, unavailable.status_code, bytes(unavailable.body))
-            return unavailable
-        if not self.registry.has_capacity():
-            return self._refuse(
-                entry,
-                503,
-                {"detail": "too many rollouts queued; retry later"},
-                {"Retry-After": _RETRY_AFTER_S},
-            )
+            return await self._refuse(entry, unavailable)
         init_body = InitResponse(rollout_id=rollout.rollout_id, tools=tools)
         payload = init_body.model_dump_json(exclude_none=True).encode()
-        self.registry.accept(entry, 202, payload)
-        assert self._tasks is not None  # _unavailable() checked it; no await since
+        # A free slot here needs no place in the shared queue (counted before any await, so a
+        # burst of inits cannot all see the same free slot).
+        registry = self.registry
+        queue = registry.active + registry.queued + self._admitting >= self.settings.max_concurrent
+        self._admitting += 1
+        try:
+            admitted = await self.state.accept(
+                LeasedRollout.of(rollout),
+                digest=digest,
+                replica=self.replica,
+                status=202,
+                body=payload,
+                lease_ttl_s=self.settings.lease_ttl_s,
+                queue=queue,
+                max_queued=self.settings.max_queued,
+            )
+        except StateUnavailable as exc:
+            return await self._refuse(entry, self._state_down(rollout, exc))
+        finally:
+            self._admitting -= 1
+        if not admitted:
+            busy = {"detail": "too many rollouts queued; retry later"}
+            return await self._refuse(entry, _json(503, busy, {"Retry-After": _RETRY_AFTER_S}))
+        registry.accept(entry, 202, payload)
+        if queue:
+            self._counted.add(entry.key)
+        assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
         self._tasks.start_soon(self._run, entry, tools)
         return Response(payload, status_code=202, media_type=_JSON)
+
+    def _state_down(self, rollout: RolloutRequest, exc: StateUnavailable) -> Response:
+        logger.error("rollout %s refused: %s", rollout.rollout_id, exc)
+        return _json(503, {"detail": str(exc)}, {"Retry-After": _RETRY_AFTER_S})
 
     def _unavailable(self) -> Response | None:
         """The 503 to answer when no rollout can start now, or None."""
@@ -278,15 +392,13 @@ class RolloutServer:
             return None
         return _json(503, {"detail": detail}, {"Retry-After": _RETRY_AFTER_S})
 
-    def _refuse(
-        self,
-        entry: RolloutEntry,
-        status: int,
-        body: dict[str, Any],
-        headers: dict[str, str] | None = None,
-    ) -> Response:
-        response = _json(status, body, headers)
-        self.registry.release(entry, status, bytes(response.body))
+    async def _refuse(self, entry: RolloutEntry, response: Response) -> Response:
+        """Answer ``response`` and forget the init here and in the shared state."""
+        self.registry.release(entry, response.status_code, bytes(response.body))
+        try:
+            await self.state.release_init(entry.key, entry.rollout_id)
+        except StateUnavailable as exc:  # the claim lapses by itself after its pending TTL
+            logger.warning("rollout %s: claim not released: %s", entry.rollout_id, exc)
         return response
 
     async def _read_body(self, request: Request) -> bytes | Response:
@@ -311,6 +423,9 @@ class RolloutServer:
         response: RolloutResponse | None = None
         try:
             async with self._slots:
+                if entry.key in self._counted:
+                    self._counted.discard(entry.key)
+                    await self._unqueue(entry)
                 self.registry.start(entry)
                 queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
                 try:
@@ -337,7 +452,8 @@ class RolloutServer:
                     update={"queue_latency_ms": queued_ms}
                 )
             self.registry.delivering(entry)
-            await self._deliver(request, response)
+            if await self._still_ours(entry):
+                await self._deliver(request, response)
         except BaseException:
             if response is None:  # stopped before the agent ran: the result is still kept
                 cancelled = RolloutResponse(
@@ -347,10 +463,42 @@ class RolloutServer:
                     finish_reason="cancelled",
                     error_message="rollout cancelled (server stopped before it ran)",
                 )
-                self._to_outbox(request, cancelled, "server stopped before the rollout ran")
+                await self._to_outbox(request, cancelled, "server stopped before the rollout ran")
             raise
         finally:
+            self._counted.discard(entry.key)
             self.registry.finish(entry)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self._release_lease(entry)
+
+    async def _unqueue(self, entry: RolloutEntry) -> None:
+        try:
+            await self.state.unqueue(self.replica)
+        except StateUnavailable as exc:  # the place is freed when this replica's heartbeat lapses
+            logger.warning("rollout %s: queue place not freed: %s", entry.rollout_id, exc)
+
+    async def _still_ours(self, entry: RolloutEntry) -> bool:
+        """Renew the lease before the callback; False if a peer already ended the rollout."""
+        try:
+            held = await self.state.hold(entry.key, self.settings.lease_ttl_s)
+        except StateUnavailable as exc:
+            # Nobody can take the rollout while the store is down: deliver.
+            logger.warning("rollout %s: lease not checked: %s", entry.rollout_id, exc)
+            return True
+        if not held:
+            logger.error(
+                "rollout %s: its lease lapsed (this replica stalled for over %g s) and another "
+                "replica already sent its ERROR callback; this result is not sent",
+                entry.rollout_id,
+                self.settings.lease_ttl_s,
+            )
+        return held
+
+    async def _release_lease(self, entry: RolloutEntry) -> None:
+        try:
+            await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
+        except StateUnavailable as exc:
+            logger.warning("rollout %s: lease not released: %s", entry.rollout_id, exc)
 
     async def _deliver(self, request: RolloutRequest, response: RolloutResponse) -> None:
         assert self.client is not None
@@ -359,33 +507,182 @@ class RolloutServer:
                 request.server_url, response, api_key=request.api_key_value
             )
         except TrainGateError as exc:
-            self._to_outbox(request, response, str(exc))
+            await self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down
             logger.exception("rollout %s: callback could not be sent", request.rollout_id)
-            self._to_outbox(request, response, f"callback not sent: {type(exc).__name__}")
+            await self._to_outbox(request, response, f"callback not sent: {type(exc).__name__}")
         except BaseException as exc:  # cancelled mid-delivery at a hard stop: keep the result
-            self._to_outbox(request, response, f"delivery interrupted: {type(exc).__name__}")
+            error = f"delivery interrupted: {type(exc).__name__}"
+            await self._to_outbox(request, response, error)
             raise
 
-    def _to_outbox(self, request: RolloutRequest, response: RolloutResponse, error: str) -> None:
+    async def _to_outbox(
+        self, request: RolloutRequest, response: RolloutResponse, error: str
+    ) -> None:
+        await self._keep(
+            request.rollout_id, request.server_url, request.api_key_value, response, error
+        )
+
+    async def _keep(
+        self,
+        rollout_id: str,
+        server_url: str,
+        api_key: str | None,
+        response: RolloutResponse,
+        error: str,
+    ) -> None:
+        """Put an undeliverable callback in the state's outbox (a local file if that fails)."""
+        entry = OutboxEntry(
+            id="",
+            rollout_id=rollout_id,
+            server_url=server_url,
+            error=scrub(error, api_key),
+            written_at=time.time(),
+            response=wire(response),
+            api_key=api_key,
+        )
         try:
-            path = write_outbox(self.outbox_dir, request.server_url, response, error)
+            with anyio.CancelScope(shield=True), anyio.fail_after(10):
+                where = await self.state.outbox_put(entry)
+        except (StateUnavailable, TimeoutError) as exc:
+            logger.error("rollout %s: outbox store unavailable (%s)", rollout_id, exc)
+            where = ""
         except Exception as exc:
-            logger.critical(
-                "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
-                "response follows: %s",
-                request.rollout_id,
-                error,
-                exc,
-                repr(response),
-            )
-            return
+            logger.error("rollout %s: outbox not writable (%s)", rollout_id, exc)
+            where = ""
+        if not where:  # the last resort: this host's disk
+            try:
+                where = str(write_outbox(self.outbox_dir, server_url, response, entry.error))
+            except Exception as exc:
+                logger.critical(
+                    "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
+                    "response follows: %s",
+                    rollout_id,
+                    entry.error,
+                    exc,
+                    repr(response),
+                )
+                return
         logger.error(
             "rollout %s: completion callback failed (%s); saved to %s",
-            request.rollout_id,
-            error,
-            path,
+            rollout_id,
+            entry.error,
+            where,
         )
+
+    # -- what replicas do for each other (shared state only) ------------------------------------
+
+    async def _renew_leases(self) -> None:
+        """Keep this replica's leases (and its heartbeat) fresh: a third of the TTL apart."""
+        ttl = self.settings.lease_ttl_s
+        failing = False
+        while True:
+            keys = [entry.key for entry in self.registry.unfinished()]
+            try:
+                await self.state.renew(self.replica, keys, ttl)
+            except StateUnavailable as exc:
+                if not failing:
+                    logger.error("cannot renew %d rollout lease(s): %s", len(keys), exc)
+                failing = True
+            else:
+                if failing:
+                    logger.warning("rollout state store reachable again")
+                failing = False
+            await anyio.sleep(ttl / 3)
+
+    async def _sweep_orphans(self) -> None:
+        """End the rollouts of replicas that died: each lapsed lease is claimed by one sweeper."""
+        interval = min(1.0, self.settings.lease_ttl_s / 5)
+        while True:
+            await anyio.sleep(interval * (0.75 + random.random() / 2))
+            if self.registry.draining:
+                continue
+            try:
+                orphans = await self.state.claim_orphans(100, self.settings.record_ttl_s)
+            except StateUnavailable:
+                continue
+            assert self._tasks is not None
+            for orphan in orphans:
+                self._tasks.start_soon(self._end_orphan, orphan)
+
+    async def _end_orphan(self, orphan: LeasedRollout) -> None:
+        assert self.client is not None
+        logger.warning(
+            "rollout %s: its replica stopped renewing its lease; sending the ERROR callback",
+            orphan.rollout_id,
+        )
+        response = RolloutResponse(
+            rollout_id=orphan.rollout_id,
+            status=RolloutStatus.ERROR,
+            final_messages=orphan.messages,
+            finish_reason="error",
+            error_message=(
+                "the server replica running this rollout stopped (no lease renewal for "
+                f"{self.settings.lease_ttl_s:g} s); the rollout was lost with it"
+            ),
+        )
+        try:
+            await self.client.complete_rollout(orphan.server_url, response, api_key=orphan.api_key)
+        except Exception as exc:
+            await self._keep(
+                orphan.rollout_id, orphan.server_url, orphan.api_key, response, str(exc)
+            )
+        except BaseException as exc:
+            error = f"delivery interrupted: {type(exc).__name__}"
+            await self._keep(orphan.rollout_id, orphan.server_url, orphan.api_key, response, error)
+            raise
+
+    async def _redeliver_outbox(self) -> None:
+        """Retry undeliverable callbacks kept in the shared outbox, with exponential backoff."""
+        assert self.client is not None
+        while True:
+            await anyio.sleep(0.5 + random.random())
+            if self.registry.draining:
+                continue
+            try:
+                due = await self.state.outbox_due(20, _OUTBOX_VISIBILITY_S)
+            except StateUnavailable:
+                continue
+            for entry in due:
+                await self.redeliver(entry)
+
+    async def redeliver(self, entry: OutboxEntry) -> bool:
+        """Try one outbox entry once more; True if TrainGate took it."""
+        assert self.client is not None
+        response = RolloutResponse.model_validate(entry.response)
+        try:
+            await self.client.complete_rollout(entry.server_url, response, api_key=entry.api_key)
+        except TrainGateError as exc:
+            refused = isinstance(exc, TrainGateHTTPError) and not (
+                exc.status_code == 429 or exc.status_code >= 500
+            )
+            delay = None if refused else min(_OUTBOX_MAX_DELAY_S, 5.0 * 2 ** (entry.attempts + 1))
+            with contextlib.suppress(StateUnavailable):
+                await self.state.outbox_retry(entry, delay, scrub(str(exc), entry.api_key))
+            return False
+        logger.info("rollout %s: outbox entry delivered", entry.rollout_id)
+        with contextlib.suppress(StateUnavailable):
+            await self.state.outbox_done(entry)
+        return True
+
+
+class _Decision:
+    """An init being decided in this process; duplicates that arrive meanwhile wait for it."""
+
+    __slots__ = ("body", "digest", "ready", "rollout_id", "status")
+
+    def __init__(self, rollout_id: str, digest: str) -> None:
+        self.rollout_id, self.digest = rollout_id, digest
+        self.ready = anyio.Event()
+        self.status, self.body = 0, b""
+
+    def matches(self, rollout_id: str, digest: str) -> bool:
+        return (self.rollout_id, self.digest) == (rollout_id, digest)
+
+    def decide(self, status: int, body: bytes) -> None:
+        if not self.ready.is_set():
+            self.status, self.body = status, body
+            self.ready.set()
 
 
 def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
