@@ -8,12 +8,16 @@ send drops ``null`` fields (use :func:`wire`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Literal, Self
-from urllib.parse import urlsplit
+from urllib.parse import quote, quote_plus, urlsplit
 
+import httpx2
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -48,7 +52,11 @@ __all__ = [
     "describe_validation_error",
     "dump_secret",
     "first_divergence",
+    "loggable",
+    "same_message",
     "scrub",
+    "scrub_data",
+    "secret_forms",
     "wire",
     "wire_json",
 ]
@@ -61,6 +69,8 @@ MAX_ROLLOUT_ID_LENGTH = 256
 #: Context key that makes a dump include the per-rollout ``api_key`` (only for the wire).
 REVEAL_SECRETS = "reveal_secrets"
 REDACTED = "**********"
+#: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
 
 
 def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
@@ -73,18 +83,121 @@ def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
     return REDACTED
 
 
+#: How a secret gets re-encoded on its way into text we write: JSON strings (also with ``\\/``),
+#: ``repr()`` of a string or an exception, URL query and path encodings.
+_ENCODINGS: tuple[Callable[[str], str], ...] = (
+    lambda s: json.dumps(s)[1:-1],
+    lambda s: json.dumps(s)[1:-1].replace("/", "\\/"),
+    lambda s: repr(s)[1:-1],
+    lambda s: quote(s, safe=""),
+    lambda s: quote(s),
+    lambda s: quote_plus(s, safe=""),
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def secret_forms(secret: str) -> tuple[str, ...]:
+    """Every form of ``secret`` that :func:`scrub` removes, longest first: the raw text and its
+    encodings (JSON, repr, URL), each applied up to twice (a JSON error body quoted in a JSON
+    log line, a ``repr`` of a message that quotes it...)."""
+    forms = {secret}
+    frontier = {secret}
+    for _ in range(2):
+        frontier = {encode(form) for form in frontier for encode in _ENCODINGS} - forms
+        forms |= frontier
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
 def scrub(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``**********``."""
-    return text.replace(secret, REDACTED) if secret else text
+    """``text`` with every form of ``secret`` (see :func:`secret_forms`) replaced by
+    ``**********``. The one scrubber: every path that writes text a secret may reach uses it."""
+    if not secret:
+        return text
+    for form in secret_forms(secret):
+        if form in text:
+            text = text.replace(form, REDACTED)
+    return text
+
+
+def scrub_data(value: Any, secret: str | None) -> Any:
+    """A copy of JSON-like ``value`` whose strings (keys too) are :func:`scrub`-bed."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return scrub(value, secret)
+    if isinstance(value, dict):
+        return {scrub_data(k, secret): scrub_data(v, secret) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_data(v, secret) for v in value]
+    return value
+
+
+def loggable(value: str) -> str:
+    """``value`` safe to put in a log line: control characters (a newline that would forge a
+    second line, terminal escapes) are shown as Python escapes; printable text is unchanged."""
+    return value if value.isprintable() else repr(value)[1:-1]
 
 
 def first_divergence(previous: list[Message], current: list[Message]) -> int | None:
     """Index of the first message of ``previous`` that ``current`` does not repeat unchanged
-    (the append-only rule), or None when ``current`` starts with all of ``previous``."""
+    (the append-only rule), or None when ``current`` starts with all of ``previous``.
+
+    "Unchanged" means :func:`same_message`: what a chat template would render is the same.
+    """
     for index, expected in enumerate(previous):
-        if index >= len(current) or current[index] != expected:
+        if index >= len(current) or not same_message(current[index], expected):
             return index
     return None
+
+
+def same_message(a: Any, b: Any) -> bool:
+    """Whether two chat messages render alike, so TrainGate would tokenise them the same.
+
+    Differences that vanish in rendering are ignored: key order, a key set to ``null`` versus
+    absent (servers send ``"content": null`` beside tool calls; our replies omit it), and
+    tool-call ``arguments`` that are the same JSON written differently (spacing, key order, or
+    an object instead of its JSON text; trainers parse arguments before templating).
+    """
+    return bool(a == b or _comparable(a) == _comparable(b))
+
+
+def _comparable(message: Any) -> Any:
+    if not isinstance(message, dict):
+        return message
+    out = {k: v for k, v in message.items() if v is not None}
+    calls = out.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [_comparable_call(call) for call in calls]
+    return out
+
+
+def _comparable_call(call: Any) -> Any:
+    if not isinstance(call, dict):
+        return call
+    out = {k: v for k, v in call.items() if v is not None}
+    function = out.get("function")
+    if isinstance(function, dict):
+        function = {k: v for k, v in function.items() if v is not None}
+        if "arguments" in function:
+            function["arguments"] = _canonical_json(function["arguments"])
+        out["function"] = function
+    return out
+
+
+def _canonical_json(arguments: Any) -> Any:
+    """``arguments`` as one canonical JSON text (keys sorted, no spaces); unparsable text as is.
+
+    A re-dump, not the parsed value: ``1`` and ``1.0`` or ``true`` and ``1`` render differently.
+    """
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return ("text", arguments)
+    try:
+        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return ("object", repr(arguments))
 
 
 def wire(model: BaseModel) -> dict[str, Any]:
@@ -188,7 +301,8 @@ class RolloutRequest(_Lenient):
 
     rollout_id: str
     server_url: str
-    messages: list[Message]
+    # fail_fast: a body of a million bad messages is one error, not a million (memory).
+    messages: list[Message] = Field(fail_fast=True)
     completion_params: dict[str, Any]
     tool_server_url: str | None = None
     max_turns: int = 10
@@ -216,8 +330,17 @@ class RolloutRequest(_Lenient):
             raise ValueError("server_url has an invalid port") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("server_url must be an http:// or https:// URL with a host")
-        if not value.isascii() or any(c.isspace() for c in value.strip()):
-            raise ValueError("server_url must be ASCII without spaces (percent-encode the rest)")
+        if not value.isascii() or any(c.isspace() or not c.isprintable() for c in value.strip()):
+            raise ValueError(
+                "server_url must be printable ASCII without spaces (percent-encode the rest)"
+            )
+        if not _HOST.fullmatch(parts.hostname):
+            raise ValueError("server_url's host must be a DNS name or an IP address")
+        # The parser the client sends with, on a URL the client builds: what passes here, works.
+        try:
+            httpx2.URL(f"{value.strip().rstrip('/')}/v1/rollout/completed")
+        except httpx2.InvalidURL:
+            raise ValueError("server_url is not a URL the HTTP client can call") from None
         return value.strip().rstrip("/")
 
     @field_validator("api_key")
@@ -320,7 +443,7 @@ class CompletionsRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
-    stop: list[str] | None = None
+    stop: list[str] | None = Field(default=None, fail_fast=True)
     logprobs: bool | None = True
 
     @field_validator("stop", mode="before")

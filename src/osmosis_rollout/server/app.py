@@ -15,6 +15,7 @@ import random
 import secrets
 import socket
 import time
+import traceback
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,9 @@ from ..protocol import (
     RolloutRequest,
     RolloutResponse,
     RolloutStatus,
+    loggable,
     scrub,
+    scrub_data,
     wire,
 )
 from ..rollout import run_rollout
@@ -73,6 +76,13 @@ _PEER_DECISION_MARGIN_S = 5.0
 #: How long a replica trying an outbox entry hides it from its peers.
 _OUTBOX_VISIBILITY_S = 900.0
 _OUTBOX_MAX_DELAY_S = 600.0
+#: How long a client may take to send an init's body (a slow sender must not hold a connection).
+_BODY_TIMEOUT_S = 30.0
+#: A 422 lists at most this many validation errors (plus the total count), each message cut to
+#: _MAX_ERROR_CHARS and the whole list to _MAX_ERRORS_BYTES: small whatever the input.
+_MAX_ERRORS = 20
+_MAX_ERROR_CHARS = 200
+_MAX_ERRORS_BYTES = 4096
 
 
 def create_app(
@@ -160,6 +170,8 @@ class RolloutServer:
         self._slots = anyio.Semaphore(settings.max_concurrent)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
+        self.body_timeout_s = _BODY_TIMEOUT_S
+        self.delivery_grace_s = _DELIVERY_GRACE_S
 
     # -- lifespan -------------------------------------------------------------------------------
 
@@ -204,7 +216,7 @@ class RolloutServer:
                 self.registry.queued,
                 self.settings.shutdown_grace_s,
             )
-        await self.registry.drain(self.settings.shutdown_grace_s, _DELIVERY_GRACE_S)
+        await self.registry.drain(self.settings.shutdown_grace_s, self.delivery_grace_s)
 
     async def _expire_records(self) -> None:
         interval = min(60.0, max(0.05, self.settings.record_ttl_s / 2))
@@ -264,7 +276,7 @@ class RolloutServer:
                 body, context={"max_metadata_bytes": self.settings.max_metadata_bytes}
             )
         except ValidationError as exc:
-            return _json(422, {"detail": _validation_details(exc)})
+            return _json(422, _validation_body(exc))
 
         key, digest = rollout.dedup_key, fingerprint(rollout)
         try:
@@ -329,11 +341,11 @@ class RolloutServer:
                 tools = await resolve_tools(self.agent, rollout)
         except TimeoutError:
             detail = f"get_tools did not return within {self.settings.get_tools_timeout_s:g} s"
-            logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
+            logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)
             return await self._refuse(entry, _json(500, {"detail": detail}))
         except Exception as exc:
             detail = scrub(f"get_tools failed: {type(exc).__name__}: {exc}", rollout.api_key_value)
-            logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
+            logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)
             return await self._refuse(entry, _json(500, {"detail": detail}))
         except BaseException:  # the request was cancelled: free the key so retries can start
             with anyio.CancelScope(shield=True):
@@ -376,7 +388,7 @@ class RolloutServer:
         return Response(payload, status_code=202, media_type=_JSON)
 
     def _state_down(self, rollout: RolloutRequest, exc: StateUnavailable) -> Response:
-        logger.error("rollout %s refused: %s", rollout.rollout_id, exc)
+        logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), exc)
         return _json(503, {"detail": str(exc)}, {"Retry-After": _RETRY_AFTER_S})
 
     def _unavailable(self) -> Response | None:
@@ -398,21 +410,36 @@ class RolloutServer:
         try:
             await self.state.release_init(entry.key, entry.rollout_id)
         except StateUnavailable as exc:  # the claim lapses by itself after its pending TTL
-            logger.warning("rollout %s: claim not released: %s", entry.rollout_id, exc)
+            logger.warning("rollout %s: claim not released: %s", loggable(entry.rollout_id), exc)
         return response
 
     async def _read_body(self, request: Request) -> bytes | Response:
+        """The body, or the error to answer: 413 as soon as ``Content-Length`` (or the bytes
+        received) exceed the limit, 408 when the body is not in within ``body_timeout_s``."""
+        too_large = _json(413, {"detail": f"request body exceeds {self._body_limit} bytes"})
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return _json(400, {"detail": "Content-Length must be a whole number of bytes"})
+            if int(declared) > self._body_limit:
+                return too_large
         chunks: list[bytes] = []
         size = 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > self._body_limit:
-                    return _json(413, {"detail": f"request body exceeds {self._body_limit} bytes"})
-                chunks.append(chunk)
-        except ClientDisconnect:
-            return _json(400, {"detail": "client disconnected"})
-        return b"".join(chunks)
+        with anyio.move_on_after(self.body_timeout_s):
+            try:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self._body_limit:
+                        return too_large
+                    chunks.append(chunk)
+            except ClientDisconnect:
+                return _json(400, {"detail": "client disconnected"})
+            return b"".join(chunks)
+        return _json(
+            408,
+            {"detail": f"request body not received within {self.body_timeout_s:g} s"},
+            {"Connection": "close"},
+        )
 
     # -- one rollout's background life ----------------------------------------------------------
 
@@ -439,7 +466,7 @@ class RolloutServer:
                         control=entry.control,
                     )
                 except Exception as exc:  # a toolkit bug must still end in one callback
-                    logger.exception("rollout %s: internal error", request.rollout_id)
+                    _log_exception(request, "internal error")
                     response = RolloutResponse(
                         rollout_id=request.rollout_id,
                         status=RolloutStatus.ERROR,
@@ -453,7 +480,10 @@ class RolloutServer:
                 )
             self.registry.delivering(entry)
             if await self._still_ours(entry):
-                await self._deliver(request, response)
+                # A drain that gives up on this delivery cancels this scope: the result goes to
+                # the outbox at once, not when the process exits.
+                with anyio.CancelScope() as entry.delivery:
+                    await self._deliver(request, response)
         except BaseException:
             if response is None:  # stopped before the agent ran: the result is still kept
                 cancelled = RolloutResponse(
@@ -475,7 +505,7 @@ class RolloutServer:
         try:
             await self.state.unqueue(self.replica)
         except StateUnavailable as exc:  # the place is freed when this replica's heartbeat lapses
-            logger.warning("rollout %s: queue place not freed: %s", entry.rollout_id, exc)
+            logger.warning("rollout %s: queue place not freed: %s", loggable(entry.rollout_id), exc)
 
     async def _still_ours(self, entry: RolloutEntry) -> bool:
         """Renew the lease before the callback; False if a peer already ended the rollout."""
@@ -483,13 +513,13 @@ class RolloutServer:
             held = await self.state.hold(entry.key, self.settings.lease_ttl_s)
         except StateUnavailable as exc:
             # Nobody can take the rollout while the store is down: deliver.
-            logger.warning("rollout %s: lease not checked: %s", entry.rollout_id, exc)
+            logger.warning("rollout %s: lease not checked: %s", loggable(entry.rollout_id), exc)
             return True
         if not held:
             logger.error(
                 "rollout %s: its lease lapsed (this replica stalled for over %g s) and another "
                 "replica already sent its ERROR callback; this result is not sent",
-                entry.rollout_id,
+                loggable(entry.rollout_id),
                 self.settings.lease_ttl_s,
             )
         return held
@@ -498,7 +528,7 @@ class RolloutServer:
         try:
             await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
         except StateUnavailable as exc:
-            logger.warning("rollout %s: lease not released: %s", entry.rollout_id, exc)
+            logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
 
     async def _deliver(self, request: RolloutRequest, response: RolloutResponse) -> None:
         assert self.client is not None
@@ -509,10 +539,11 @@ class RolloutServer:
         except TrainGateError as exc:
             await self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down
-            logger.exception("rollout %s: callback could not be sent", request.rollout_id)
+            _log_exception(request, "callback could not be sent")
             await self._to_outbox(request, response, f"callback not sent: {type(exc).__name__}")
-        except BaseException as exc:  # cancelled mid-delivery at a hard stop: keep the result
-            error = f"delivery interrupted: {type(exc).__name__}"
+        except BaseException as exc:  # cancelled mid-delivery (drain gave up, or a hard stop)
+            reason = "shutdown: TrainGate did not accept it in time"
+            error = f"delivery interrupted ({reason}): {type(exc).__name__}"
             await self._to_outbox(request, response, error)
             raise
 
@@ -538,34 +569,35 @@ class RolloutServer:
             server_url=server_url,
             error=scrub(error, api_key),
             written_at=time.time(),
-            response=wire(response),
+            response=scrub_data(wire(response), api_key),
             api_key=api_key,
         )
         try:
             with anyio.CancelScope(shield=True), anyio.fail_after(10):
                 where = await self.state.outbox_put(entry)
         except (StateUnavailable, TimeoutError) as exc:
-            logger.error("rollout %s: outbox store unavailable (%s)", rollout_id, exc)
+            logger.error("rollout %s: outbox store unavailable (%s)", loggable(rollout_id), exc)
             where = ""
         except Exception as exc:
-            logger.error("rollout %s: outbox not writable (%s)", rollout_id, exc)
+            logger.error("rollout %s: outbox not writable (%s)", loggable(rollout_id), exc)
             where = ""
         if not where:  # the last resort: this host's disk
             try:
-                where = str(write_outbox(self.outbox_dir, server_url, response, entry.error))
+                path = write_outbox(self.outbox_dir, server_url, response, entry.error, api_key)
+                where = str(path)
             except Exception as exc:
                 logger.critical(
                     "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
                     "response follows: %s",
-                    rollout_id,
+                    loggable(rollout_id),
                     entry.error,
                     exc,
-                    repr(response),
+                    scrub(repr(response), api_key),
                 )
                 return
         logger.error(
             "rollout %s: completion callback failed (%s); saved to %s",
-            rollout_id,
+            loggable(rollout_id),
             entry.error,
             where,
         )
@@ -609,7 +641,7 @@ class RolloutServer:
         assert self.client is not None
         logger.warning(
             "rollout %s: its replica stopped renewing its lease; sending the ERROR callback",
-            orphan.rollout_id,
+            loggable(orphan.rollout_id),
         )
         response = RolloutResponse(
             rollout_id=orphan.rollout_id,
@@ -660,7 +692,7 @@ class RolloutServer:
             with contextlib.suppress(StateUnavailable):
                 await self.state.outbox_retry(entry, delay, scrub(str(exc), entry.api_key))
             return False
-        logger.info("rollout %s: outbox entry delivered", entry.rollout_id)
+        logger.info("rollout %s: outbox entry delivered", loggable(entry.rollout_id))
         with contextlib.suppress(StateUnavailable):
             await self.state.outbox_done(entry)
         return True
@@ -685,8 +717,37 @@ class _Decision:
             self.ready.set()
 
 
-def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
-    details = []
-    for err in exc.errors(include_input=False, include_url=False, include_context=False):
-        details.append({"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]})
-    return details
+def _log_exception(request: RolloutRequest, what: str) -> None:
+    """Log the exception being handled, its traceback scrubbed of the rollout's api_key."""
+    text = scrub(traceback.format_exc(), request.api_key_value)
+    logger.error("rollout %s: %s\n%s", loggable(request.rollout_id), what, text.rstrip())
+
+
+def _validation_body(exc: ValidationError) -> dict[str, Any]:
+    """The 422 body: the first errors (never input values), each cut short, and the count.
+
+    The input is pydantic's own (``fail_fast`` lists keep the count small); the caps keep the
+    body a few KB whatever was sent.
+    """
+    details: list[dict[str, Any]] = []
+    size = 0
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    for err in errors[:_MAX_ERRORS]:
+        loc = [
+            "body",
+            *(_cut(str(part), 64) if isinstance(part, str) else part for part in err["loc"][:8]),
+        ]
+        item = {
+            "loc": loc,
+            "msg": _cut(err["msg"], _MAX_ERROR_CHARS),
+            "type": _cut(err["type"], 64),
+        }
+        size += len(json.dumps(item))
+        if size > _MAX_ERRORS_BYTES:
+            break
+        details.append(item)
+    return {"detail": details, "error_count": exc.error_count()}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

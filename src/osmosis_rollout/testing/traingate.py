@@ -59,10 +59,17 @@ class Finding:
     code: str
     message: str
     rollout_id: str | None = None
+    #: The LLM turn it was seen at (the number of chat calls so far), None before any.
+    turn: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for results files."""
-        return {"code": self.code, "message": self.message, "rollout_id": self.rollout_id}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "rollout_id": self.rollout_id,
+            "turn": self.turn,
+        }
 
 
 @dataclass
@@ -82,6 +89,10 @@ class RolloutRecord:
     request_ids: list[str] = field(default_factory=list)
     backend_error: LLMBackendError | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
+    #: Set once ``tools`` is final: at once for :meth:`MockTrainGate.expect`, and when the init
+    #: answer arrived for :meth:`MockTrainGate.init_rollout`. A chat call waits for it, since a
+    #: server may start the agent (and its first turn) before its 202 reaches us.
+    tools_ready: anyio.Event = field(default_factory=anyio.Event)
 
     @property
     def result(self) -> RolloutResponse | None:
@@ -93,9 +104,10 @@ class RolloutRecord:
         """Names of the tools the server declared at init."""
         return {t.name for t in self.tools}
 
-    def add(self, code: str, message: str) -> None:
-        """Record a finding for this rollout."""
-        self.findings.append(Finding(code, message, self.rollout_id))
+    def add(self, code: str, message: str, *, turn: int | None = None) -> None:
+        """Record a finding for this rollout, at ``turn`` (default: the last chat turn)."""
+        turn = turn if turn is not None else len(self.chats) or None
+        self.findings.append(Finding(code, message, self.rollout_id, turn))
 
 
 class LLMBackend(Protocol):
@@ -206,6 +218,7 @@ class MockTrainGate:
             tools=list(tools or []),
             tools_known=tools is not None,
         )
+        record.tools_ready.set()
         self.records[rollout_id] = record
         return record
 
@@ -215,17 +228,21 @@ class MockTrainGate:
         """POST ``/v1/rollout/init`` to a rollout server and record the tools it declared."""
         from ..protocol import wire_json
 
-        record = self.expect(request.rollout_id, api_key=request.api_key_value)
+        record = RolloutRecord(rollout_id=request.rollout_id, api_key=request.api_key_value)
+        self.records[request.rollout_id] = record
         headers = {"Content-Type": "application/json"}
         if server_key:
             headers["Authorization"] = f"Bearer {server_key}"
-        response = await server.post(
-            "/v1/rollout/init", content=wire_json(request), headers=headers
-        )
-        if response.status_code == 202:
-            init = InitResponse.model_validate_json(response.content)
-            record.tools = list(init.tools)
-            record.tools_known = True
+        try:
+            response = await server.post(
+                "/v1/rollout/init", content=wire_json(request), headers=headers
+            )
+            if response.status_code == 202:
+                init = InitResponse.model_validate_json(response.content)
+                record.tools = list(init.tools)
+                record.tools_known = True
+        finally:
+            record.tools_ready.set()  # known now, or never: chat calls waiting must go on
         return record, response
 
     async def wait_completed(self, rollout_id: str, timeout_s: float) -> RolloutRecord:
@@ -284,6 +301,10 @@ class MockTrainGate:
         if isinstance(received, Response):
             return received
         body, record = received
+        # The first turn may arrive before the init's 202 (the server starts the agent first):
+        # answer it only once the declared tools are known, so the LLM always gets them.
+        if not record.tools_ready.is_set():  # no checkpoint otherwise: keep the usual order
+            await record.tools_ready.wait()
         request_id = request.headers.get("x-request-id", "")
         if request_id and record.request_ids and record.request_ids[-1] == request_id:
             # A retry of the last turn (its reply was lost on the way): it replaces that turn.
@@ -311,18 +332,26 @@ class MockTrainGate:
         return Response(reply.model_dump_json(exclude_none=True), media_type="application/json")
 
     def _check_chat(self, record: RolloutRecord, body: CompletionsRequest) -> None:
+        turn = len(record.chats) + 1  # the turn this call starts
         if record.completions:
-            record.add(CHAT_AFTER_COMPLETION, "chat call after the rollout had completed")
+            record.add(
+                CHAT_AFTER_COMPLETION, "chat call after the rollout had completed", turn=turn
+            )
         if "tools" in (body.model_extra or {}):
-            record.add(TOOLS_SENT, "chat request carried `tools`; TrainGate knows them from init")
+            record.add(
+                TOOLS_SENT,
+                "chat request carried `tools`; TrainGate knows them from init",
+                turn=turn,
+            )
         if record.chats and record.replies:
             previous = [*record.chats[-1].messages, _reply_message(record.replies[-1])]
             index = first_divergence(previous, body.messages)
             if index is not None:
                 record.add(
                     HISTORY_REWRITTEN,
-                    f"turn {len(record.chats) + 1} rewrote the history at message {index}: "
+                    f"turn {turn} rewrote the history at message {index}: "
                     "each call must send the previous messages plus the reply, unchanged",
+                    turn=turn,
                 )
 
     async def _completed(self, request: Request) -> Response:
@@ -330,6 +359,8 @@ class MockTrainGate:
         if isinstance(received, Response):
             return received
         body, record = received
+        if not record.tools_ready.is_set():  # the tools check needs them, as chat calls do
+            await record.tools_ready.wait()
         if record.completions:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:

@@ -191,7 +191,7 @@ class MemoryState(StateBackend):
         """Write one JSON file (without the api_key); returns its path."""
         response = RolloutResponse.model_validate(entry.response)
         path = await anyio.to_thread.run_sync(
-            write_outbox, self.outbox_dir, entry.server_url, response, entry.error
+            write_outbox, self.outbox_dir, entry.server_url, response, entry.error, entry.api_key
         )
         return str(path)
 
