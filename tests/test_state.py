@@ -54,6 +54,17 @@ async def state(state_url: str, tmp_path: Path) -> AsyncIterator[StateBackend]:
         await backend.close()
 
 
+@pytest.fixture
+async def shared(redis_url: str, tmp_path: Path) -> AsyncIterator[StateBackend]:
+    """The shared backend alone: init claims are its job (with one process, the server's
+    registry answers duplicates; the server-level tests below cover both)."""
+    backend = open_state(redis_url, outbox_dir=tmp_path / "outbox")
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
 def request_of(rollout_id: str = "r-1", **overrides: object) -> RolloutRequest:
     """A valid init body as a ``RolloutRequest``."""
     return RolloutRequest.model_validate(init_body(rollout_id, **overrides))
@@ -71,7 +82,7 @@ async def accept(
     """Accept ``request`` as replica ``replica`` would, with the body ``b'202:<id>'``."""
     return await state.accept(
         LeasedRollout.of(request),
-        digest=fingerprint(request),
+        digest=str(fingerprint(request)),
         replica=replica,
         status=202,
         body=f"202:{request.rollout_id}".encode(),
@@ -84,7 +95,10 @@ async def accept(
 async def claim(state: StateBackend, request: RolloutRequest, pending_ttl_s: float = 30.0):  # type: ignore[no-untyped-def]
     """``claim_init`` for ``request``."""
     return await state.claim_init(
-        request.dedup_key, request.rollout_id, fingerprint(request), pending_ttl_s=pending_ttl_s
+        request.dedup_key,
+        request.rollout_id,
+        str(fingerprint(request)),
+        pending_ttl_s=pending_ttl_s,
     )
 
 
@@ -93,13 +107,13 @@ async def claim(state: StateBackend, request: RolloutRequest, pending_ttl_s: flo
 # --------------------------------------------------------------------------------------------
 
 
-async def test_first_claim_wins_and_duplicates_get_its_answer(state: StateBackend) -> None:
+async def test_first_claim_wins_and_duplicates_get_its_answer(shared: StateBackend) -> None:
     """The first init owns the key; a duplicate waits while it is pending, then gets its 202."""
     request = request_of()
-    first = await claim(state, request)
-    pending = await claim(state, request)
-    assert await accept(state, request)
-    answered = await claim(state, request)
+    first = await claim(shared, request)
+    pending = await claim(shared, request)
+    assert await accept(shared, request)
+    answered = await claim(shared, request)
 
     assert first.outcome is ClaimOutcome.CLAIMED
     assert pending.outcome is ClaimOutcome.PENDING
@@ -110,20 +124,20 @@ async def test_first_claim_wins_and_duplicates_get_its_answer(state: StateBacken
     )
 
 
-async def test_conflicting_inits_are_refused_with_a_reason(state: StateBackend) -> None:
+async def test_conflicting_inits_are_refused_with_a_reason(shared: StateBackend) -> None:
     """Another id under a used key, another body under the same key and id, or a running id
     under a new key: each is a conflict that says which."""
     first = request_of("r-1", idempotency_key="k-1")
-    await claim(state, first)
-    await accept(state, first)
+    await claim(shared, first)
+    await accept(shared, first)
 
-    other_id = await claim(state, request_of("r-2", idempotency_key="k-1"))
+    other_id = await claim(shared, request_of("r-2", idempotency_key="k-1"))
     other_body = await claim(
-        state,
+        shared,
         request_of("r-1", idempotency_key="k-1", messages=[{"role": "user", "content": "x"}]),
     )
-    other_key = await claim(state, request_of("r-1", idempotency_key="k-2"))
-    new_api_key = await claim(state, request_of("r-1", idempotency_key="k-1", api_key="fresh"))
+    other_key = await claim(shared, request_of("r-1", idempotency_key="k-2"))
+    new_api_key = await claim(shared, request_of("r-1", idempotency_key="k-1", api_key="fresh"))
 
     assert other_id.outcome is ClaimOutcome.CONFLICT
     assert "different rollout_id" in other_id.detail
@@ -134,39 +148,39 @@ async def test_conflicting_inits_are_refused_with_a_reason(state: StateBackend) 
     assert new_api_key.outcome is ClaimOutcome.ANSWERED  # a refreshed key is the same init
 
 
-async def test_a_released_claim_lets_the_retry_start_anew(state: StateBackend) -> None:
+async def test_a_released_claim_lets_the_retry_start_anew(shared: StateBackend) -> None:
     """A refused init (get_tools failed) forgets the key and the id."""
     request = request_of()
-    await claim(state, request)
-    await state.release_init(request.dedup_key, request.rollout_id)
+    await claim(shared, request)
+    await shared.release_init(request.dedup_key, request.rollout_id)
 
-    assert (await claim(state, request)).outcome is ClaimOutcome.CLAIMED
+    assert (await claim(shared, request)).outcome is ClaimOutcome.CLAIMED
 
 
-async def test_a_pending_claim_lapses_when_its_replica_dies(state: StateBackend) -> None:
+async def test_a_pending_claim_lapses_when_its_replica_dies(shared: StateBackend) -> None:
     """A claim nobody answers within its pending TTL can be claimed again."""
     request = request_of()
-    await claim(state, request, pending_ttl_s=0.05)
+    await claim(shared, request, pending_ttl_s=0.05)
     await anyio.sleep(0.2)
-    state.expire()
+    shared.expire()
 
-    assert (await claim(state, request)).outcome is ClaimOutcome.CLAIMED
+    assert (await claim(shared, request)).outcome is ClaimOutcome.CLAIMED
 
 
 async def test_finished_records_answer_duplicates_for_the_ttl_then_lapse(
-    state: StateBackend,
+    shared: StateBackend,
 ) -> None:
     """After finish, a duplicate still gets the 202 until the record TTL; then it runs anew."""
     request = request_of()
-    await claim(state, request)
-    await accept(state, request)
-    await state.finish(request.dedup_key, request.rollout_id, record_ttl_s=0.2)
-    soon = await claim(state, request)
-    other_key = await claim(state, request_of("r-1", idempotency_key="k-9"))
-    await state.release_init("k-9", "r-1")
+    await claim(shared, request)
+    await accept(shared, request)
+    await shared.finish(request.dedup_key, request.rollout_id, record_ttl_s=0.2)
+    soon = await claim(shared, request)
+    other_key = await claim(shared, request_of("r-1", idempotency_key="k-9"))
+    await shared.release_init("k-9", "r-1")
     await anyio.sleep(0.4)
-    state.expire()
-    later = await claim(state, request)
+    shared.expire()
+    later = await claim(shared, request)
 
     assert soon.outcome is ClaimOutcome.ANSWERED
     assert other_key.outcome is ClaimOutcome.CLAIMED  # the id no longer runs
@@ -198,13 +212,13 @@ async def test_the_queue_is_bounded_across_replicas(state: StateBackend) -> None
     assert after_unqueue is True
 
 
-async def test_a_refused_queue_place_leaves_the_claim_for_release(state: StateBackend) -> None:
+async def test_a_refused_queue_place_leaves_the_claim_for_release(shared: StateBackend) -> None:
     """A full queue changes nothing: the claim stays pending until the server releases it."""
     request = request_of()
-    await claim(state, request)
-    assert not await accept(state, request, queue=True, max_queued=0)
+    await claim(shared, request)
+    assert not await accept(shared, request, queue=True, max_queued=0)
 
-    assert (await claim(state, request)).outcome is ClaimOutcome.PENDING
+    assert (await claim(shared, request)).outcome is ClaimOutcome.PENDING
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +247,8 @@ async def test_a_lapsed_lease_is_claimed_by_exactly_one_sweeper(state: StateBack
     assert orphan.api_key == "tg-secret"
     assert orphan.messages == request.messages
     assert await state.hold(request.dedup_key, 30) is False  # the owner must not deliver now
-    assert (await claim(state, request)).outcome is ClaimOutcome.ANSWERED  # record kept
+    if state.shared:  # the record stays for duplicates (memory: the registry's job)
+        assert (await claim(state, request)).outcome is ClaimOutcome.ANSWERED
 
 
 async def test_renewed_and_finished_leases_are_never_orphans(state: StateBackend) -> None:
@@ -365,7 +380,8 @@ async def test_server_concurrent_duplicates_start_one_rollout(
 
 
 async def test_server_admission_and_conflicts(state_url: str, tmp_path: Path) -> None:
-    """max_concurrent=1, max_queued=1: the third init is 503; a reused key is 409."""
+    """max_concurrent=1, max_queued=1: the third init is 503; a key reused for another id or
+    another body is 409; the same body again gets the first 202."""
     agent = agents.Gated()
     async with serving(agent, tmp_path, state=state_url, max_concurrent=1, max_queued=1) as s:
         first = await s.init(init_body("a"))
@@ -373,6 +389,8 @@ async def test_server_admission_and_conflicts(state_url: str, tmp_path: Path) ->
         second = await s.init(init_body("b"))
         third = await s.init(init_body("c"))
         reused = await s.init(init_body("d", idempotency_key="a"))
+        changed = await s.init(init_body("a", messages=[{"role": "user", "content": "other"}]))
+        retried = await s.init(init_body("a", api_key=TG_KEY))
         health = (await s.health()).json()
         agent.release.set()
         await s.settle()
@@ -380,6 +398,9 @@ async def test_server_admission_and_conflicts(state_url: str, tmp_path: Path) ->
     assert [first.status_code, second.status_code, third.status_code] == [202, 202, 503]
     assert third.headers["retry-after"]
     assert reused.status_code == 409
+    assert changed.status_code == 409
+    assert "different request body" in changed.json()["detail"]
+    assert (retried.status_code, retried.content) == (202, first.content)
     assert agent.runs == ["a", "b"]
     assert (health["state"], health["state_reachable"]) == (state_url.split(":")[0], True)
     assert len(s.raw.calls_to(COMPLETED)) == 2

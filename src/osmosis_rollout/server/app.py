@@ -8,6 +8,7 @@ rollout ends in exactly one completion callback; one that cannot be delivered go
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -16,13 +17,13 @@ import secrets
 import socket
 import time
 import traceback
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr, TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -35,7 +36,6 @@ from ..errors import TrainGateError, TrainGateHTTPError
 from ..protocol import (
     DEFAULT_MAX_METADATA_BYTES,
     HealthResponse,
-    InitResponse,
     OpenAIFunctionToolSchema,
     RolloutRequest,
     RolloutResponse,
@@ -49,8 +49,9 @@ from ..rollout import run_rollout
 from ..tracing import Tracer
 from .auth import key_matches
 from .outbox import DEFAULT_OUTBOX_DIR, write_outbox
-from .registry import RolloutEntry, RolloutRegistry
+from .registry import Conflict, RolloutEntry, RolloutRegistry, init_body
 from .state import (
+    BODY_CHANGED,
     ClaimOutcome,
     LeasedRollout,
     OutboxEntry,
@@ -68,6 +69,7 @@ _JSON = "application/json"
 #: Inits larger than this are refused with 413 before parsing (messages can be long).
 _MIN_BODY_LIMIT = 16 * 1024 * 1024
 _RETRY_AFTER_S = "5"
+_TOOLS_JSON = TypeAdapter(list[OpenAIFunctionToolSchema])
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 _DELIVERY_GRACE_S = 15.0
@@ -84,6 +86,18 @@ _MAX_ERRORS = 20
 _MAX_ERROR_CHARS = 200
 _MAX_ERRORS_BYTES = 4096
 
+#: A start-up or shutdown hook: an async function without arguments (a sync one works too).
+Hook = Callable[[], Awaitable[None] | None]
+
+
+async def _call_hook(hook: Hook | None, when: str) -> None:
+    if hook is None:
+        return
+    result = hook()
+    if inspect.isawaitable(result):
+        await result
+    logger.debug("%s hook %r done", when, hook)
+
 
 def create_app(
     agent_loop: RolloutAgentLoop,
@@ -99,6 +113,8 @@ def create_app(
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
     settings: ServerSettings | None = None,
     client: TrainGateClient | None = None,
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
     state: str = "memory",
     lease_ttl_s: float = 30.0,
 ) -> Starlette:
@@ -106,7 +122,9 @@ def create_app(
 
     Pass either keyword settings or a resolved ``ServerSettings`` (not both). ``client`` lets
     tests and the mock harness route callbacks in-process; by default the lifespan opens one.
-    The ``RolloutServer`` behind the app is ``app.state.rollout_server``.
+    ``on_startup`` is awaited before the first request is served; ``on_shutdown`` after the
+    drain (running rollouts have ended), before the client closes. The ``RolloutServer`` behind
+    the app is ``app.state.rollout_server``.
     """
     if settings is None:
         settings = ServerSettings(
@@ -123,6 +141,7 @@ def create_app(
             lease_ttl_s=lease_ttl_s,
         )
     server = RolloutServer(agent_loop, settings, client=client)
+    server.hooks = (on_startup, on_shutdown)
     app = Starlette(
         routes=[
             Route("/v1/rollout/init", server.init, methods=["POST"]),
@@ -164,7 +183,6 @@ class RolloutServer:
         self.state: StateBackend = open_state(settings.state, outbox_dir=self.outbox_dir)
         #: This process among the replicas sharing the state (leases and queue places name it).
         self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._deciding: dict[str, _Decision] = {}  # inits being decided here, by key
         self._admitting = 0  # inits between the admission check and registry.accept
         self._counted: set[str] = set()  # keys holding a place in the shared queue
         self._slots = anyio.Semaphore(settings.max_concurrent)
@@ -172,6 +190,7 @@ class RolloutServer:
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.body_timeout_s = _BODY_TIMEOUT_S
         self.delivery_grace_s = _DELIVERY_GRACE_S
+        self.hooks: tuple[Hook | None, Hook | None] = (None, None)  # on_startup, on_shutdown
 
     # -- lifespan -------------------------------------------------------------------------------
 
@@ -192,11 +211,16 @@ class RolloutServer:
                     tasks.start_soon(self._renew_leases)
                     tasks.start_soon(self._sweep_orphans)
                     tasks.start_soon(self._redeliver_outbox)
+                await _call_hook(self.hooks[0], "startup")
                 try:
                     yield
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.drain()
+                        try:
+                            await _call_hook(self.hooks[1], "shutdown")
+                        except Exception:
+                            logger.exception("the on_shutdown hook raised")
                     tasks.cancel_scope.cancel()
         finally:
             self._tasks = None
@@ -278,64 +302,23 @@ class RolloutServer:
         except ValidationError as exc:
             return _json(422, _validation_body(exc))
 
-        key, digest = rollout.dedup_key, fingerprint(rollout)
-        try:
-            earlier = await self._claim(rollout, key, digest)
-        except StateUnavailable as exc:
-            return self._state_down(rollout, exc)
-        if earlier is not None:
-            return earlier
-        decision = self._deciding[key] = _Decision(rollout.rollout_id, digest)
-        try:
-            answer = await self._decide(rollout, digest)
-        except BaseException:
-            decision.decide(503, b'{"detail": "init interrupted; retry"}')
-            raise
-        finally:
-            del self._deciding[key]
-        decision.decide(answer.status_code, bytes(answer.body))
-        return answer
-
-    async def _claim(self, rollout: RolloutRequest, key: str, digest: str) -> Response | None:
-        """None when this init is the first with its key (it is ours to decide); otherwise the
-        answer: the first init's, a 409, or a 503 when a peer takes too long deciding."""
-        deadline = anyio.current_time() + self.settings.get_tools_timeout_s
-        deadline += _PEER_DECISION_MARGIN_S
-        pause = 0.01
-        while True:
-            claim = await self.state.claim_init(
-                key,
-                rollout.rollout_id,
-                digest,
-                pending_ttl_s=self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S,
-            )
-            if claim.outcome is ClaimOutcome.CLAIMED:
-                return None
-            if claim.outcome is ClaimOutcome.CONFLICT:
-                return _json(409, {"detail": claim.detail})
-            if claim.outcome is ClaimOutcome.ANSWERED:
-                return Response(claim.body, status_code=claim.status, media_type=_JSON)
-            local = self._deciding.get(key)
-            if local is not None:  # decided in this process: wait for it, no polling
-                await local.ready.wait()
-                if local.matches(rollout.rollout_id, digest) and local.status != 202:
-                    return Response(local.body, status_code=local.status, media_type=_JSON)
-                continue  # accepted (ask the state for the record) or another body (409)
-            if anyio.current_time() > deadline:
-                return _json(
-                    503,
-                    {
-                        "detail": "an init with this key is still being decided by another "
-                        "replica; retry"
-                    },
-                    {"Retry-After": _RETRY_AFTER_S},
-                )
-            await anyio.sleep(pause)
-            pause = min(0.25, pause * 2)
-
-    async def _decide(self, rollout: RolloutRequest, digest: str) -> Response:
-        """Get the tools, admit, publish the 202 and start the rollout (the init is ours)."""
-        entry = self.registry.reserve(rollout)
+        digest = fingerprint(rollout)
+        found = self.registry.lookup(rollout)  # this process first: no round trip
+        if isinstance(found, Conflict):
+            return _json(409, {"detail": found.detail})
+        if found is not None:
+            if found.fingerprint != digest:
+                return _json(409, {"detail": BODY_CHANGED})
+            status, answer = await found.init_answer()
+            return Response(answer, status_code=status, media_type=_JSON)
+        if self.state.shared:
+            try:
+                earlier = await self._claim(rollout, digest)
+            except StateUnavailable as exc:
+                return self._state_down(rollout, exc)
+            if earlier is not None:
+                return earlier
+        entry = self.registry.reserve(rollout, digest)
         try:
             with anyio.fail_after(self.settings.get_tools_timeout_s):
                 tools = await resolve_tools(self.agent, rollout)
@@ -355,8 +338,8 @@ class RolloutServer:
         unavailable = self._unavailable()
         if unavailable is not None:
             return await self._refuse(entry, unavailable)
-        init_body = InitResponse(rollout_id=rollout.rollout_id, tools=tools)
-        payload = init_body.model_dump_json(exclude_none=True).encode()
+        tools_json = _TOOLS_JSON.dump_json(tools, exclude_none=True)
+        payload = init_body(rollout.rollout_id, tools_json)
         # A free slot here needs no place in the shared queue (counted before any await, so a
         # burst of inits cannot all see the same free slot).
         registry = self.registry
@@ -365,7 +348,7 @@ class RolloutServer:
         try:
             admitted = await self.state.accept(
                 LeasedRollout.of(rollout),
-                digest=digest,
+                digest=str(digest),
                 replica=self.replica,
                 status=202,
                 body=payload,
@@ -380,12 +363,42 @@ class RolloutServer:
         if not admitted:
             busy = {"detail": "too many rollouts queued; retry later"}
             return await self._refuse(entry, _json(503, busy, {"Retry-After": _RETRY_AFTER_S}))
-        registry.accept(entry, 202, payload)
+        registry.accept(entry, tools_json)
         if queue:
             self._counted.add(entry.key)
         assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
         self._tasks.start_soon(self._run, entry, tools)
         return Response(payload, status_code=202, media_type=_JSON)
+
+    async def _claim(self, rollout: RolloutRequest, digest: int) -> Response | None:
+        """Claim the init in the shared state: None when it is ours to decide (first of its key
+        anywhere); otherwise the answer: the first init's 202, a 409, or a 503 when the replica
+        deciding it takes longer than get_tools may."""
+        limit = self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S
+        deadline = anyio.current_time() + limit
+        pause = 0.01
+        while True:
+            claim = await self.state.claim_init(
+                rollout.dedup_key, rollout.rollout_id, str(digest), pending_ttl_s=limit
+            )
+            if claim.outcome is ClaimOutcome.CLAIMED:
+                return None
+            if claim.outcome is ClaimOutcome.CONFLICT:
+                return _json(409, {"detail": claim.detail})
+            if claim.outcome is ClaimOutcome.ANSWERED:
+                return Response(claim.body, status_code=claim.status, media_type=_JSON)
+            local = self.registry.lookup(rollout)
+            if local is not None and not isinstance(local, Conflict):
+                # Decided in this process: wait for it without polling the store.
+                status, answer = await local.init_answer()
+                if status != 202:  # refused: duplicates waiting meanwhile get the same answer
+                    return Response(answer, status_code=status, media_type=_JSON)
+                continue
+            if anyio.current_time() > deadline:
+                detail = "an init with this key is still being decided by another replica; retry"
+                return _json(503, {"detail": detail}, {"Retry-After": _RETRY_AFTER_S})
+            await anyio.sleep(pause)
+            pause = min(0.25, pause * 2)
 
     def _state_down(self, rollout: RolloutRequest, exc: StateUnavailable) -> Response:
         logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), exc)
@@ -483,7 +496,7 @@ class RolloutServer:
                 # A drain that gives up on this delivery cancels this scope: the result goes to
                 # the outbox at once, not when the process exits.
                 with anyio.CancelScope() as entry.delivery:
-                    await self._deliver(request, response)
+                    await self._deliver(entry, response)
         except BaseException:
             if response is None:  # stopped before the agent ran: the result is still kept
                 cancelled = RolloutResponse(
@@ -530,12 +543,15 @@ class RolloutServer:
         except StateUnavailable as exc:
             logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
 
-    async def _deliver(self, request: RolloutRequest, response: RolloutResponse) -> None:
+    async def _deliver(self, entry: RolloutEntry, response: RolloutResponse) -> None:
         assert self.client is not None
+        request = entry.request
+        entry.outcome = "outbox"  # until TrainGate accepts it
         try:
             await self.client.complete_rollout(
                 request.server_url, response, api_key=request.api_key_value
             )
+            entry.outcome = response.status.value
         except TrainGateError as exc:
             await self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down
@@ -696,25 +712,6 @@ class RolloutServer:
         with contextlib.suppress(StateUnavailable):
             await self.state.outbox_done(entry)
         return True
-
-
-class _Decision:
-    """An init being decided in this process; duplicates that arrive meanwhile wait for it."""
-
-    __slots__ = ("body", "digest", "ready", "rollout_id", "status")
-
-    def __init__(self, rollout_id: str, digest: str) -> None:
-        self.rollout_id, self.digest = rollout_id, digest
-        self.ready = anyio.Event()
-        self.status, self.body = 0, b""
-
-    def matches(self, rollout_id: str, digest: str) -> bool:
-        return (self.rollout_id, self.digest) == (rollout_id, digest)
-
-    def decide(self, status: int, body: bytes) -> None:
-        if not self.ready.is_set():
-            self.status, self.body = status, body
-            self.ready.set()
 
 
 def _log_exception(request: RolloutRequest, what: str) -> None:

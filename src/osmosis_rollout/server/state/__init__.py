@@ -10,6 +10,7 @@ from pathlib import Path
 from ...config import check_state_url
 from ...errors import ConfigError
 from .base import (
+    BODY_CHANGED,
     Claim,
     ClaimOutcome,
     LeasedRollout,
@@ -21,6 +22,7 @@ from .base import (
 from .memory import MemoryState
 
 __all__ = [
+    "BODY_CHANGED",
     "Claim",
     "ClaimOutcome",
     "LeasedRollout",

@@ -67,12 +67,13 @@ ID_RUNNING = (
 )
 
 
-def fingerprint(request: RolloutRequest) -> str:
-    """A digest of what makes two inits "the same": the body without the per-rollout key
-    (a retry may carry a refreshed key) and without the idempotency key (it is the lookup)."""
+def fingerprint(request: RolloutRequest) -> int:
+    """A 64-bit digest of what makes two inits "the same": the body without the per-rollout
+    key (a retry may carry a refreshed one) and without the idempotency key (it is the lookup),
+    insensitive to key order and spacing, so every replica computes the same one."""
     body = request.model_dump(mode="json", exclude={"api_key", "idempotency_key"})
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+    return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=8).digest(), "big")
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,18 @@
 """``MemoryState``: the shared state of a single process, in dicts; the outbox is files on disk.
 
-This is the default and needs nothing installed. It is exact for one process; with several
-workers each has its own copy, so a retried init that lands on another worker starts again
-(``osmosis serve --workers`` warns about it). Undeliverable callbacks are JSON files (see
-``server/outbox.py``) that survive the process; they are replayed with ``osmosis outbox replay``,
-not automatically, because the files do not keep the per-rollout key.
+This is the default and needs nothing installed. Idempotency records are the server's own
+registry (compact, capped; see ``server/registry.py``); this backend holds the queue count, the
+leases and the outbox. It is exact for one process; with several workers each has its own copy,
+so a retried init that lands on another worker starts again (``--workers`` warns about it).
+Undeliverable callbacks are JSON files (see ``server/outbox.py``) that survive the process; they
+are replayed with ``osmosis outbox replay``, not automatically, because the files do not keep
+the per-rollout key.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.to_thread
@@ -19,9 +20,6 @@ import anyio.to_thread
 from ...protocol import RolloutResponse
 from ..outbox import write_outbox
 from .base import (
-    BODY_CHANGED,
-    ID_RUNNING,
-    KEY_REUSED,
     Claim,
     ClaimOutcome,
     LeasedRollout,
@@ -32,15 +30,6 @@ from .base import (
 __all__ = ["MemoryState", "read_outbox_dir"]
 
 
-@dataclass
-class _Record:
-    rollout_id: str
-    digest: str
-    expires_at: float | None  # monotonic; None while the rollout runs
-    status: int = 0  # 0 while pending
-    body: bytes = b""
-
-
 class MemoryState(StateBackend):
     """Claims, admission and leases in this process; the outbox in ``outbox_dir``."""
 
@@ -49,8 +38,6 @@ class MemoryState(StateBackend):
 
     def __init__(self, outbox_dir: Path) -> None:
         self.outbox_dir = outbox_dir
-        self._records: dict[str, _Record] = {}
-        self._running: dict[str, str] = {}  # rollout_id -> key, from claim to finish
         self._leases: dict[str, tuple[LeasedRollout, float]] = {}
         self._queued: dict[str, int] = {}
 
@@ -62,49 +49,17 @@ class MemoryState(StateBackend):
         """Always reachable."""
         return True
 
-    def expire(self) -> int:
-        """Drop records past their TTL; returns how many."""
-        now = time.monotonic()
-        stale = [k for k, r in self._records.items() if _lapsed(r, now)]
-        for key in stale:
-            self._drop(key)
-        return len(stale)
-
-    def _drop(self, key: str) -> None:
-        record = self._records.pop(key, None)
-        if record is not None and self._running.get(record.rollout_id) == key:
-            del self._running[record.rollout_id]
-
-    # -- idempotency ----------------------------------------------------------------------------
+    # -- idempotency: the server's registry is this process's record -----------------------------
 
     async def claim_init(
         self, key: str, rollout_id: str, digest: str, *, pending_ttl_s: float
     ) -> Claim:
-        """See ``StateBackend.claim_init``."""
-        now = time.monotonic()
-        record = self._records.get(key)
-        if record is not None and _lapsed(record, now):
-            self._drop(key)
-            record = None
-        if record is not None:
-            if record.rollout_id != rollout_id:
-                return Claim(ClaimOutcome.CONFLICT, detail=KEY_REUSED)
-            if record.digest != digest:
-                return Claim(ClaimOutcome.CONFLICT, detail=BODY_CHANGED)
-            if record.status == 0:
-                return Claim(ClaimOutcome.PENDING)
-            return Claim(ClaimOutcome.ANSWERED, status=record.status, body=record.body)
-        if rollout_id in self._running:
-            return Claim(ClaimOutcome.CONFLICT, detail=ID_RUNNING)
-        self._records[key] = _Record(rollout_id, digest, now + pending_ttl_s)
-        self._running[rollout_id] = key
+        """Always the caller's: with one process, the server's registry (which keeps compact
+        records for the TTL) has already answered duplicates and conflicts."""
         return Claim(ClaimOutcome.CLAIMED)
 
     async def release_init(self, key: str, rollout_id: str) -> None:
-        """See ``StateBackend.release_init``."""
-        record = self._records.get(key)
-        if record is not None and record.rollout_id == rollout_id:
-            self._drop(key)
+        """Nothing to release (see ``claim_init``)."""
 
     async def accept(
         self,
@@ -118,18 +73,12 @@ class MemoryState(StateBackend):
         queue: bool,
         max_queued: int,
     ) -> bool:
-        """See ``StateBackend.accept``."""
+        """Take a queue place (if asked and free) and the lease; the record is the registry's."""
         if queue:
             if sum(self._queued.values()) >= max_queued:
                 return False
             self._queued[replica] = self._queued.get(replica, 0) + 1
-        now = time.monotonic()
-        record = self._records.get(lease.key)
-        if record is None:  # lapsed while get_tools ran: claim it again
-            record = self._records[lease.key] = _Record(lease.rollout_id, digest, None)
-            self._running[lease.rollout_id] = lease.key
-        record.status, record.body, record.expires_at = status, body, None
-        self._leases[lease.key] = (lease, now + lease_ttl_s)
+        self._leases[lease.key] = (lease, time.monotonic() + lease_ttl_s)
         return True
 
     async def unqueue(self, replica: str) -> None:
@@ -160,13 +109,8 @@ class MemoryState(StateBackend):
         return True
 
     async def finish(self, key: str, rollout_id: str, record_ttl_s: float) -> None:
-        """See ``StateBackend.finish``."""
+        """Drop the lease."""
         self._leases.pop(key, None)
-        record = self._records.get(key)
-        if record is not None and record.rollout_id == rollout_id:
-            record.expires_at = time.monotonic() + record_ttl_s
-        if self._running.get(rollout_id) == key:
-            del self._running[rollout_id]
 
     async def claim_orphans(self, limit: int, record_ttl_s: float) -> list[LeasedRollout]:
         """See ``StateBackend.claim_orphans``."""
@@ -177,11 +121,6 @@ class MemoryState(StateBackend):
                 break
             if until < now:
                 del self._leases[key]
-                if self._running.get(lease.rollout_id) == key:
-                    del self._running[lease.rollout_id]
-                record = self._records.get(key)
-                if record is not None:
-                    record.expires_at = now + record_ttl_s
                 taken.append(lease)
         return taken
 
@@ -222,10 +161,6 @@ def _record_attempt(path: Path, attempts: int, error: str) -> None:
     tmp = path.with_name(f".tmp-{path.name}")
     tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
     tmp.replace(path)
-
-
-def _lapsed(record: _Record, now: float) -> bool:
-    return record.expires_at is not None and record.expires_at < now
 
 
 def read_outbox_dir(directory: Path) -> list[OutboxEntry]:
