@@ -336,6 +336,8 @@ class RolloutContext:
         self._turns_started = 0
         self._last_messages: list[Message] = list(request.messages)
         self.append_only_violations: list[dict[str, Any]] = []
+        #: Each turn's ``finish_reason`` in order (``"length"``: cut by ``max_tokens``).
+        self.finish_reasons: list[str | None] = []
 
     # -- LLM turns ---------------------------------------------------------------------------
 
@@ -371,6 +373,8 @@ class RolloutContext:
         reply = getattr(result, "message", None)
         if isinstance(reply, dict):
             self._last_messages = [*self._last_messages, reply]
+        reason = getattr(result, "finish_reason", None)
+        self.finish_reasons.append(reason if isinstance(reason, str) else None)
         return result
 
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
@@ -412,6 +416,7 @@ class RolloutContext:
         self._max_context = max(self._max_context, usage.prompt_tokens)
         self._sent = [*kept, *copy.deepcopy(history[len(kept) :]), copy.deepcopy(reply)]
         self._last_messages = [*history, reply]
+        self.finish_reasons.append(result.finish_reason)
         return result
 
     def _trace_turn(
@@ -481,11 +486,18 @@ class RolloutContext:
     def complete(
         self,
         final_messages: Sequence[Any],
-        finish_reason: str = "stop",
+        finish_reason: str | None = None,
         reward: float | None = None,
     ) -> RolloutResult:
-        """End the rollout successfully with its final conversation and optional reward."""
+        """End the rollout successfully with its final conversation and optional reward.
+
+        Without ``finish_reason`` it is ``"stop"``, or ``"length"`` when the last reply was cut
+        by ``max_tokens``: a truncated answer must not pass for a finished one.
+        """
         self._finished = time.perf_counter()
+        if finish_reason is None:
+            cut = bool(self.finish_reasons) and self.finish_reasons[-1] == "length"
+            finish_reason = "length" if cut else "stop"
         return RolloutResult(
             status=RolloutStatus.COMPLETED,
             final_messages=[_as_message(m) for m in final_messages],
