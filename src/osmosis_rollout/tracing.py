@@ -21,7 +21,14 @@ from typing import Any
 
 from .protocol import REDACTED, scrub, scrub_data
 
-__all__ = ["MAX_TRACED_TEXT", "TRACE_VERSION", "Tracer", "clip_text", "safe_trace_name"]
+__all__ = [
+    "MAX_TRACED_TEXT",
+    "TRACE_VERSION",
+    "Tracer",
+    "clip_text",
+    "file_sink",
+    "safe_trace_name",
+]
 
 logger = logging.getLogger("osmosis_rollout.tracing")
 
@@ -78,6 +85,36 @@ def _redact(value: Any) -> Any:
     return value
 
 
+def _encode(event: dict[str, Any], secrets: list[str]) -> str:
+    record: Any = {"v": TRACE_VERSION, "ts": round(time.time(), 6), **_redact(event)}
+    for secret in secrets:  # before encoding, then after (default=str may reveal more)
+        record = scrub_data(record, secret)
+    line = json.dumps(record, default=str, ensure_ascii=False)
+    for secret in secrets:
+        line = scrub(line, secret)
+    return line
+
+
+def file_sink(
+    debug_dir: str | Path, rollout_id: str, secrets: Iterable[str | None] = ()
+) -> Callable[[dict[str, Any]], None]:
+    """A synchronous sink for one rollout outside a server (v1's ``RolloutContext(...,
+    _debug_dir=...)``): each event is on disk when the call returns. A directory or file that
+    cannot be written logs a warning and the event is dropped; the agent never fails for it."""
+    hidden = [s for s in secrets if s]
+    directory = Path(debug_dir)
+
+    def emit(event: dict[str, Any]) -> None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with (directory / safe_trace_name(rollout_id)).open("a", encoding="utf-8") as fh:
+                fh.write(_encode(event, hidden) + "\n")
+        except OSError as exc:
+            logger.warning("could not write debug event to %s: %s", directory, exc)
+
+    return emit
+
+
 class Tracer:
     """Appends events to per-rollout JSONL files from a single writer thread.
 
@@ -106,13 +143,7 @@ class Tracer:
         hidden = [s for s in secrets if s]
 
         def emit(event: dict[str, Any]) -> None:
-            record: Any = {"v": TRACE_VERSION, "ts": round(time.time(), 6), **_redact(event)}
-            for secret in hidden:  # before encoding, then after (default=str may reveal more)
-                record = scrub_data(record, secret)
-            line = json.dumps(record, default=str, ensure_ascii=False)
-            for secret in hidden:
-                line = scrub(line, secret)
-            self._put(path, line)
+            self._put(path, _encode(event, hidden))
 
         return emit
 
