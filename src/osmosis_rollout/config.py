@@ -50,6 +50,8 @@ class ServerSettings(BaseModel):
     debug_dir: Path | None = None
     outbox_dir: Path | None = None
     log_level: LogLevel = "info"
+    #: Serve ``GET /metrics`` (Prometheus), behind the server key like every other route.
+    metrics: bool = True
 
     @field_serializer("api_key")
     def _dump_api_key(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
