@@ -3,14 +3,13 @@
 Each server has a ``CollectorRegistry`` of its own, so two apps in one process (tests, the mock
 harness) never share counters. Events (rollouts started and ended, refusals, callbacks, turns,
 tool calls) are counted as they happen; levels (in flight, queued, outbox size, retries made by
-the TrainGate client) are read from the server's state at scrape time.
+the TrainGate client) are read from the server's state at scrape time. In flight and queued are
+this process's; the outbox is the state's (shared between replicas with ``--state redis://``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -54,7 +53,6 @@ class ServerMetrics:
         registry: RolloutRegistry,
         *,
         client_stats: Callable[[], ClientStats | None],
-        outbox_dir: Path,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -113,10 +111,11 @@ class ServerMetrics:
             "osmosis_rollouts_queued", "Accepted rollouts waiting for a slot.", registry=r
         )
         queued.set_function(lambda: registry.queued)
-        outbox = Gauge(
-            "osmosis_outbox_size", "Undelivered callbacks in the outbox directory.", registry=r
+        self.outbox_size = Gauge(
+            "osmosis_outbox_size",
+            "Undelivered callbacks in the outbox (counted when scraped).",
+            registry=r,
         )
-        outbox.set_function(lambda: _count_outbox(outbox_dir))
         r.register(_ClientCollector(client_stats))
 
     # -- what the server and the rollouts report ----------------------------------------------
@@ -159,11 +158,3 @@ class _ClientCollector(Collector):
         retries.add_metric(["chat"], total - callback)
         retries.add_metric(["callback"], callback)
         yield retries
-
-
-def _count_outbox(directory: Path) -> int:
-    try:
-        with os.scandir(directory) as entries:
-            return sum(1 for e in entries if e.name.endswith(".json") and e.name[0] != ".")
-    except OSError:
-        return 0
