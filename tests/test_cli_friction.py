@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.server import create_app
 
 from .support import load_asset, serve_in_thread
+from .test_server_uvicorn import osmosis_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
@@ -145,3 +149,38 @@ def test_usage_errors_are_plain_error_lines_like_every_other_error(
     assert lines[1].startswith(f"Hint: usage: {usage}")
     assert lines[1].endswith("--help")
     assert "╭" not in err + out
+
+
+# --- item 3: serve says what it does --------------------------------------------------------------
+
+
+def test_serve_warns_at_start_and_logs_each_finished_rollout_with_why(tmp_path: Path) -> None:
+    """The static warnings `validate` prints appear at start; a rollout that ends ERROR because
+    run() returned None is one log line with id, status, finish reason, turns, time and why."""
+    forgetful = f"{ROOT}/tests/assets/val_no_result.py:ForgetfulAgent"
+    with osmosis_serve(tmp_path / "serve.log", forgetful, "--port", "0") as served:
+        code, out, err = invoke("test", "--server", served.url, "-d", DATASET, "--limit", "1")
+        assert code == 1, out + err
+        deadline = time.monotonic() + 20
+        while "rollout " not in served.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log = served.log.read_text()
+    assert "warning NO_RESULT_RETURNED" in log
+    line = next(line for line in log.splitlines() if "rollout " in line and " ERROR " in line)
+    assert re.search(r"rollout \S+ ERROR \(error\), 1 turn, \d+\.\d\d s: run\(\) returned", line)
+    assert "it must return ctx.complete(...)" in line
+
+
+@pytest.mark.anyio
+async def test_a_completed_rollout_is_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
+    from osmosis_rollout.testing import Harness, ScriptedBackend
+
+    agent = load_asset("tool_agent").ToolAgent()
+    with caplog.at_level(logging.INFO, logger="osmosis_rollout"):
+        async with Harness(agent, backend=ScriptedBackend([{"content": "done"}])) as harness:
+            outcome = await harness.run([{"role": "user", "content": "hi"}], rollout_id="r-7")
+    assert outcome.result is not None
+    assert outcome.result.status == "COMPLETED"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rollout r-7 ")]
+    assert len(lines) == 1
+    assert re.fullmatch(r"rollout r-7 COMPLETED \(stop\), 1 turn, \d+\.\d\d s", lines[0])
