@@ -39,6 +39,9 @@ _FLAGS = {
     "debug_dir": "--debug-dir",
     "outbox_dir": "--outbox-dir",
     "log_level": "--log-level",
+    "state": "--state",
+    "lease_ttl_s": "--lease-ttl",
+    "workers": "--workers",
 }
 
 
@@ -126,6 +129,27 @@ def serve_command(
     log_level: Annotated[
         str | None, typer.Option(help="critical, error, warning, info or debug. \\[default: info]")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Server processes sharing the port (use with a Redis --state). \\[default: 1]"
+        ),
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            help="Where rollout state lives: memory, or redis://host:port/db shared by "
+            "workers and replicas. \\[default: memory]",
+            show_default=False,
+        ),
+    ] = None,
+    lease_ttl: Annotated[
+        float | None,
+        typer.Option(
+            help="With Redis: seconds without renewal before a replica's rollouts are ended "
+            "by a peer with an ERROR callback. \\[default: 30]"
+        ),
+    ] = None,
 ) -> None:
     """Serve an agent over the remote rollout protocol until Ctrl-C or SIGTERM.
 
@@ -149,12 +173,21 @@ def serve_command(
         "debug_dir": debug_dir,
         "outbox_dir": outbox_dir,
         "log_level": log_level.lower() if log_level else None,
+        "workers": workers,
+        "state": state,
+        "lease_ttl_s": lease_ttl,
     }
     try:
         settings = ServerSettings.resolve(
             cli, environ=os.environ, pyproject=pyproject, flags=_FLAGS
         )
         settings, generated = decide_auth(settings, no_auth=no_auth)
+        if reload and settings.workers > 1:
+            fail("--reload runs one process: drop --workers (or the workers setting) to use it")
+        if settings.state != "memory":
+            from ..server.state import open_state
+
+            open_state(settings.state, outbox_dir=Path("."))  # a missing extra fails here, once
         agent = _load_and_check(chosen, validate=not no_validate)
         from ..server import bind_socket, serve
 
@@ -218,6 +251,23 @@ def _print_banner(err: Any, target: str, name: str, settings: Any, generated: bo
         f"  limits        {settings.max_concurrent} concurrent, "
         f"{settings.rollout_timeout_s:g} s per rollout"
     )
+    if settings.state == "memory":
+        err.print("  state         memory (this process)")
+    else:
+        from ..server.state.redis import redact_url
+
+        err.print(
+            f"  state         {escape(redact_url(settings.state))} "
+            f"(shared; leases {settings.lease_ttl_s:g} s)"
+        )
+    if settings.workers > 1:
+        err.print(f"  workers       {settings.workers} processes")
+        if settings.state == "memory":
+            err.print(
+                "  [yellow]warning[/]       with --state memory each worker keeps its own "
+                "idempotency records and queue: a retried init that reaches another worker "
+                "starts a second rollout. Use --state redis://... for exact guarantees."
+            )
 
 
 def _serve_with_reload(target: str, settings: Any) -> None:
