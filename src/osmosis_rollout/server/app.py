@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -61,6 +61,9 @@ from .state import (
     fingerprint,
     open_state,
 )
+
+if TYPE_CHECKING:
+    from .metrics import ServerMetrics
 
 __all__ = ["RolloutServer", "create_app"]
 
@@ -115,6 +118,7 @@ def create_app(
     client: TrainGateClient | None = None,
     on_startup: Hook | None = None,
     on_shutdown: Hook | None = None,
+    metrics: bool = True,
     state: str = "memory",
     lease_ttl_s: float = 30.0,
 ) -> Starlette:
@@ -137,17 +141,21 @@ def create_app(
             debug_dir=Path(debug_dir) if debug_dir is not None else None,
             outbox_dir=Path(outbox_dir) if outbox_dir is not None else None,
             max_metadata_bytes=max_metadata_bytes,
+            metrics=metrics,
             state=state,
             lease_ttl_s=lease_ttl_s,
         )
     server = RolloutServer(agent_loop, settings, client=client)
     server.hooks = (on_startup, on_shutdown)
+    routes = [
+        Route("/v1/rollout/init", server.counted_init, methods=["POST"]),
+        Route("/health", server.health, methods=["GET"]),
+        Route("/platform/health", server.platform_health, methods=["GET"]),
+    ]
+    if server.metrics is not None:
+        routes.append(Route("/metrics", server.metrics_page, methods=["GET"]))
     app = Starlette(
-        routes=[
-            Route("/v1/rollout/init", server.init, methods=["POST"]),
-            Route("/health", server.health, methods=["GET"]),
-            Route("/platform/health", server.platform_health, methods=["GET"]),
-        ],
+        routes=routes,
         lifespan=server.lifespan,
     )
     app.state.rollout_server = server
@@ -191,6 +199,14 @@ class RolloutServer:
         self.body_timeout_s = _BODY_TIMEOUT_S
         self.delivery_grace_s = _DELIVERY_GRACE_S
         self.hooks: tuple[Hook | None, Hook | None] = (None, None)  # on_startup, on_shutdown
+        self.metrics: ServerMetrics | None = None
+        if settings.metrics:
+            from .metrics import ServerMetrics
+
+            self.metrics = ServerMetrics(
+                self.registry,
+                client_stats=lambda: self.client.stats if self.client is not None else None,
+            )
 
     # -- lifespan -------------------------------------------------------------------------------
 
@@ -281,7 +297,39 @@ class RolloutServer:
             return _json(401, {"detail": "Invalid or missing API key"})
         return await self.health(request)
 
+    # -- GET /metrics --------------------------------------------------------------------------
+
+    async def metrics_page(self, request: Request) -> Response:
+        """Prometheus text exposition; behind the server key when there is one, like inits."""
+        if self._server_key is not None and not key_matches(
+            request.headers.get("authorization"), self._server_key
+        ):
+            return _json(401, {"detail": "Invalid or missing API key"})
+        assert self.metrics is not None  # the route exists only with metrics on
+        from .metrics import CONTENT_TYPE
+
+        # The outbox lives in the state (files, or a Redis stream): counted at scrape time; if
+        # the store does not answer, the gauge keeps its last value.
+        with contextlib.suppress(StateUnavailable, TimeoutError, OSError):
+            with anyio.fail_after(5):
+                self.metrics.outbox_size.set(len(await self.state.outbox_list()))
+        return Response(self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
     # -- POST /v1/rollout/init ------------------------------------------------------------------
+
+    async def counted_init(self, request: Request) -> Response:
+        """``init``, with every answer other than 202 counted by cause in the metrics."""
+        response = await self.init(request)
+        if self.metrics is not None and response.status_code != 202:
+            from .metrics import refusal_cause
+
+            cause = refusal_cause(
+                response.status_code,
+                draining=self.registry.draining,
+                running=self._tasks is not None,
+            )
+            self.metrics.rejected.labels(cause=cause).inc()
+        return response
 
     async def init(self, request: Request) -> Response:
         """Auth, validate, deduplicate, get tools, admit, start; see protocol.md section 1."""
@@ -467,6 +515,8 @@ class RolloutServer:
                     self._counted.discard(entry.key)
                     await self._unqueue(entry)
                 self.registry.start(entry)
+                if self.metrics is not None:
+                    self.metrics.started.inc()
                 queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
                 try:
                     response = await run_rollout(
@@ -477,6 +527,7 @@ class RolloutServer:
                         deadline_s=self.settings.rollout_timeout_s,
                         tracer=self.tracer,
                         control=entry.control,
+                        observer=self.metrics,
                     )
                 except Exception as exc:  # a toolkit bug must still end in one callback
                     _log_exception(request, "internal error")
@@ -491,6 +542,8 @@ class RolloutServer:
                 response.metrics = response.metrics.model_copy(
                     update={"queue_latency_ms": queued_ms}
                 )
+            if self.metrics is not None:
+                self.metrics.rollout_ended(response.status.value, response.finish_reason)
             self.registry.delivering(entry)
             if await self._still_ours(entry):
                 # A drain that gives up on this delivery cancels this scope: the result goes to
@@ -506,6 +559,8 @@ class RolloutServer:
                     finish_reason="cancelled",
                     error_message="rollout cancelled (server stopped before it ran)",
                 )
+                if self.metrics is not None:
+                    self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
                 await self._to_outbox(request, cancelled, "server stopped before the rollout ran")
             raise
         finally:
@@ -552,6 +607,8 @@ class RolloutServer:
                 request.server_url, response, api_key=request.api_key_value
             )
             entry.outcome = response.status.value
+            if self.metrics is not None:
+                self.metrics.callbacks.labels(outcome="delivered").inc()
         except TrainGateError as exc:
             await self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down
@@ -566,6 +623,8 @@ class RolloutServer:
     async def _to_outbox(
         self, request: RolloutRequest, response: RolloutResponse, error: str
     ) -> None:
+        if self.metrics is not None:
+            self.metrics.callbacks.labels(outcome="outbox").inc()
         await self._keep(
             request.rollout_id, request.server_url, request.api_key_value, response, error
         )
