@@ -194,6 +194,9 @@ class RolloutServer:
         self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._admitting = 0  # inits between the admission check and registry.accept
         self._counted: set[str] = set()  # keys holding a place in the shared queue
+        #: When each lease held here was last extended (monotonic, taken before the call): a
+        #: lease extended less than half a TTL ago cannot have lapsed, so no check is needed.
+        self._leased_at: dict[str, float] = {}
         self._slots = anyio.Semaphore(settings.max_concurrent)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
@@ -394,6 +397,7 @@ class RolloutServer:
         registry = self.registry
         queue = registry.active + registry.queued + self._admitting >= self.settings.max_concurrent
         self._admitting += 1
+        leased_at = time.monotonic()
         try:
             admitted = await self.state.accept(
                 LeasedRollout.of(rollout),
@@ -413,6 +417,8 @@ class RolloutServer:
             busy = {"detail": "too many rollouts queued; retry later"}
             return await self._refuse(entry, _json(503, busy, {"Retry-After": _RETRY_AFTER_S}))
         registry.accept(entry, tools_json)
+        if self.state.shared:
+            self._leased_at[entry.key] = leased_at
         if queue:
             self._counted.add(entry.key)
         assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
@@ -573,6 +579,7 @@ class RolloutServer:
             raise
         finally:
             self._counted.discard(entry.key)
+            self._leased_at.pop(entry.key, None)
             self.registry.finish(entry)
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await self._release_lease(entry)
@@ -585,6 +592,9 @@ class RolloutServer:
 
     async def _still_ours(self, entry: RolloutEntry) -> bool:
         """Renew the lease before the callback; False if a peer already ended the rollout."""
+        leased_at = self._leased_at.get(entry.key)
+        if leased_at is None or time.monotonic() - leased_at < self.settings.lease_ttl_s / 2:
+            return True  # memory, or a lease too fresh to have lapsed: no round trip
         try:
             held = await self.state.hold(entry.key, self.settings.lease_ttl_s)
         except StateUnavailable as exc:
@@ -693,8 +703,14 @@ class RolloutServer:
         failing = False
         while True:
             keys = [entry.key for entry in self.registry.unfinished()]
+            renewing_at = time.monotonic()
             try:
                 await self.state.renew(self.replica, keys, ttl)
+                for key in keys:
+                    # Extended only if it had not lapsed (and been swept) before this call.
+                    last = self._leased_at.get(key)
+                    if last is not None and renewing_at - last < ttl / 2:
+                        self._leased_at[key] = renewing_at
             except StateUnavailable as exc:
                 if not failing:
                     logger.error("cannot renew %d rollout lease(s): %s", len(keys), exc)
