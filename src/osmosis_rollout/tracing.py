@@ -20,7 +20,7 @@ from typing import Any
 
 from .protocol import REDACTED
 
-__all__ = ["Tracer", "safe_trace_name"]
+__all__ = ["Tracer", "safe_trace_name", "secret_free_json"]
 
 logger = logging.getLogger("osmosis_rollout.tracing")
 
@@ -63,6 +63,15 @@ def _redact(value: Any) -> Any:
     return value
 
 
+def secret_free_json(record: dict[str, Any], secrets: Iterable[str] = ()) -> str:
+    """One JSON line of ``record`` with secrets removed: values under secret-looking keys and
+    every occurrence of each string in ``secrets`` become ``**********``."""
+    line = json.dumps(_redact(record), default=str, ensure_ascii=False)
+    for secret in secrets:
+        line = line.replace(secret, REDACTED)
+    return line
+
+
 class Tracer:
     """Appends events to per-rollout JSONL files from a single writer thread.
 
@@ -91,11 +100,7 @@ class Tracer:
         hidden = [s for s in secrets if s]
 
         def emit(event: dict[str, Any]) -> None:
-            record = {"ts": round(time.time(), 6), **_redact(event)}
-            line = json.dumps(record, default=str, ensure_ascii=False)
-            for secret in hidden:
-                line = line.replace(secret, REDACTED)
-            self._put(path, line)
+            self._put(path, secret_free_json({"ts": round(time.time(), 6), **event}, hidden))
 
         return emit
 

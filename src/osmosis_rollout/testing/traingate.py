@@ -59,10 +59,19 @@ class Finding:
     code: str
     message: str
     rollout_id: str | None = None
+    #: Structured facts for results files (e.g. a ``replay_diverged`` finding's turn and field).
+    details: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for results files."""
-        return {"code": self.code, "message": self.message, "rollout_id": self.rollout_id}
+        data: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "rollout_id": self.rollout_id,
+        }
+        if self.details is not None:
+            data["details"] = self.details
+        return data
 
 
 @dataclass
@@ -71,6 +80,8 @@ class RolloutRecord:
 
     rollout_id: str
     api_key: str | None = None
+    #: The init this mock sent (None for a rollout registered with :meth:`MockTrainGate.expect`).
+    request: RolloutRequest | None = None
     tools: list[OpenAIFunctionToolSchema] = field(default_factory=list)
     #: Whether ``tools`` is what the server declared (from an init or ``expect(tools=...)``);
     #: only then are undeclared tool calls reported.
@@ -93,13 +104,18 @@ class RolloutRecord:
         """Names of the tools the server declared at init."""
         return {t.name for t in self.tools}
 
-    def add(self, code: str, message: str) -> None:
+    def add(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
         """Record a finding for this rollout."""
-        self.findings.append(Finding(code, message, self.rollout_id))
+        self.findings.append(Finding(code, message, self.rollout_id, details))
 
 
 class LLMBackend(Protocol):
-    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones."""
+    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones.
+
+    A backend may also define ``rollout_completed(record, response)``: the mock calls it with
+    each rollout's first completion callback, before the rollout counts as done, so it can add
+    findings about the result (the replay backend compares it with the recording).
+    """
 
     async def complete(
         self, request: CompletionsRequest, record: RolloutRecord
@@ -216,6 +232,7 @@ class MockTrainGate:
         from ..protocol import wire_json
 
         record = self.expect(request.rollout_id, api_key=request.api_key_value)
+        record.request = request
         headers = {"Content-Type": "application/json"}
         if server_key:
             headers["Authorization"] = f"Bearer {server_key}"
@@ -335,6 +352,9 @@ class MockTrainGate:
         else:
             self._check_tools_used(record, body)
         record.completions.append(body)
+        observe = getattr(self.backend, "rollout_completed", None)
+        if observe is not None and len(record.completions) == 1:
+            observe(record, body)  # e.g. a replay compares the result with its recording
         record.done.set()
         return JSONResponse({"ok": True})
 
