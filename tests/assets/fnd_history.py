@@ -4,6 +4,7 @@ After turn 1 the history is ``[system, user, reply_1, user_2]``; each rewriter c
 way before turn 2, so the first differing message index is known in advance (``expected_index``).
 """
 
+import json
 from abc import abstractmethod
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
@@ -98,3 +99,120 @@ class MutatesReplyAgent(_TwoTurns):
 
     def between_turns(self, messages: list) -> None:
         messages[2]["content"] = "(trimmed)"
+
+
+# -- tool-call turns: turn 1 is scripted to call `add`; the reply is appended as each agent builds
+# -- it, then the tool result, then turn 2. The request's messages are one user message, so the
+# -- reply is message 1.
+
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+class _ToolTurn(RolloutAgentLoop):
+    """Appends ``reply_message(first)`` and one tool result per call, then runs turn 2."""
+
+    name = "fnd-tool-turn"
+    expected_index: int | None = None
+
+    def get_tools(self, request: RolloutRequest) -> list:
+        return [ADD]
+
+    def reply_message(self, result) -> dict:
+        return result.message
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages = list(ctx.request.messages)
+        first = await ctx.chat(messages)
+        messages.append(self.reply_message(first))
+        for call in first.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": "3"})
+            ctx.record_tool_call()
+        second = await ctx.chat(messages)
+        messages.append(second.message)
+        return ctx.complete(messages, reward=1.0)
+
+
+def _with_arguments(result, rewrite) -> dict:
+    calls = []
+    for call in result.tool_calls:
+        function = dict(call["function"])
+        function["arguments"] = rewrite(json.loads(function["arguments"]))
+        calls.append({**call, "function": function})
+    return {"role": "assistant", "content": result.content, "tool_calls": calls}
+
+
+class ToolAppendOnlyAgent(_ToolTurn):
+    """Appends the reply as given."""
+
+    name = "fnd-tool-append-only"
+
+
+class RebuildsToolReplyAgent(_ToolTurn):
+    """Rebuilds the reply from its parts: ``"content": None`` where the reply had no key."""
+
+    name = "fnd-rebuilds-tool-reply"
+
+    def reply_message(self, result) -> dict:
+        return {"role": "assistant", "content": result.content, "tool_calls": result.tool_calls}
+
+
+class CompactsArgumentsAgent(_ToolTurn):
+    """Re-serialises the arguments compactly with keys in reverse order: the same JSON."""
+
+    name = "fnd-compacts-arguments"
+
+    def reply_message(self, result) -> dict:
+        return _with_arguments(
+            result,
+            lambda args: json.dumps(dict(reversed(list(args.items()))), separators=(",", ":")),
+        )
+
+
+class ArgumentsAsObjectAgent(_ToolTurn):
+    """Keeps the arguments as the parsed object, not its JSON text."""
+
+    name = "fnd-arguments-as-object"
+
+    def reply_message(self, result) -> dict:
+        return _with_arguments(result, lambda args: args)
+
+
+class EditsToolArgumentsAgent(_ToolTurn):
+    """Changes an argument's value (e.g. to "fix" the model's call)."""
+
+    name = "fnd-edits-tool-arguments"
+    expected_index = 1
+
+    def reply_message(self, result) -> dict:
+        return _with_arguments(result, lambda args: json.dumps({**args, "b": 40}))
+
+
+class RetypesArgumentsAgent(_ToolTurn):
+    """Turns an integer argument into a float: equal in Python, not the same tokens."""
+
+    name = "fnd-retypes-arguments"
+    expected_index = 1
+
+    def reply_message(self, result) -> dict:
+        return _with_arguments(result, lambda args: json.dumps({**args, "a": float(args["a"])}))
+
+
+class DropsToolCallsAgent(_ToolTurn):
+    """Keeps only the reply's text, dropping its tool calls."""
+
+    name = "fnd-drops-tool-calls"
+    expected_index = 1
+
+    def reply_message(self, result) -> dict:
+        return {"role": "assistant", "content": result.content or ""}

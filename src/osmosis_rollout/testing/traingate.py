@@ -93,6 +93,10 @@ class RolloutRecord:
     request_ids: list[str] = field(default_factory=list)
     backend_error: LLMBackendError | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
+    #: Set once ``tools`` is final: at once for :meth:`MockTrainGate.expect`, and when the init
+    #: answer arrived for :meth:`MockTrainGate.init_rollout`. A chat call waits for it, since a
+    #: server may start the agent (and its first turn) before its 202 reaches us.
+    tools_ready: anyio.Event = field(default_factory=anyio.Event)
 
     @property
     def result(self) -> RolloutResponse | None:
@@ -222,6 +226,7 @@ class MockTrainGate:
             tools=list(tools or []),
             tools_known=tools is not None,
         )
+        record.tools_ready.set()
         self.records[rollout_id] = record
         return record
 
@@ -231,18 +236,22 @@ class MockTrainGate:
         """POST ``/v1/rollout/init`` to a rollout server and record the tools it declared."""
         from ..protocol import wire_json
 
-        record = self.expect(request.rollout_id, api_key=request.api_key_value)
+        record = RolloutRecord(rollout_id=request.rollout_id, api_key=request.api_key_value)
         record.request = request
+        self.records[request.rollout_id] = record
         headers = {"Content-Type": "application/json"}
         if server_key:
             headers["Authorization"] = f"Bearer {server_key}"
-        response = await server.post(
-            "/v1/rollout/init", content=wire_json(request), headers=headers
-        )
-        if response.status_code == 202:
-            init = InitResponse.model_validate_json(response.content)
-            record.tools = list(init.tools)
-            record.tools_known = True
+        try:
+            response = await server.post(
+                "/v1/rollout/init", content=wire_json(request), headers=headers
+            )
+            if response.status_code == 202:
+                init = InitResponse.model_validate_json(response.content)
+                record.tools = list(init.tools)
+                record.tools_known = True
+        finally:
+            record.tools_ready.set()  # known now, or never: chat calls waiting must go on
         return record, response
 
     async def wait_completed(self, rollout_id: str, timeout_s: float) -> RolloutRecord:
@@ -301,6 +310,10 @@ class MockTrainGate:
         if isinstance(received, Response):
             return received
         body, record = received
+        # The first turn may arrive before the init's 202 (the server starts the agent first):
+        # answer it only once the declared tools are known, so the LLM always gets them.
+        if not record.tools_ready.is_set():  # no checkpoint otherwise: keep the usual order
+            await record.tools_ready.wait()
         request_id = request.headers.get("x-request-id", "")
         if request_id and record.request_ids and record.request_ids[-1] == request_id:
             # A retry of the last turn (its reply was lost on the way): it replaces that turn.
@@ -347,6 +360,8 @@ class MockTrainGate:
         if isinstance(received, Response):
             return received
         body, record = received
+        if not record.tools_ready.is_set():  # the tools check needs them, as chat calls do
+            await record.tools_ready.wait()
         if record.completions:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:
