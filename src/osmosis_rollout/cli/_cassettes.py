@@ -95,7 +95,7 @@ def print_divergences(console: Console, rows: list[RowResult], *, limit: int = 1
             if finding.code != REPLAY_DIVERGED:
                 continue
             if shown == limit:
-                console.print(f"[dim]... more divergences in the results (--output FILE)[/]")
+                console.print("[dim]... more divergences in the results (--output FILE)[/]")
                 return
             shown += 1
             console.print(f"[yellow]{REPLAY_DIVERGED}[/] {escape(finding.message)}")

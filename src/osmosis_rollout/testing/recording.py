@@ -79,6 +79,11 @@ class CassetteRecorder:
         """Where the cassette is written."""
         return self.writer.path
 
+    @property
+    def rows_written(self) -> int:
+        """How many rows the cassette holds so far."""
+        return self.writer.rows_written
+
     def row_finished(self, result: RowResult) -> None:
         """Write one finished row (rows skipped after a systemic failure never ran: not kept)."""
         if result.status == "SKIPPED":

@@ -62,10 +62,11 @@ class Divergence:
     def summary(self) -> str:
         """One line: row, turn, field and both values in short."""
         where = f"row {self.row}" + (f", turn {self.turn}" if self.turn is not None else "")
-        what = self.note or (
-            f"{self.field} differs from the recording: recorded {_excerpt(self.recorded)}, "
-            f"now {_excerpt(self.replayed)}"
-        )
+        if self.note:
+            what = self.note
+        else:
+            before, after = _excerpts(self.recorded, self.replayed)
+            what = f"{self.field} differs from the recording: recorded {before}, now {after}"
         return f"{where}: {what}"
 
     def diff(self) -> str:
@@ -284,7 +285,9 @@ class ReplayBackend:
             if first:
                 _add_finding(record, divergence)
             raise LLMBackendError(
-                f"replay diverged: {divergence.summary()}", kind="replay_diverged"
+                f"stopped at turn {divergence.turn}: the agent's request differs from the "
+                "recording (--replay-mode lenient goes on)",
+                kind="replay_diverged",
             )
         turns = replay.row.turns
         if not turns:
@@ -434,11 +437,24 @@ def _text(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _excerpt(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
-    shown = text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
-    return repr(shown) if isinstance(value, str) else shown
+def _excerpts(recorded: Any, replayed: Any) -> tuple[str, str]:
+    """Both values in short, cut around where they start to differ."""
+    texts = [
+        " ".join((v if isinstance(v, str) else json.dumps(v, default=str)).split())
+        for v in (recorded, replayed)
+    ]
+    same = 0
+    for a, b in zip(*texts, strict=False):
+        if a != b:
+            break
+        same += 1
+    start = max(0, same - _EXCERPT // 3)
+    shown = []
+    for value, text in zip((recorded, replayed), texts, strict=True):
+        part = text[start : start + _EXCERPT]
+        part = ("..." if start else "") + part + ("..." if len(text) > start + _EXCERPT else "")
+        shown.append(repr(part) if isinstance(value, str) else part)
+    return shown[0], shown[1]
 
 
 def short_diff(recorded: Any, replayed: Any) -> str:
