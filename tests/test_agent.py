@@ -272,6 +272,7 @@ async def test_history_rewrite_is_caught_with_its_index(
     violations = [e for e in events if e["event"] == "append_only_violation"]
     assert violations == [
         {
+            "v": 2,
             "ts": violations[0]["ts"],
             "event": "append_only_violation",
             "rollout_id": "r-1",

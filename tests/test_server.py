@@ -754,10 +754,16 @@ async def test_debug_dir_gets_one_jsonl_trace_per_rollout_without_secrets(tmp_pa
     assert [p.name for p in debug.iterdir()] == ["r-1.jsonl"]
     text = (debug / "r-1.jsonl").read_text(encoding="utf-8")
     events = [json.loads(line) for line in text.splitlines()]
-    assert [e["event"] for e in events] == ["rollout_start", "tool_result", "rollout_end"]
+    assert [e["event"] for e in events] == [
+        "rollout_start",
+        "turn",
+        "tool_result",
+        "turn",
+        "rollout_end",
+    ]
     assert all(e["rollout_id"] == "r-1" for e in events)
-    assert events[1]["result"] == 7
-    assert events[2]["status"] == "COMPLETED"
+    assert events[2]["result"] == 7
+    assert events[4]["status"] == "COMPLETED"
     assert TG_KEY not in text
     assert SERVER_KEY not in text
 

@@ -283,9 +283,10 @@ async def test_rollout_trace_never_holds_the_api_key(
         "rollout_start",
         "debug",
         "http",
+        "turn",
         "history",
         "rollout_end",
     ]
     assert all(e["rollout_id"] == "../leaky" for e in events)
     assert events[1]["note"] == "calling with key=**********"
-    assert events[3]["messages"][-1]["content"] == "my key is **********"
+    assert events[4]["messages"][-1]["content"] == "my key is **********"

@@ -246,18 +246,27 @@ class RolloutContext:
         request = CompletionsRequest(rollout_id=self.request.rollout_id, messages=history, **body)
         self._turns_started += 1  # reserved before the await: concurrent calls get distinct ids
         turn = self._turns_started
+        # What this turn added to the history: the trace stores deltas, not every full history.
+        delta_from = len(kept)
         self._last_messages = list(history)
         started = time.perf_counter()
         try:
             response = await self.llm.chat_completions(
                 request, request_id=f"{self.request.rollout_id}:{turn}"
             )
-        finally:
+        except BaseException as exc:
             self._llm_ms += (time.perf_counter() - started) * 1000
             self._llm_calls += 1
+            if self._trace is not None:
+                self._trace_turn(turn, history, delta_from, body, started, error=exc)
+            raise
+        self._llm_ms += (time.perf_counter() - started) * 1000
+        self._llm_calls += 1
         choice = response.choices[0]
         reply = choice.message.model_dump(mode="json", exclude_none=True)
         usage = response.usage
+        if self._trace is not None:
+            self._trace_turn(turn, history, delta_from, body, started, response=response)
         self._prompt_tokens += usage.prompt_tokens
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
@@ -271,6 +280,35 @@ class RolloutContext:
             logprobs=response.logprobs,
             prompt_token_ids=response.prompt_token_ids,
         )
+
+    def _trace_turn(
+        self,
+        turn: int,
+        history: list[Message],
+        delta_from: int,
+        params: dict[str, Any],
+        started: float,
+        *,
+        response: CompletionsResponse | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Record one LLM turn: the messages it added, the reply (or the error) and its cost."""
+        event: dict[str, Any] = {
+            "turn": turn,
+            "delta_from": delta_from,
+            "messages": history[delta_from:],
+            "params": params,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+        if response is not None:
+            choice = response.choices[0]
+            event["reply"] = choice.message.model_dump(mode="json", exclude_none=True)
+            event["finish_reason"] = choice.finish_reason
+            event["usage"] = response.usage.model_dump()
+        if error is not None:
+            name = type(error).__name__
+            event["error"] = f"{name}: {error}" if str(error) else name
+        self.log_event("turn", **event)
 
     def _check_append_only(self, history: list[Message]) -> list[Message]:
         """Record a violation if ``history`` does not start with what was sent before; return

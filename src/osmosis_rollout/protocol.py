@@ -8,12 +8,16 @@ send drops ``null`` fields (use :func:`wire`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Literal, Self
-from urllib.parse import urlsplit
+from urllib.parse import quote, quote_plus, urlsplit
 
+import httpx2
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -48,8 +52,11 @@ __all__ = [
     "describe_validation_error",
     "dump_secret",
     "first_divergence",
+    "loggable",
     "same_message",
     "scrub",
+    "scrub_data",
+    "secret_forms",
     "wire",
     "wire_json",
 ]
@@ -62,6 +69,8 @@ MAX_ROLLOUT_ID_LENGTH = 256
 #: Context key that makes a dump include the per-rollout ``api_key`` (only for the wire).
 REVEAL_SECRETS = "reveal_secrets"
 REDACTED = "**********"
+#: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
 
 
 def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
@@ -74,9 +83,59 @@ def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
     return REDACTED
 
 
+#: How a secret gets re-encoded on its way into text we write: JSON strings (also with ``\\/``),
+#: ``repr()`` of a string or an exception, URL query and path encodings.
+_ENCODINGS: tuple[Callable[[str], str], ...] = (
+    lambda s: json.dumps(s)[1:-1],
+    lambda s: json.dumps(s)[1:-1].replace("/", "\\/"),
+    lambda s: repr(s)[1:-1],
+    lambda s: quote(s, safe=""),
+    lambda s: quote(s),
+    lambda s: quote_plus(s, safe=""),
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def secret_forms(secret: str) -> tuple[str, ...]:
+    """Every form of ``secret`` that :func:`scrub` removes, longest first: the raw text and its
+    encodings (JSON, repr, URL), each applied up to twice (a JSON error body quoted in a JSON
+    log line, a ``repr`` of a message that quotes it...)."""
+    forms = {secret}
+    frontier = {secret}
+    for _ in range(2):
+        frontier = {encode(form) for form in frontier for encode in _ENCODINGS} - forms
+        forms |= frontier
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
 def scrub(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``**********``."""
-    return text.replace(secret, REDACTED) if secret else text
+    """``text`` with every form of ``secret`` (see :func:`secret_forms`) replaced by
+    ``**********``. The one scrubber: every path that writes text a secret may reach uses it."""
+    if not secret:
+        return text
+    for form in secret_forms(secret):
+        if form in text:
+            text = text.replace(form, REDACTED)
+    return text
+
+
+def scrub_data(value: Any, secret: str | None) -> Any:
+    """A copy of JSON-like ``value`` whose strings (keys too) are :func:`scrub`-bed."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return scrub(value, secret)
+    if isinstance(value, dict):
+        return {scrub_data(k, secret): scrub_data(v, secret) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_data(v, secret) for v in value]
+    return value
+
+
+def loggable(value: str) -> str:
+    """``value`` safe to put in a log line: control characters (a newline that would forge a
+    second line, terminal escapes) are shown as Python escapes; printable text is unchanged."""
+    return value if value.isprintable() else repr(value)[1:-1]
 
 
 def first_divergence(previous: list[Message], current: list[Message]) -> int | None:
@@ -242,7 +301,8 @@ class RolloutRequest(_Lenient):
 
     rollout_id: str
     server_url: str
-    messages: list[Message]
+    # fail_fast: a body of a million bad messages is one error, not a million (memory).
+    messages: list[Message] = Field(fail_fast=True)
     completion_params: dict[str, Any]
     tool_server_url: str | None = None
     max_turns: int = 10
@@ -270,8 +330,17 @@ class RolloutRequest(_Lenient):
             raise ValueError("server_url has an invalid port") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("server_url must be an http:// or https:// URL with a host")
-        if not value.isascii() or any(c.isspace() for c in value.strip()):
-            raise ValueError("server_url must be ASCII without spaces (percent-encode the rest)")
+        if not value.isascii() or any(c.isspace() or not c.isprintable() for c in value.strip()):
+            raise ValueError(
+                "server_url must be printable ASCII without spaces (percent-encode the rest)"
+            )
+        if not _HOST.fullmatch(parts.hostname):
+            raise ValueError("server_url's host must be a DNS name or an IP address")
+        # The parser the client sends with, on a URL the client builds: what passes here, works.
+        try:
+            httpx2.URL(f"{value.strip().rstrip('/')}/v1/rollout/completed")
+        except httpx2.InvalidURL:
+            raise ValueError("server_url is not a URL the HTTP client can call") from None
         return value.strip().rstrip("/")
 
     @field_validator("api_key")
@@ -371,7 +440,7 @@ class CompletionsRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
-    stop: list[str] | None = None
+    stop: list[str] | None = Field(default=None, fail_fast=True)
     logprobs: bool | None = True
 
     @field_validator("stop", mode="before")

@@ -29,6 +29,7 @@ from .protocol import (
     RolloutResponse,
     RolloutStatus,
     describe_validation_error,
+    loggable,
     scrub,
     wire_json,
 )
@@ -81,7 +82,15 @@ async def run_rollout(
             return _error_response(request, list(request.messages), f"get_tools failed: {exc}")
     ctx = RolloutContext(request, tools, llm, trace=trace)
     control.context = ctx
-    ctx.log_event("rollout_start", agent=agent.name, tools=[t.name for t in tools])
+    if trace is not None:
+        ctx.log_event(
+            "rollout_start",
+            agent=agent.name,
+            tools=[t.name for t in tools],
+            max_turns=request.max_turns,
+            completion_params=request.completion_params,
+            metadata=request.metadata,
+        )
     finish_reason = "error"
     error_message: str | None = None
     result: Any = None
@@ -96,7 +105,7 @@ async def run_rollout(
             result = await agent.run(ctx)
         except OsmosisError as exc:
             error_message = scrub(f"{type(exc).__name__}: {exc}", request.api_key_value)
-            logger.warning("rollout %s failed: %s", request.rollout_id, error_message)
+            logger.warning("rollout %s failed: %s", loggable(request.rollout_id), error_message)
         except Exception as exc:
             error_message = f"agent raised {type(exc).__name__}: {exc}"
             _log_agent_crash(request)
@@ -129,7 +138,12 @@ async def run_rollout(
                 status=result.status,
                 final_messages=result.final_messages,
                 finish_reason=result.finish_reason,
-                error_message=result.error_message,
+                # ctx.error(f"... {key}") must not carry the key into the callback or outbox.
+                error_message=(
+                    scrub(result.error_message, request.api_key_value)
+                    if result.error_message is not None
+                    else None
+                ),
                 reward=result.reward,
                 metrics=metrics,
                 extra_fields=result.extra_fields,
@@ -147,26 +161,40 @@ async def run_rollout(
         response = _error_response(
             request, kept or ctx.partial_messages, error_message or "", finish_reason, metrics
         )
-    ctx.log_event(
-        "rollout_end",
-        status=response.status.value,
-        finish_reason=response.finish_reason,
-        error_message=response.error_message,
-        reward=response.reward,
-        metrics=metrics.model_dump(),
-    )
+    if trace is not None:
+        seen = ctx.partial_messages if ctx.turns else []
+        final_from, final_tail = _final_delta(seen, response.final_messages)
+        ctx.log_event(
+            "rollout_end",
+            status=response.status.value,
+            finish_reason=response.finish_reason,
+            error_message=response.error_message,
+            reward=response.reward,
+            metrics=metrics.model_dump(),
+            final_from=final_from,
+            final_messages=final_tail,
+        )
     return response
+
+
+def _final_delta(seen: list[Message], final: list[Message]) -> tuple[int, list[Message]]:
+    """The final messages as ``(index, tail)`` after what the last turn already traced (the
+    history and reply), or ``(0, everything)`` when the agent returned something else."""
+    if len(final) >= len(seen) and final[: len(seen)] == seen:
+        return len(seen), final[len(seen) :]
+    return 0, final
 
 
 def _log_agent_crash(request: RolloutRequest) -> None:
     """Log the agent's traceback (with exc_info, which ``validate`` reads) unless it holds the
     api_key; then only the scrubbed text is logged."""
-    secret = request.api_key_value
     text = traceback.format_exc()
-    if secret and secret in text:
-        logger.error("rollout %s: the agent raised\n%s", request.rollout_id, scrub(text, secret))
+    scrubbed = scrub(text, request.api_key_value)
+    rollout_id = loggable(request.rollout_id)
+    if scrubbed != text:
+        logger.error("rollout %s: the agent raised\n%s", rollout_id, scrubbed)
     else:
-        logger.exception("rollout %s: the agent raised", request.rollout_id)
+        logger.exception("rollout %s: the agent raised", rollout_id)
 
 
 def _valid_reward(reward: object) -> bool:

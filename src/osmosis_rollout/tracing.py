@@ -2,7 +2,8 @@
 
 Writes happen on one background thread, in order, so a slow disk never blocks the event loop.
 File names are made safe (a rollout id like ``../x`` can never leave the directory), and secrets
-are removed twice: by key name (``api_key``, ``authorization``...) and by value.
+are removed twice: by key name (``api_key``, ``authorization``...) and by value. Every record
+carries the format version ``v`` (``TRACE_VERSION``); docs/traces.md describes the events.
 """
 
 from __future__ import annotations
@@ -18,9 +19,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .protocol import REDACTED
+from .protocol import REDACTED, scrub, scrub_data
 
-__all__ = ["Tracer", "safe_trace_name", "secret_free_json"]
+__all__ = [
+    "MAX_TRACED_TEXT",
+    "TRACE_VERSION",
+    "Tracer",
+    "clip_text",
+    "safe_trace_name",
+    "secret_free_json",
+]
 
 logger = logging.getLogger("osmosis_rollout.tracing")
 
@@ -30,6 +38,10 @@ _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 _RESERVED = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?", re.IGNORECASE)
 #: The suffix hashed names end with; a plain id ending so could collide with one.
 _HASH_SUFFIX = re.compile(r".*-[0-9a-f]{16}")
+#: The trace format's version, written into every record as ``"v"``; bumped on breaking changes.
+TRACE_VERSION = 2
+#: Tool results (and other free text) longer than this are cut in traces; the full length is kept.
+MAX_TRACED_TEXT = 4096
 _SECRET_KEYS = frozenset({"api_key", "apikey", "authorization", "x-api-key", "password", "token"})
 
 
@@ -52,6 +64,16 @@ def safe_trace_name(rollout_id: str) -> str:
     return f"{stem}-{digest}.jsonl"
 
 
+def clip_text(text: str, limit: int = MAX_TRACED_TEXT) -> tuple[str, int | None]:
+    """``text`` cut to ``limit`` characters, and its full length when it was cut (else None).
+
+    Traces keep what a person needs to debug a turn without growing with every huge tool output.
+    """
+    if len(text) <= limit:
+        return text, None
+    return text[:limit], len(text)
+
+
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {
@@ -65,10 +87,14 @@ def _redact(value: Any) -> Any:
 
 def secret_free_json(record: dict[str, Any], secrets: Iterable[str] = ()) -> str:
     """One JSON line of ``record`` with secrets removed: values under secret-looking keys and
-    every occurrence of each string in ``secrets`` become ``**********``."""
-    line = json.dumps(_redact(record), default=str, ensure_ascii=False)
-    for secret in secrets:
-        line = line.replace(secret, REDACTED)
+    every form of each string in ``secrets`` become ``**********`` (debug traces, cassettes)."""
+    hidden = [s for s in secrets if s]
+    data: Any = _redact(record)
+    for secret in hidden:  # before encoding, then after (default=str may reveal more)
+        data = scrub_data(data, secret)
+    line = json.dumps(data, default=str, ensure_ascii=False)
+    for secret in hidden:
+        line = scrub(line, secret)
     return line
 
 
@@ -100,7 +126,12 @@ class Tracer:
         hidden = [s for s in secrets if s]
 
         def emit(event: dict[str, Any]) -> None:
-            self._put(path, secret_free_json({"ts": round(time.time(), 6), **event}, hidden))
+            self._put(
+                path,
+                secret_free_json(
+                    {"v": TRACE_VERSION, "ts": round(time.time(), 6), **event}, hidden
+                ),
+            )
 
         return emit
 

@@ -205,6 +205,7 @@ def command_test(
                         server_key=api_key if server is not None else None,
                         completion_params=completion_params,
                         max_turns=max_turns,
+                        debug_dir=debug_dir,
                     )
                 )
             )
@@ -362,15 +363,15 @@ async def _run(
         )
         task = progress.add_task("rollouts", total=len(rows), passed=0, failed=0)
 
+        writer = _OrderedRows(sink, [r.index for r in rows], output)
+
         def on_result(result: RowResult) -> None:
             finished.append(result)
             counts["passed" if result.passed else "failed"] += 1
             progress.update(task, advance=1, passed=counts["passed"], failed=counts["failed"])
             if recorder is not None:
                 recorder.row_finished(result)
-            if sink is not None:
-                sink.write(json.dumps(result.as_dict(), default=str) + "\n")
-                sink.flush()
+            writer.add(result)
 
         try:
             async with (
@@ -396,6 +397,7 @@ async def _run(
             # Ctrl-C: the rows that finished are already in the file; a closing summary marks it
             # as partial, so a half-written results file is never mistaken for a whole run.
             if sink is not None:
+                writer.flush_all()
                 partial = BatchReport(
                     sorted(finished, key=lambda r: r.index),
                     wall_s=time.perf_counter() - started,
@@ -465,6 +467,40 @@ async def _closing(backend: Any) -> AsyncIterator[None]:
         close = getattr(backend, "aclose", None)
         if close is not None:
             await close()
+
+
+class _OrderedRows:
+    """Writes ``--output`` rows in dataset order as soon as each one's predecessors are done,
+    with trace paths relative to the results file so the pair can be moved together."""
+
+    def __init__(self, sink: IO[str] | None, order: list[int], output: Path | None) -> None:
+        self.sink = sink
+        self.order = order
+        self.next = 0
+        self.waiting: dict[int, Any] = {}
+        self.base = output.resolve().parent if output is not None else None
+
+    def add(self, result: Any) -> None:
+        """Hold ``result`` until every earlier row is written, then write what is ready."""
+        if self.sink is None:
+            return
+        self.waiting[result.index] = result
+        while self.next < len(self.order) and self.order[self.next] in self.waiting:
+            self._write(self.waiting.pop(self.order[self.next]))
+            self.next += 1
+        self.sink.flush()
+
+    def flush_all(self) -> None:
+        """On an interrupt: write the rows still held back, in order, gaps and all."""
+        for index in sorted(self.waiting):
+            self._write(self.waiting.pop(index))
+
+    def _write(self, result: Any) -> None:
+        assert self.sink is not None
+        row = result.as_dict()
+        if row.get("trace") and self.base is not None:
+            row["trace"] = os.path.relpath(row["trace"], self.base)
+        self.sink.write(json.dumps(row, default=str) + "\n")
 
 
 def _open_output(path: Path) -> IO[str]:

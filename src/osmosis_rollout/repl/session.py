@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prompt_toolkit import PromptSession
@@ -64,6 +65,7 @@ async def run_repl(
     server_key: str | None = None,
     completion_params: dict[str, Any] | None = None,
     max_turns: int = 10,
+    debug_dir: str | Path | None = None,
     session: PromptSession[str] | None = None,
     console: Console | None = None,
 ) -> int:
@@ -84,6 +86,7 @@ async def run_repl(
         server_url=server_url,
         server_key=server_key,
         rollout_timeout_s=_FOREVER_S,
+        debug_dir=debug_dir,
     ) as harness:
         repl = _Repl(
             harness,

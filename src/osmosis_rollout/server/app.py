@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import time
+import traceback
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from ..protocol import (
     RolloutRequest,
     RolloutResponse,
     RolloutStatus,
+    loggable,
     scrub,
 )
 from ..rollout import run_rollout
@@ -54,6 +56,13 @@ _RETRY_AFTER_S = "5"
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 _DELIVERY_GRACE_S = 15.0
+#: How long a client may take to send an init's body (a slow sender must not hold a connection).
+_BODY_TIMEOUT_S = 30.0
+#: A 422 lists at most this many validation errors (plus the total count), each message cut to
+#: _MAX_ERROR_CHARS and the whole list to _MAX_ERRORS_BYTES: small whatever the input.
+_MAX_ERRORS = 20
+_MAX_ERROR_CHARS = 200
+_MAX_ERRORS_BYTES = 4096
 
 
 def create_app(
@@ -131,6 +140,8 @@ class RolloutServer:
         self._slots = anyio.Semaphore(settings.max_concurrent)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
+        self.body_timeout_s = _BODY_TIMEOUT_S
+        self.delivery_grace_s = _DELIVERY_GRACE_S
 
     # -- lifespan -------------------------------------------------------------------------------
 
@@ -169,7 +180,7 @@ class RolloutServer:
                 self.registry.queued,
                 self.settings.shutdown_grace_s,
             )
-        await self.registry.drain(self.settings.shutdown_grace_s, _DELIVERY_GRACE_S)
+        await self.registry.drain(self.settings.shutdown_grace_s, self.delivery_grace_s)
 
     async def _expire_records(self) -> None:
         interval = min(60.0, max(0.05, self.settings.record_ttl_s / 2))
@@ -222,7 +233,7 @@ class RolloutServer:
                 body, context={"max_metadata_bytes": self.settings.max_metadata_bytes}
             )
         except ValidationError as exc:
-            return _json(422, {"detail": _validation_details(exc)})
+            return _json(422, _validation_body(exc))
 
         found = self.registry.lookup(rollout)
         if isinstance(found, Conflict):
@@ -237,11 +248,11 @@ class RolloutServer:
                 tools = await resolve_tools(self.agent, rollout)
         except TimeoutError:
             detail = f"get_tools did not return within {self.settings.get_tools_timeout_s:g} s"
-            logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
+            logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)
             return self._refuse(entry, 500, {"detail": detail})
         except Exception as exc:
             detail = scrub(f"get_tools failed: {type(exc).__name__}: {exc}", rollout.api_key_value)
-            logger.error("rollout %s refused: %s", rollout.rollout_id, detail)
+            logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)
             return self._refuse(entry, 500, {"detail": detail})
         except BaseException:  # the request was cancelled: free the key so retries can start
             self._refuse(entry, 503, {"detail": "init interrupted; retry"})
@@ -290,17 +301,32 @@ class RolloutServer:
         return response
 
     async def _read_body(self, request: Request) -> bytes | Response:
+        """The body, or the error to answer: 413 as soon as ``Content-Length`` (or the bytes
+        received) exceed the limit, 408 when the body is not in within ``body_timeout_s``."""
+        too_large = _json(413, {"detail": f"request body exceeds {self._body_limit} bytes"})
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return _json(400, {"detail": "Content-Length must be a whole number of bytes"})
+            if int(declared) > self._body_limit:
+                return too_large
         chunks: list[bytes] = []
         size = 0
-        try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > self._body_limit:
-                    return _json(413, {"detail": f"request body exceeds {self._body_limit} bytes"})
-                chunks.append(chunk)
-        except ClientDisconnect:
-            return _json(400, {"detail": "client disconnected"})
-        return b"".join(chunks)
+        with anyio.move_on_after(self.body_timeout_s):
+            try:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self._body_limit:
+                        return too_large
+                    chunks.append(chunk)
+            except ClientDisconnect:
+                return _json(400, {"detail": "client disconnected"})
+            return b"".join(chunks)
+        return _json(
+            408,
+            {"detail": f"request body not received within {self.body_timeout_s:g} s"},
+            {"Connection": "close"},
+        )
 
     # -- one rollout's background life ----------------------------------------------------------
 
@@ -324,7 +350,7 @@ class RolloutServer:
                         control=entry.control,
                     )
                 except Exception as exc:  # a toolkit bug must still end in one callback
-                    logger.exception("rollout %s: internal error", request.rollout_id)
+                    _log_exception(request, "internal error")
                     response = RolloutResponse(
                         rollout_id=request.rollout_id,
                         status=RolloutStatus.ERROR,
@@ -337,7 +363,10 @@ class RolloutServer:
                     update={"queue_latency_ms": queued_ms}
                 )
             self.registry.delivering(entry)
-            await self._deliver(request, response)
+            # A drain that gives up on this delivery cancels this scope: the result goes to the
+            # outbox at once, not when the process exits.
+            with anyio.CancelScope() as entry.delivery:
+                await self._deliver(request, response)
         except BaseException:
             if response is None:  # stopped before the agent ran: the result is still kept
                 cancelled = RolloutResponse(
@@ -361,35 +390,69 @@ class RolloutServer:
         except TrainGateError as exc:
             self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down
-            logger.exception("rollout %s: callback could not be sent", request.rollout_id)
+            _log_exception(request, "callback could not be sent")
             self._to_outbox(request, response, f"callback not sent: {type(exc).__name__}")
-        except BaseException as exc:  # cancelled mid-delivery at a hard stop: keep the result
-            self._to_outbox(request, response, f"delivery interrupted: {type(exc).__name__}")
+        except BaseException as exc:  # cancelled mid-delivery (drain gave up, or a hard stop)
+            reason = "shutdown: TrainGate did not accept it in time"
+            self._to_outbox(
+                request, response, f"delivery interrupted ({reason}): {type(exc).__name__}"
+            )
             raise
 
     def _to_outbox(self, request: RolloutRequest, response: RolloutResponse, error: str) -> None:
+        secret = request.api_key_value
+        error = scrub(error, secret)
         try:
-            path = write_outbox(self.outbox_dir, request.server_url, response, error)
+            path = write_outbox(self.outbox_dir, request.server_url, response, error, secret)
         except Exception as exc:
             logger.critical(
                 "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
                 "response follows: %s",
-                request.rollout_id,
+                loggable(request.rollout_id),
                 error,
                 exc,
-                repr(response),
+                scrub(repr(response), secret),
             )
             return
         logger.error(
             "rollout %s: completion callback failed (%s); saved to %s",
-            request.rollout_id,
+            loggable(request.rollout_id),
             error,
             path,
         )
 
 
-def _validation_details(exc: ValidationError) -> list[dict[str, Any]]:
-    details = []
-    for err in exc.errors(include_input=False, include_url=False, include_context=False):
-        details.append({"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]})
-    return details
+def _log_exception(request: RolloutRequest, what: str) -> None:
+    """Log the exception being handled, its traceback scrubbed of the rollout's api_key."""
+    text = scrub(traceback.format_exc(), request.api_key_value)
+    logger.error("rollout %s: %s\n%s", loggable(request.rollout_id), what, text.rstrip())
+
+
+def _validation_body(exc: ValidationError) -> dict[str, Any]:
+    """The 422 body: the first errors (never input values), each cut short, and the count.
+
+    The input is pydantic's own (``fail_fast`` lists keep the count small); the caps keep the
+    body a few KB whatever was sent.
+    """
+    details: list[dict[str, Any]] = []
+    size = 0
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    for err in errors[:_MAX_ERRORS]:
+        loc = [
+            "body",
+            *(_cut(str(part), 64) if isinstance(part, str) else part for part in err["loc"][:8]),
+        ]
+        item = {
+            "loc": loc,
+            "msg": _cut(err["msg"], _MAX_ERROR_CHARS),
+            "type": _cut(err["type"], 64),
+        }
+        size += len(json.dumps(item))
+        if size > _MAX_ERRORS_BYTES:
+            break
+        details.append(item)
+    return {"detail": details, "error_count": exc.error_count()}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -40,6 +40,7 @@ class RolloutEntry:
     init_ready: anyio.Event = field(default_factory=anyio.Event)
     finished: anyio.Event = field(default_factory=anyio.Event)
     control: RolloutControl = field(default_factory=RolloutControl)
+    delivery: anyio.CancelScope | None = None  # set while the callback is being sent
     accepted_at: float = field(default_factory=time.perf_counter)
     done_at: float | None = None
 
@@ -67,6 +68,7 @@ class RolloutRegistry:
         self.by_id: dict[str, RolloutEntry] = {}  # rollouts not yet done, by rollout_id
         self.completed_total = 0
         self.draining = False
+        self._drained: anyio.Event | None = None
         self._counts = dict.fromkeys(Phase, 0)
 
     # -- idempotency ----------------------------------------------------------------------------
@@ -192,14 +194,34 @@ class RolloutRegistry:
 
     async def drain(self, grace_s: float, delivery_s: float) -> None:
         """Stop accepting, let rollouts finish for ``grace_s``, then cancel the rest and wait
-        up to ``delivery_s`` for their ``ERROR``/``cancelled`` callbacks (whoever then stops
-        the remaining tasks makes them write their results to the outbox)."""
+        up to ``delivery_s`` for their ``ERROR``/``cancelled`` callbacks; deliveries still
+        pending then are stopped, which writes their results to the outbox right away.
+
+        Runs once: a second call (the lifespan's, after ``serve`` drained on SIGTERM) only waits
+        for the first, so the worst case stays ``grace_s + delivery_s`` plus the outbox writes.
+        """
+        if self._drained is not None:
+            await self._drained.wait()
+            return
+        self._drained = anyio.Event()
         self.draining = True
-        with anyio.move_on_after(grace_s):
+        try:
+            with anyio.move_on_after(grace_s):
+                for entry in self.unfinished():
+                    await entry.finished.wait()
             for entry in self.unfinished():
-                await entry.finished.wait()
-        for entry in self.unfinished():
-            entry.control.cancel()
-        with anyio.move_on_after(delivery_s):
+                entry.control.cancel()
+            with anyio.move_on_after(delivery_s):
+                for entry in self.unfinished():
+                    await entry.finished.wait()
             for entry in self.unfinished():
-                await entry.finished.wait()
+                if entry.delivery is not None:
+                    entry.delivery.cancel()
+            # Cancelled deliveries write their outbox file and finish without awaiting again;
+            # give them a moment to run (an agent that ignores cancellation is not waited for).
+            with anyio.move_on_after(1.0):
+                for entry in self.unfinished():
+                    if entry.phase is Phase.DELIVERING:
+                        await entry.finished.wait()
+        finally:
+            self._drained.set()

@@ -196,6 +196,13 @@ class Harness:
                 "is this an osmosis rollout server?"
             )
 
+    def trace_path(self, rollout_id: str) -> Path | None:
+        """Where this harness's in-process server writes the trace of ``rollout_id``, if any."""
+        server = self.rollout_server
+        if server is None or server.tracer is None:
+            return None
+        return server.tracer.path_for(rollout_id)
+
     def cancel(self, rollout_id: str, *, reason: str = "test harness") -> bool:
         """Cancel a running in-process rollout; it still sends its ``ERROR``/``cancelled``
         callback. Returns False when there is no such rollout (or the server is remote)."""
@@ -258,6 +265,12 @@ class Harness:
             init_body = response.text[:500]
         if response.status_code == 202:
             record = await self.gate.wait_completed(rid, timeout_s + max(1.0, timeout_s / 10))
+        tracer = self.rollout_server.tracer if self.rollout_server is not None else None
+        if tracer is not None and record.findings:
+            tracer.sink(rid, secrets=[MOCK_API_KEY])(
+                {"event": "findings", "rollout_id": rid}
+                | {"findings": [f.as_dict() for f in record.findings]}
+            )
         return RolloutOutcome(
             rollout_id=rid,
             init_status=response.status_code,

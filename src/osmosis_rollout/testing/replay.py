@@ -148,10 +148,10 @@ class ReplayBackend:
     # -- what to run ------------------------------------------------------------------------
 
     def rows(self) -> list[RowInput]:
-        """The recorded rows as runner input: the same messages and metadata, in file order."""
+        """The recorded rows as runner input: the same messages and metadata, in row order."""
         return [
             RowInput(index=r.row, messages=r.input.messages, metadata=r.input.metadata)
-            for r in self.cassette.rows
+            for r in sorted(self.cassette.rows, key=lambda r: r.row)
         ]
 
     def options(self, *, timeout_s: float = 300.0, concurrency: int = 8) -> RunOptions:
@@ -309,7 +309,12 @@ class ReplayBackend:
 
 
 def _add_finding(record: RolloutRecord, divergence: Divergence, note: str = "") -> None:
-    record.add(REPLAY_DIVERGED, divergence.summary() + note, divergence.as_dict())
+    record.add(
+        REPLAY_DIVERGED,
+        divergence.summary() + note,
+        turn=divergence.turn,
+        details=divergence.as_dict(),
+    )
 
 
 def _wire_tool(tool: Any) -> dict[str, Any]:

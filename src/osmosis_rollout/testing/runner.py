@@ -64,6 +64,15 @@ class RowResult:
     findings: list[Finding] = field(default_factory=list)
     final_messages: list[Message] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: The dataset row's metadata as sent with the rollout (``ground_truth`` included).
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: The rollout's debug trace, when the server wrote one (``--debug-dir``).
+    trace: str | None = None
+
+    @property
+    def ground_truth(self) -> Any:
+        """The row's ``ground_truth``, if the dataset had one."""
+        return self.metadata.get("ground_truth")
 
     @property
     def passed(self) -> bool:
@@ -96,7 +105,10 @@ class RowResult:
             "other_ms": round(self.other_ms, 3),
             "findings": [f.as_dict() for f in self.findings],
             "metrics": self.metrics,
-            "final_messages": self.final_messages,
+            "ground_truth": self.ground_truth,
+            "metadata": self.metadata,
+            "trace": self.trace,
+            "final_messages": self.final_messages,  # last: readers can index the rest cheaply
         }
 
 
@@ -195,6 +207,9 @@ async def run_batch(
                     )
                 else:
                     result = result_from_outcome(row.index, outcome)
+                    trace = harness.trace_path(rollout_id)
+                    result.trace = str(trace) if trace is not None else None
+        result.metadata = row.metadata
         results[position] = result
         if on_result is not None:
             on_result(result)

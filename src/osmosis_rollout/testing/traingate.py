@@ -59,7 +59,9 @@ class Finding:
     code: str
     message: str
     rollout_id: str | None = None
-    #: Structured facts for results files (e.g. a ``replay_diverged`` finding's turn and field).
+    #: The LLM turn it was seen at (the number of chat calls so far), None before any.
+    turn: int | None = None
+    #: Structured facts for results files (e.g. a ``replay_diverged`` finding's field and diff).
     details: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -68,6 +70,7 @@ class Finding:
             "code": self.code,
             "message": self.message,
             "rollout_id": self.rollout_id,
+            "turn": self.turn,
         }
         if self.details is not None:
             data["details"] = self.details
@@ -108,9 +111,17 @@ class RolloutRecord:
         """Names of the tools the server declared at init."""
         return {t.name for t in self.tools}
 
-    def add(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        """Record a finding for this rollout."""
-        self.findings.append(Finding(code, message, self.rollout_id, details))
+    def add(
+        self,
+        code: str,
+        message: str,
+        *,
+        turn: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a finding for this rollout, at ``turn`` (default: the last chat turn)."""
+        turn = turn if turn is not None else len(self.chats) or None
+        self.findings.append(Finding(code, message, self.rollout_id, turn, details))
 
 
 class LLMBackend(Protocol):
@@ -341,18 +352,26 @@ class MockTrainGate:
         return Response(reply.model_dump_json(exclude_none=True), media_type="application/json")
 
     def _check_chat(self, record: RolloutRecord, body: CompletionsRequest) -> None:
+        turn = len(record.chats) + 1  # the turn this call starts
         if record.completions:
-            record.add(CHAT_AFTER_COMPLETION, "chat call after the rollout had completed")
+            record.add(
+                CHAT_AFTER_COMPLETION, "chat call after the rollout had completed", turn=turn
+            )
         if "tools" in (body.model_extra or {}):
-            record.add(TOOLS_SENT, "chat request carried `tools`; TrainGate knows them from init")
+            record.add(
+                TOOLS_SENT,
+                "chat request carried `tools`; TrainGate knows them from init",
+                turn=turn,
+            )
         if record.chats and record.replies:
             previous = [*record.chats[-1].messages, _reply_message(record.replies[-1])]
             index = first_divergence(previous, body.messages)
             if index is not None:
                 record.add(
                     HISTORY_REWRITTEN,
-                    f"turn {len(record.chats) + 1} rewrote the history at message {index}: "
+                    f"turn {turn} rewrote the history at message {index}: "
                     "each call must send the previous messages plus the reply, unchanged",
+                    turn=turn,
                 )
 
     async def _completed(self, request: Request) -> Response:

@@ -23,6 +23,7 @@ from pydantic_core import to_json
 from ..agent import RolloutContext
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
+from ..tracing import clip_text
 from .arguments import _check, _shorten, _validator, parse_arguments
 from .schema import _build_spec, _ToolSpec
 
@@ -146,10 +147,15 @@ class Toolbox:
             content = f"Error: {error}"
         latency_ms = (time.perf_counter() - started) * 1000
         ctx.record_tool_call(latency_ms)
+        result, result_chars = clip_text(content)
         ctx.log_event(
             "tool_call",
+            turn=ctx.turns,
             tool=name,
             tool_call_id=call_id,
+            arguments=function.get("arguments"),
+            result=result,
+            result_chars=result_chars,
             latency_ms=round(latency_ms, 3),
             error=error,
         )
