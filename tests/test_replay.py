@@ -50,6 +50,18 @@ def answer(request: RecordedRequest) -> Reply:
     return tool_call("add", {"a": numbers[0], "b": numbers[1]}, **extras)
 
 
+def record_with(stub: OpenAIStub, dataset: Path, cassette: Path, *flags: str) -> None:
+    """``osmosis test CalcAgent --record`` against ``stub`` on 127.0.0.1, with an API key."""
+    with stub.serve() as base_url:
+        args = ["-d", str(dataset), "--llm-url", base_url, "--model", "stub-model"]
+        result = runner.invoke(
+            app,
+            ["test", f"{AGENTS}:CalcAgent", *args, "--record", str(cassette), *flags],
+            env={"OPENAI_API_KEY": SECRET},
+        )
+    assert result.exit_code == 0, result.output
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One recording of CalcAgent against the stub over real HTTP: cassette, results, stub."""
@@ -58,28 +70,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     dataset.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     cassette, results = work / "runs" / "cassette.jsonl", work / "recorded.jsonl"
     stub = OpenAIStub(responder=answer)
-    with stub.serve() as base_url:
-        result = runner.invoke(
-            app,
-            [
-                "test",
-                f"{AGENTS}:CalcAgent",
-                "-d",
-                str(dataset),
-                "--llm-url",
-                base_url,
-                "--model",
-                "stub-model",
-                "--temperature",
-                "0.5",
-                "--record",
-                str(cassette),
-                "-o",
-                str(results),
-            ],
-            env={"OPENAI_API_KEY": SECRET},
-        )
-    assert result.exit_code == 0, result.output
+    record_with(stub, dataset, cassette, "--temperature", "0.5", "-o", str(results))
     return {"dataset": dataset, "cassette": cassette, "results": results, "stub": stub}
 
 
@@ -153,25 +144,7 @@ def test_a_secret_the_model_echoes_is_scrubbed(tmp_path: Path) -> None:
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text(json.dumps(ROWS[0]) + "\n")
     cassette = tmp_path / "c.jsonl"
-    stub = OpenAIStub([text(f"my key is {SECRET}")])
-    with stub.serve() as base_url:
-        result = runner.invoke(
-            app,
-            [
-                "test",
-                f"{AGENTS}:CalcAgent",
-                "-d",
-                str(dataset),
-                "--llm-url",
-                base_url,
-                "--model",
-                "m",
-                "--record",
-                str(cassette),
-            ],
-            env={"OPENAI_API_KEY": SECRET},
-        )
-    assert result.exit_code == 0, result.output
+    record_with(OpenAIStub([text(f"my key is {SECRET}")]), dataset, cassette)
     raw = cassette.read_text()
     assert SECRET not in raw
     assert "my key is **********" in raw
