@@ -50,7 +50,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -63,6 +62,7 @@ from pathlib import Path
 import pytest
 
 from .support import free_port
+from .test_server_uvicorn import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 SANDBOX_FILES = Path(__file__).parent / "assets" / "docs_sandbox"
@@ -459,15 +459,7 @@ class Sandbox:
     def close(self) -> None:
         """Stop every background process (SIGTERM, then SIGKILL)."""
         for proc, _ in self.background:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=5)
+            stop_process(proc)
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,18 +229,50 @@ def test_find_source_does_not_run_package_code(isolated: Path) -> None:
     assert find_source("osmosis_boom_pkg.missing") is None
 
 
-def test_relative_import_in_a_package_file_suggests_the_module_target(isolated: Path) -> None:
-    """A package file with `from .x import y`, given as a path, names the module target."""
+@pytest.mark.parametrize(
+    "imports", ["from .helpers import VALUE", "from osmosis_rel_pkg.helpers import VALUE"]
+)
+def test_a_file_inside_a_package_imports_as_its_dotted_module(isolated: Path, imports: str) -> None:
+    """Like fastapi-cli: pkg/agent.py is imported as pkg.agent, so relative and absolute imports
+    of its own package both work (they used to fail: "relative import", "not installed")."""
     package = isolated / "osmosis_rel_pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "helpers.py").write_text("VALUE = 1\n")
-    (package / "agent.py").write_text("\nfrom .helpers import VALUE\n")
-    error = load_error("osmosis_rel_pkg/agent.py:Agent")
+    (package / "agent.py").write_text(AGENT_SOURCE.format(imports=imports))
+    loaded = load_target("osmosis_rel_pkg/agent.py:Agent")
+    assert loaded.module_name == "osmosis_rel_pkg.agent"
+    assert loaded.file == Path("osmosis_rel_pkg/agent.py")
+    assert isinstance(loaded.obj(), RolloutAgentLoop)
+
+
+def test_a_nested_package_file_is_found_from_anywhere(isolated: Path) -> None:
+    """The top package's parent goes on sys.path, wherever the command runs."""
+    sub = isolated / "src" / "osmosis_nest_pkg" / "agents"
+    sub.mkdir(parents=True)
+    (sub.parent / "__init__.py").write_text("")
+    (sub / "__init__.py").write_text("")
+    (sub.parent / "tools.py").write_text("VALUE = 1\n")
+    (sub / "main.py").write_text(AGENT_SOURCE.format(imports="from ..tools import VALUE"))
+    elsewhere = isolated / "elsewhere"
+    elsewhere.mkdir()
+    os.chdir(elsewhere)
+    loaded = load_target("../src/osmosis_nest_pkg/agents/main.py:Agent")
+    assert loaded.module_name == "osmosis_nest_pkg.agents.main"
+
+
+def test_a_package_file_shadowed_by_an_imported_package_is_one_clear_error(
+    isolated: Path,
+) -> None:
+    """A file in ./json/ (say) cannot import as json.x when the stdlib json is loaded."""
+    package = isolated / "osmosis_twin_pkg"
+    for folder in (isolated / "a" / package.name, isolated / "b" / package.name):
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        (folder / "agent.py").write_text(AGENT_SOURCE.format(imports=""))
+    load_target(f"a/{package.name}/agent.py:Agent")
+    error = load_error(f"b/{package.name}/agent.py:Agent")
     assert error.code == "IMPORT_FAILED"
-    assert "relative import" in str(error)
-    assert str(error).endswith("give the target as a module: osmosis_rel_pkg.agent:Agent")
-    assert error.location == "osmosis_rel_pkg/agent.py:2"
-    # The suggested target imports the package file (it defines no Agent: that is all).
-    with pytest.raises(AgentLoadError, match="has no attribute 'Agent'"):
-        load_target("osmosis_rel_pkg.agent:Agent")
+    assert "but another 'osmosis_twin_pkg' is already imported (from a/osmosis_twin_pkg)" in str(
+        error
+    )

@@ -121,7 +121,11 @@ def load_target(target: str) -> LoadedTarget:
                 "in the target",
                 code="FILE_NOT_FOUND",
             )
-        module = _import_file(path, attr)
+        package_module = _package_module(path)
+        if package_module is None:
+            module = _import_file(path)
+        else:
+            module = _import_package_file(path, *package_module)
         file: Path | None = path
         shown = module_or_path
     else:
@@ -178,7 +182,7 @@ def _ensure_cwd_on_path() -> None:
         sys.path.insert(0, cwd)
 
 
-def _import_file(path: Path, attr: str) -> ModuleType:
+def _import_file(path: Path) -> ModuleType:
     directory = str(path.resolve().parent)
     if directory not in sys.path:
         sys.path.insert(0, directory)  # sibling imports (`from helpers import x`) must work
@@ -195,21 +199,17 @@ def _import_file(path: Path, attr: str) -> ModuleType:
         sys.modules.pop(name, None)
         if not isinstance(exc, Exception | SystemExit):
             raise
-        package_target = _package_target(path, attr)
-        if isinstance(exc, ImportError) and "relative import" in str(exc) and package_target:
-            # A file inside a package, loaded on its own: its `from .x import y` cannot work.
-            raise AgentLoadError(
-                f"{path} uses a relative import, which works only when the file is imported "
-                f"as part of its package; give the target as a module: {package_target}",
-                code="IMPORT_FAILED",
-                location=error_location(exc.__traceback__),
-            ) from None
         raise _import_error(exc, str(path), module_name=None) from None
     return module
 
 
-def _package_target(path: Path, attr: str) -> str | None:
-    """``pkg.mod:Attr`` for a file inside package folders (with ``__init__.py``), else None."""
+def _package_module(path: Path) -> tuple[str, Path] | None:
+    """(dotted module name, folder above the top package) for a file inside package folders.
+
+    Like fastapi-cli: walk up while the folder has an ``__init__.py``; the file then imports as
+    ``pkg.sub.mod`` with the top package's parent on sys.path, so both absolute imports of its
+    own package and relative imports work. None for a loose file or non-identifier names.
+    """
     file = path.resolve()
     parts = [file.stem]
     folder = file.parent
@@ -218,8 +218,29 @@ def _package_target(path: Path, attr: str) -> str | None:
         folder = folder.parent
     if len(parts) == 1 or not all(part.isidentifier() for part in parts):
         return None
-    where = "" if folder == Path.cwd().resolve() else f" (run from {display_path(folder)})"
-    return f"{'.'.join(parts)}:{attr}{where}"
+    return ".".join(parts), folder
+
+
+def _import_package_file(path: Path, name: str, base: Path) -> ModuleType:
+    top = name.partition(".")[0]
+    loaded = sys.modules.get(top)
+    if loaded is not None and base / top not in _package_dirs(loaded):
+        where = ", ".join(display_path(p) for p in _package_dirs(loaded)) or "elsewhere"
+        raise AgentLoadError(
+            f"{path} belongs to the package {top!r} in {display_path(base)}, but another "
+            f"{top!r} is already imported (from {where}); rename one of them",
+            code="IMPORT_FAILED",
+        )
+    if str(base) not in sys.path:
+        sys.path.insert(0, str(base))
+    try:
+        return importlib.import_module(name)
+    except (Exception, SystemExit) as exc:
+        raise _import_error(exc, str(path), module_name=name) from None
+
+
+def _package_dirs(module: ModuleType) -> list[Path]:
+    return [Path(p).resolve() for p in getattr(module, "__path__", [])]
 
 
 def _import_module(name: str) -> ModuleType:

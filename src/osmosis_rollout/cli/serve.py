@@ -13,35 +13,18 @@ import typer
 
 from . import app
 from ._common import EXIT_PROBLEMS, fail, run_async, stderr_console
+from ._target import TARGET_HELP, agent_target
 
 if TYPE_CHECKING:
     from ..config import ServerSettings
 
-TARGET_HELP = "The agent: [bold]path/to/file.py:Attr[/] or [bold]pkg.module:Attr[/]."
 
-
-def resolve_target(target: str | None, module: str | None, pyproject: Path | None) -> str:
+def resolve_target(target: str | None, module: str | None) -> str:
     """TARGET, or ``-m``, or ``agent`` from ``[tool.osmosis]``; exactly one source."""
     if target and module:
         fail("give the agent either as TARGET or with -m/--module, not both")
-    chosen = target or module
-    if chosen:
-        return chosen
-    if pyproject is not None:
-        import tomllib
-
-        try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            fail(f"cannot read {pyproject}: {exc}")
-        tool = data.get("tool")
-        table = tool.get("osmosis") if isinstance(tool, dict) else None
-        configured = table.get("agent") if isinstance(table, dict) else None
-        if isinstance(configured, str) and configured:
-            return configured
-    return fail(
-        "missing TARGET: the agent to serve",
-        hint="osmosis serve path/to/agent.py:MyAgent  (or set `agent` in [tool.osmosis])",
+    return agent_target(
+        target or module, command="serve", example="osmosis serve path/to/agent.py:MyAgent"
     )
 
 
@@ -155,7 +138,7 @@ def serve_command(
 
     err = stderr_console()
     pyproject = find_pyproject(Path.cwd())
-    chosen = resolve_target(target, module, pyproject)
+    chosen = resolve_target(target, module)
     cli: dict[str, Any] = {
         "host": host,
         "port": port,

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from . import app
 from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stderr_console, stdout_console
-from .serve import TARGET_HELP
+from ._target import TARGET_HELP
 
 
 @app.command("test")
@@ -132,10 +132,11 @@ def command_test(
     """
     from ..errors import OsmosisError
 
-    if server is None and target is None:
-        fail(
-            "missing TARGET: the agent to test",
-            hint="osmosis test agent.py:MyAgent --dataset rows.jsonl",
+    if server is None:
+        from ._target import agent_target
+
+        target = agent_target(
+            target, command="test", example="osmosis test agent.py:MyAgent --dataset rows.jsonl"
         )
     if server is not None and target is not None:
         fail("give either TARGET (run it in-process) or --server URL, not both")

@@ -8,18 +8,19 @@ import typer
 
 from . import app
 from ._common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, fail, run_async, stdout_console
+from ._target import TARGET_HELP, agent_target
 
 
 @app.command("validate")
 def validate_command(
     target: Annotated[
-        str,
+        str | None,
         typer.Argument(
-            help="The agent: [bold]path/to/file.py:Attr[/] or [bold]pkg.module:Attr[/].",
+            help=TARGET_HELP,
             metavar="TARGET",
             show_default=False,
         ),
-    ],
+    ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON on stdout, nothing else.")
     ] = False,
@@ -41,6 +42,7 @@ def validate_command(
     from ..render import validation_report
     from ..validator import validate_agent_loop
 
+    target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
     result = run_async(validate_agent_loop(target, dry_run=dry_run, timeout_s=timeout))
     unusable = next((p for p in result.errors if p.code in TARGET_CODES), None)
     if json_output:

@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 
 from ..config import ServerSettings
 from ..loader import load_agent
+from ..project import find_project
 from .app import create_app
 
 __all__ = ["SETTINGS_ENV", "TARGET_ENV", "app_from_environment"]
@@ -20,4 +21,7 @@ SETTINGS_ENV = "OSMOSIS_SERVE_SETTINGS_JSON"
 def app_from_environment() -> Starlette:
     """Build the app from ``OSMOSIS_SERVE_TARGET`` and ``OSMOSIS_SERVE_SETTINGS_JSON``."""
     settings = ServerSettings.model_validate_json(os.environ.get(SETTINGS_ENV, "{}"))
+    project = find_project()
+    if project is not None:
+        project.put_root_on_path()  # as the parent did: module targets import from the root
     return create_app(load_agent(os.environ[TARGET_ENV]), settings=settings)
