@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.protocol import REDACTED, scrub
 from osmosis_rollout.server import RolloutServer, create_app
+from osmosis_rollout.server.registry import FinishedRecord
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 
 from .support import load_asset, serve_in_thread
@@ -361,3 +362,58 @@ async def test_a_rollout_id_with_a_newline_cannot_forge_a_log_line(
         assert "\nCRITICAL forged" not in message
         assert "\x1b" not in message
         assert "evil\\nCRITICAL forged line\\x1b[31m" in message
+
+
+# --------------------------------------------------------------------------------------------
+# 6. Finished records are compact and capped
+# --------------------------------------------------------------------------------------------
+
+
+async def test_finished_records_are_compact_share_their_tools_and_replay_the_same_202(
+    tmp_path: Path,
+) -> None:
+    """A finished rollout leaves an id, a fingerprint and an outcome (the tools JSON shared by
+    every record with the same tools); a duplicate still gets the first 202, byte for byte."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        first = await s.init(init_body("a", metadata={"no_chat": True}))
+        await s.init(init_body("b", metadata={"no_chat": True}))
+        await s.settle()
+        records = [s.server.registry.by_key[k] for k in ("a", "b")]
+        replay = await s.init(init_body("a", metadata={"no_chat": True}))
+
+    a, b = records
+    assert isinstance(a, FinishedRecord)
+    assert isinstance(b, FinishedRecord)
+    assert (a.rollout_id, a.outcome) == ("a", "COMPLETED")
+    assert a.fingerprint != b.fingerprint  # the bodies differ by their rollout_id
+    assert a.tools is b.tools  # one copy of the tools for every record
+    assert replay.status_code == 202
+    assert replay.content == first.content
+    assert len(s.completions("a")) == 1
+
+
+async def test_finished_records_are_capped_oldest_first(tmp_path: Path) -> None:
+    """Past ``max_records`` the oldest records go, so a long run's memory stays bounded."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        s.server.registry.max_records = 3
+        for i in range(5):
+            await s.init(init_body(f"r{i}", metadata={"no_chat": True}))
+            await s.settle()
+        kept = sorted(s.server.registry.by_key)
+        count = s.server.registry.records
+
+    assert kept == ["r2", "r3", "r4"]
+    assert count == 3
+
+
+async def test_an_undelivered_rollout_leaves_an_outbox_record(tmp_path: Path) -> None:
+    """The record's outcome says where the result went: the callback's status, or the outbox."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        for _ in range(4):
+            s.raw.fail_next(COMPLETED, 500)
+        await s.init(init_body("lost", metadata={"no_chat": True}))
+        await s.settle()
+        record = s.server.registry.by_key["lost"]
+
+    assert isinstance(record, FinishedRecord)
+    assert record.outcome == "outbox"

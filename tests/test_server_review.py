@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from osmosis_rollout.protocol import RolloutRequest
+from osmosis_rollout.server.registry import FinishedRecord
 
 from .support import load_asset
 from .test_server import CHAT, COMPLETED, TG_KEY, agents, init_body, serving
@@ -103,15 +104,16 @@ async def test_get_tools_that_hangs_is_refused_and_frees_the_key(tmp_path: Path)
 async def test_finished_records_do_not_keep_the_conversation(tmp_path: Path) -> None:
     """A finished rollout's record keeps ids and the 202 body, not its messages or context."""
     async with serving(agents.ToolAgent(), tmp_path) as s:
-        await s.init(init_body(metadata={"blob": "x" * 10_000}))
+        first = await s.init(init_body(metadata={"blob": "x" * 10_000}))
         await s.settle()
         entry = s.server.registry.by_key["r-1"]
         replay = await s.init(init_body(metadata={"blob": "x" * 10_000}))
 
-    assert entry.control.context is None
-    assert entry.request.messages == []
-    assert entry.request.metadata == {}
+    assert isinstance(entry, FinishedRecord)  # no request, no context: only what dedup needs
+    assert not hasattr(entry, "request")
+    assert not hasattr(entry, "control")
     assert replay.status_code == 202
+    assert replay.content == first.content
     assert len(s.completions("r-1")) == 1
 
 

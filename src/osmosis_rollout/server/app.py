@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr, TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -31,7 +31,6 @@ from ..errors import TrainGateError
 from ..protocol import (
     DEFAULT_MAX_METADATA_BYTES,
     HealthResponse,
-    InitResponse,
     OpenAIFunctionToolSchema,
     RolloutRequest,
     RolloutResponse,
@@ -43,7 +42,7 @@ from ..rollout import run_rollout
 from ..tracing import Tracer
 from .auth import key_matches
 from .outbox import DEFAULT_OUTBOX_DIR, write_outbox
-from .registry import Conflict, RolloutEntry, RolloutRegistry
+from .registry import Conflict, RolloutEntry, RolloutRegistry, fingerprint
 
 __all__ = ["RolloutServer", "create_app"]
 
@@ -53,6 +52,7 @@ _JSON = "application/json"
 #: Inits larger than this are refused with 413 before parsing (messages can be long).
 _MIN_BODY_LIMIT = 16 * 1024 * 1024
 _RETRY_AFTER_S = "5"
+_TOOLS_JSON = TypeAdapter(list[OpenAIFunctionToolSchema])
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 _DELIVERY_GRACE_S = 15.0
@@ -235,14 +235,15 @@ class RolloutServer:
         except ValidationError as exc:
             return _json(422, _validation_body(exc))
 
-        found = self.registry.lookup(rollout)
+        body_fingerprint = fingerprint(body)
+        found = self.registry.lookup(rollout, body_fingerprint)
         if isinstance(found, Conflict):
             return _json(409, {"detail": found.detail})
         if found is not None:
-            await found.init_ready.wait()
-            return Response(found.init_body, status_code=found.init_status, media_type=_JSON)
+            status, answer = await found.init_answer()
+            return Response(answer, status_code=status, media_type=_JSON)
 
-        entry = self.registry.reserve(rollout)
+        entry = self.registry.reserve(rollout, body_fingerprint)
         try:
             with anyio.fail_after(self.settings.get_tools_timeout_s):
                 tools = await resolve_tools(self.agent, rollout)
@@ -269,9 +270,7 @@ class RolloutServer:
                 {"detail": "too many rollouts queued; retry later"},
                 {"Retry-After": _RETRY_AFTER_S},
             )
-        init_body = InitResponse(rollout_id=rollout.rollout_id, tools=tools)
-        payload = init_body.model_dump_json(exclude_none=True).encode()
-        self.registry.accept(entry, 202, payload)
+        payload = self.registry.accept(entry, _TOOLS_JSON.dump_json(tools, exclude_none=True))
         assert self._tasks is not None  # _unavailable() checked it; no await since
         self._tasks.start_soon(self._run, entry, tools)
         return Response(payload, status_code=202, media_type=_JSON)
@@ -366,7 +365,7 @@ class RolloutServer:
             # A drain that gives up on this delivery cancels this scope: the result goes to the
             # outbox at once, not when the process exits.
             with anyio.CancelScope() as entry.delivery:
-                await self._deliver(request, response)
+                await self._deliver(entry, response)
         except BaseException:
             if response is None:  # stopped before the agent ran: the result is still kept
                 cancelled = RolloutResponse(
@@ -381,12 +380,15 @@ class RolloutServer:
         finally:
             self.registry.finish(entry)
 
-    async def _deliver(self, request: RolloutRequest, response: RolloutResponse) -> None:
+    async def _deliver(self, entry: RolloutEntry, response: RolloutResponse) -> None:
         assert self.client is not None
+        request = entry.request
+        entry.outcome = "outbox"  # until TrainGate accepts it
         try:
             await self.client.complete_rollout(
                 request.server_url, response, api_key=request.api_key_value
             )
+            entry.outcome = response.status.value
         except TrainGateError as exc:
             self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down

@@ -1,21 +1,64 @@
 """The server's memory of rollouts: idempotency, admission, counts, TTL and drain.
 
 All bookkeeping happens on the event loop without awaiting between a lookup and the matching
-reservation, so concurrent duplicate inits see one consistent state.
+reservation, so concurrent duplicate inits see one consistent state. A finished rollout shrinks
+to a ``FinishedRecord`` (id, request fingerprint, outcome, time; the tools' JSON shared between
+records): what idempotency needs for the record TTL, at most ``max_records`` of them.
 """
 
 from __future__ import annotations
 
+import collections
+import hashlib
+import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from enum import Enum
 
 import anyio
+from pydantic import TypeAdapter
 
-from ..protocol import RolloutRequest
+from ..protocol import RolloutRequest, loggable
 from ..rollout import RolloutControl
 
-__all__ = ["Conflict", "Phase", "RolloutEntry", "RolloutRegistry"]
+__all__ = [
+    "DEFAULT_MAX_RECORDS",
+    "Conflict",
+    "FinishedRecord",
+    "Phase",
+    "RolloutEntry",
+    "RolloutRegistry",
+    "fingerprint",
+    "init_body",
+]
+
+logger = logging.getLogger("osmosis_rollout.server")
+
+#: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
+#: each (see docs/security.md), so the cap bounds them near 200 MB.
+DEFAULT_MAX_RECORDS = 1_000_000
+_JSON_STR = TypeAdapter(str)
+
+
+def fingerprint(body: bytes) -> int:
+    """A 64-bit digest of an init's raw body: tells a retry from a reused idempotency key."""
+    return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big")
+
+
+def init_body(rollout_id: str, tools_json: bytes) -> bytes:
+    """The 202 body ``{"rollout_id": ..., "tools": [...]}``, built the same way for the first
+    answer and for every duplicate (from a finished record's shared tools JSON)."""
+    return b'{"rollout_id":' + _JSON_STR.dump_json(rollout_id) + b',"tools":' + tools_json + b"}"
+
+
+class _Tools:
+    """One tools JSON, shared by every record whose 202 listed the same tools."""
+
+    __slots__ = ("__weakref__", "json")
+
+    def __init__(self, json: bytes) -> None:
+        self.json = json
 
 
 class Phase(Enum):
@@ -34,6 +77,7 @@ class RolloutEntry:
 
     request: RolloutRequest
     key: str
+    fingerprint: int = 0
     phase: Phase = Phase.PENDING
     init_status: int = 0
     init_body: bytes = b""
@@ -42,12 +86,37 @@ class RolloutEntry:
     control: RolloutControl = field(default_factory=RolloutControl)
     delivery: anyio.CancelScope | None = None  # set while the callback is being sent
     accepted_at: float = field(default_factory=time.perf_counter)
-    done_at: float | None = None
+    outcome: str = "done"  # set by the server before finish(): the callback's status or "outbox"
+    tools: _Tools | None = None
 
     @property
     def rollout_id(self) -> str:
         """The rollout's id."""
         return self.request.rollout_id
+
+    async def init_answer(self) -> tuple[int, bytes]:
+        """The status and body every duplicate init gets (once the first init is answered)."""
+        await self.init_ready.wait()
+        return self.init_status, self.init_body
+
+
+class FinishedRecord:
+    """What remains of a finished rollout for the record TTL: enough to answer a duplicate."""
+
+    __slots__ = ("done_at", "fingerprint", "key", "outcome", "rollout_id", "tools")
+    phase = Phase.DONE
+
+    def __init__(self, entry: RolloutEntry, tools: _Tools, done_at: float) -> None:
+        self.key = entry.key
+        self.rollout_id = entry.rollout_id
+        self.fingerprint = entry.fingerprint
+        self.outcome = entry.outcome
+        self.tools = tools
+        self.done_at = done_at
+
+    async def init_answer(self) -> tuple[int, bytes]:
+        """The first init's 202, rebuilt."""
+        return 202, init_body(self.rollout_id, self.tools.json)
 
 
 @dataclass(frozen=True)
@@ -60,11 +129,22 @@ class Conflict:
 class RolloutRegistry:
     """Tracks rollouts by idempotency key and by rollout id; counts what ``/health`` shows."""
 
-    def __init__(self, *, max_concurrent: int, max_queued: int, record_ttl_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        max_concurrent: int,
+        max_queued: int,
+        record_ttl_s: float,
+        max_records: int = DEFAULT_MAX_RECORDS,
+    ) -> None:
         self.max_concurrent = max_concurrent
         self.max_queued = max_queued
         self.record_ttl_s = record_ttl_s
-        self.by_key: dict[str, RolloutEntry] = {}
+        self.max_records = max_records
+        #: Rollouts by idempotency key: live entries, then finished records for the TTL.
+        self.by_key: dict[str, RolloutEntry | FinishedRecord] = {}
+        self._records: collections.deque[FinishedRecord] = collections.deque()  # oldest first
+        self._tool_sets: weakref.WeakValueDictionary[bytes, _Tools] = weakref.WeakValueDictionary()
         self.by_id: dict[str, RolloutEntry] = {}  # rollouts not yet done, by rollout_id
         self.completed_total = 0
         self.draining = False
@@ -73,8 +153,10 @@ class RolloutRegistry:
 
     # -- idempotency ----------------------------------------------------------------------------
 
-    def lookup(self, request: RolloutRequest) -> RolloutEntry | Conflict | None:
-        """The entry a duplicate should reuse, a conflict, or None for a new rollout."""
+    def lookup(
+        self, request: RolloutRequest, body_fingerprint: int = 0
+    ) -> RolloutEntry | FinishedRecord | Conflict | None:
+        """The entry or record a duplicate should reuse, a conflict, or None for a new one."""
         entry = self.by_key.get(request.dedup_key)
         if entry is not None and self._stale(entry, time.perf_counter()):
             del self.by_key[entry.key]
@@ -85,6 +167,12 @@ class RolloutRegistry:
                     "idempotency_key is already used by a different rollout_id; use a new "
                     "idempotency_key for a new rollout"
                 )
+            if body_fingerprint and entry.fingerprint and body_fingerprint != entry.fingerprint:
+                logger.warning(
+                    "rollout %s: a duplicate init with a different body; it gets the first "
+                    "init's answer (use a new idempotency_key for a new rollout)",
+                    loggable(entry.rollout_id),
+                )
             return entry
         running = self.by_id.get(request.rollout_id)
         if running is not None:
@@ -94,9 +182,9 @@ class RolloutRegistry:
             )
         return None
 
-    def reserve(self, request: RolloutRequest) -> RolloutEntry:
+    def reserve(self, request: RolloutRequest, body_fingerprint: int = 0) -> RolloutEntry:
         """Register a new rollout as pending (call right after a ``lookup`` returned None)."""
-        entry = RolloutEntry(request=request, key=request.dedup_key)
+        entry = RolloutEntry(request=request, key=request.dedup_key, fingerprint=body_fingerprint)
         self._counts[Phase.PENDING] += 1
         self.by_key[entry.key] = entry
         self.by_id[entry.rollout_id] = entry
@@ -119,28 +207,37 @@ class RolloutRegistry:
         """
         return self.active + self.queued < self.max_concurrent + self.max_queued
 
-    def accept(self, entry: RolloutEntry, status: int, body: bytes) -> None:
-        """Mark a pending rollout accepted and queued; duplicates now get ``body``."""
+    def accept(self, entry: RolloutEntry, tools_json: bytes) -> bytes:
+        """Mark a pending rollout accepted and queued; returns the 202 body duplicates get."""
         self._move(entry, Phase.QUEUED)
         entry.accepted_at = time.perf_counter()
-        entry.init_status, entry.init_body = status, body
+        tools = self._tool_sets.get(tools_json)
+        if tools is None:
+            tools = self._tool_sets[tools_json] = _Tools(tools_json)
+        entry.tools = tools
+        entry.init_status, entry.init_body = 202, init_body(entry.rollout_id, tools_json)
         entry.init_ready.set()
+        return entry.init_body
 
     def finish(self, entry: RolloutEntry) -> None:
-        """The callback was handled: free the rollout id, keep a slim record for the TTL.
+        """The callback was handled: free the rollout id, keep a compact record for the TTL.
 
-        The record keeps what a duplicate init needs (ids and the 202 body), not the
-        conversation: thousands of finished rollouts stay cheap for the whole TTL.
+        The record keeps what a duplicate init needs (id, fingerprint, outcome, and the tools
+        JSON, shared with every record that has the same tools), not the request or the
+        conversation; past ``max_records`` the oldest records go first.
         """
-        entry.control.context = None
-        entry.control.scope = None
-        entry.request = entry.request.model_copy(
-            update={"messages": [], "metadata": {}, "completion_params": {}}
-        )
         self._move(entry, Phase.DONE)
-        entry.done_at = time.perf_counter()
         if self.by_id.get(entry.rollout_id) is entry:
             del self.by_id[entry.rollout_id]
+        if self.by_key.get(entry.key) is entry:
+            if entry.tools is None:  # never accepted: nothing for a duplicate to reuse
+                del self.by_key[entry.key]
+            else:
+                record = FinishedRecord(entry, entry.tools, time.perf_counter())
+                self.by_key[entry.key] = record
+                self._records.append(record)
+                while len(self._records) > self.max_records:
+                    self._drop(self._records.popleft())
         self.completed_total += 1
         entry.finished.set()
 
@@ -169,6 +266,11 @@ class RolloutRegistry:
         """Accepted rollouts waiting for a concurrency slot."""
         return self._counts[Phase.QUEUED]
 
+    @property
+    def records(self) -> int:
+        """Finished records held for the TTL."""
+        return len(self._records)
+
     def unfinished(self) -> list[RolloutEntry]:
         """Accepted rollouts that have not sent their callback yet."""
         return [e for e in self.by_id.values() if e.phase is not Phase.PENDING]
@@ -178,13 +280,18 @@ class RolloutRegistry:
         return self._expire(time.perf_counter())
 
     def _expire(self, now: float) -> int:
-        stale = [key for key, e in self.by_key.items() if self._stale(e, now)]
-        for key in stale:
-            del self.by_key[key]
-        return len(stale)
+        dropped = 0
+        while self._records and self._stale(self._records[0], now):
+            self._drop(self._records.popleft())
+            dropped += 1
+        return dropped
 
-    def _stale(self, entry: RolloutEntry, now: float) -> bool:
-        return entry.done_at is not None and now - entry.done_at > self.record_ttl_s
+    def _drop(self, record: FinishedRecord) -> None:
+        if self.by_key.get(record.key) is record:
+            del self.by_key[record.key]
+
+    def _stale(self, entry: RolloutEntry | FinishedRecord, now: float) -> bool:
+        return isinstance(entry, FinishedRecord) and now - entry.done_at > self.record_ttl_s
 
     def _forget(self, entry: RolloutEntry) -> None:
         if self.by_key.get(entry.key) is entry:
