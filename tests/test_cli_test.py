@@ -66,10 +66,13 @@ def test_params_reach_each_request(tmp_path: Path) -> None:
     result = invoke(
         f"{BAD}:GoodAgent", "-d", DATASET, "--limit", "1", "--max-tokens", "5", "-o", str(out)
     )
-    assert result.exit_code == 0, result.stderr
+    # the mock LLM honours max_tokens, so the answer is cut, and that is reported, not passed
+    assert result.exit_code == 1, result.stderr
     row = json.loads(out.read_text().splitlines()[0])
-    assert row["finish_reason"] == "stop"
-    assert row["response_tokens"] <= 5  # the mock LLM honours max_tokens
+    assert row["finish_reason"] == "length"
+    assert row["turn_finish_reasons"] == ["length"]
+    assert [f["code"] for f in row["findings"]] == ["truncated_reply"]
+    assert row["response_tokens"] <= 5
 
 
 def test_findings_make_the_exit_code_1() -> None:

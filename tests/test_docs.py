@@ -25,16 +25,17 @@ Modes a marker may give:
 - ``run [exit=N]``: run it (``exit=N``: the exit status the block must end with; bash only).
 - ``file PATH``: write the block to ``PATH`` in the sandbox for later blocks. A ``test_*.py`` file
   is then run with pytest; another ``.py`` file is imported as a module.
-- ``background``: a bash block that serves (``osmosis serve ...``) runs in the background until
-  the page ends; the test waits until it listens on the page's port.
+- ``background [port=N]``: a bash block that serves (``osmosis serve ...``) runs in the
+  background until the page ends; the test waits until it listens on port N (default 9000).
 - ``synopsis``: a usage summary with ``[optional]`` parts: every ``--option`` of each ``osmosis
   COMMAND`` line must be an option of that command.
 - ``transcript``: output, a session or input shown for reading, not run. Prefer an ``output``
   console block where the session can be run.
 - ``skip REASON``: not run; the reason is required (e.g. it needs a GPU or runs this suite).
 
-Rules for running: the literal port ``9000`` (the serve default) is replaced by a free port in
-every command run and the port is replaced back in the output (``OSMOSIS_PORT`` is set to it too).
+Rules for running: the literal ports ``9000`` (the serve default) to ``9009`` are each replaced by
+a free port in every command run and replaced back in the output (``OSMOSIS_PORT`` is set to the
+one for 9000).
 ``pip install`` is never executed (the tests run in an installed venv): the shim checks that each
 requirement is this project (``.``, ``osmosis-rollout``) with extras that exist. Console output is
 compared line by line after stripping trailing spaces and replacing every duration (``17 ms``,
@@ -195,8 +196,20 @@ def output_matches(expected: str, actual: str) -> bool:
     return re.fullmatch(pattern, subject) is not None
 
 
+def _continues(command: str) -> bool:
+    """A command goes on to the next line after a trailing ``\\`` or inside an open quote."""
+    if command.rstrip().endswith("\\"):
+        return True
+    try:
+        shlex.split(command, comments=True)
+    except ValueError:  # "No closing quotation"
+        return True
+    return False
+
+
 def console_steps(text: str) -> list[tuple[str, str]]:
-    """(command, expected output) pairs of a console block: ``$ `` lines, ``\\`` continues."""
+    """(command, expected output) pairs of a console block: ``$ `` lines, continued by a
+    trailing ``\\`` or an open quote."""
     steps: list[tuple[str, list[str]]] = []
     lines = text.splitlines()
     i = 0
@@ -204,7 +217,7 @@ def console_steps(text: str) -> list[tuple[str, str]]:
         line = lines[i]
         if line.startswith("$ "):
             command = [line[2:]]
-            while command[-1].rstrip().endswith("\\") and i + 1 < len(lines):
+            while _continues("\n".join(command)) and i + 1 < len(lines):
                 i += 1
                 command.append(lines[i])
             steps.append(("\n".join(command), []))
@@ -308,7 +321,10 @@ class Sandbox:
                 shutil.copy(item, self.dir / item.name)
         (self.tools / "pip_shim.py").write_text(PIP_SHIM, encoding="utf-8")
         (base / "home").mkdir()
-        self.port = free_port()
+        self.ports: dict[int, int] = {}
+        while len(set(self.ports.values())) < 10:  # the docs' 9000-9009, each a free port
+            self.ports = {9000 + i: free_port() for i in range(10)}
+        self.port = self.ports[9000]
         self.env = {
             key: value
             for key, value in os.environ.items()
@@ -332,7 +348,13 @@ class Sandbox:
             f"pip() {{ {shlex.quote(sys.executable)} {shlex.quote(str(self.tools / 'pip_shim.py'))}"
             f' {shlex.quote(str(ROOT))} "$@"; }}\n'
         )
-        return prelude + re.sub(r"\b9000\b", str(self.port), text)
+        return prelude + re.sub(r"\b900\d\b", lambda m: str(self.ports[int(m[0])]), text)
+
+    def docs_ports(self, output: str) -> str:
+        """``output`` with the real ports written back as the page's 9000-9009."""
+        for shown, real in self.ports.items():
+            output = re.sub(rf"\b{real}\b", str(shown), output)
+        return output
 
     def shell(self, text: str, *, timeout: float = BLOCK_TIMEOUT_S) -> tuple[int, str]:
         """Run bash text in the sandbox: (exit status, stdout and stderr together)."""
@@ -349,7 +371,7 @@ class Sandbox:
             )
         except subprocess.TimeoutExpired as exc:
             raise DocsError(f"timed out after {timeout:.0f} s:\n{text}") from exc
-        output = proc.stdout.decode("utf-8", "replace").replace(str(self.port), "9000")
+        output = self.docs_ports(proc.stdout.decode("utf-8", "replace"))
         return proc.returncode, output
 
     def run_block(self, block: Block) -> None:
@@ -429,6 +451,11 @@ class Sandbox:
                 )
 
     def _mode_background(self, block: Block) -> None:
+        match = re.fullmatch(r"(?:port=(900\d))?", block.args)
+        if match is None:
+            raise DocsError(f"{block.where}: background takes `port=9000`..`port=9009`")
+        shown = int(match[1] or 9000)
+        port = self.ports[shown]
         log = self.tools / f"background_{len(self.background)}.log"
         with log.open("wb") as sink:
             proc = subprocess.Popen(
@@ -450,11 +477,11 @@ class Sandbox:
                 )
             with (
                 contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=1),
+                socket.create_connection(("127.0.0.1", port), timeout=1),
             ):
                 return
             time.sleep(0.1)
-        raise DocsError(f"{block.where}: not listening on the page's port after 60 s")
+        raise DocsError(f"{block.where}: not listening on port {shown} after 60 s")
 
     def close(self) -> None:
         """Stop every background process (SIGTERM, then SIGKILL)."""
@@ -516,6 +543,7 @@ def test_console_output_is_compared_with_wildcards_and_times_normalized() -> Non
     assert not output_matches("first\nlast\n", "first\nextra\nlast\n")
     assert not output_matches("5 rows\n", "6 rows\n")
     assert console_steps("$ a \\\n   --b\nout\n$ c\n") == [("a \\\n   --b", "out"), ("c", "")]
+    assert console_steps("$ a -d '{\n  }'\nout\n") == [("a -d '{\n  }'", "out")]
 
 
 def test_a_failing_block_names_its_page_and_line(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -9,11 +11,20 @@ import httpx2
 import pytest
 
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
-from osmosis_rollout.protocol import RolloutRequest, same_message
+from osmosis_rollout.errors import LLMBackendError
+from osmosis_rollout.protocol import CompletionsRequest, RolloutRequest, same_message
 from osmosis_rollout.server import create_app
-from osmosis_rollout.testing import Harness, MockTrainGate, OpenAICompatibleBackend
+from osmosis_rollout.testing import (
+    Harness,
+    MockTrainGate,
+    OpenAICompatibleBackend,
+    RolloutRecord,
+)
+from osmosis_rollout.testing.backends import DEFAULT_MAX_TOKENS
+from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
+from osmosis_rollout.testing.text_tool_calls import find_text_tool_call
 
-from .openai_stub import OpenAIStub, text, tool_call
+from .openai_stub import OpenAIStub, slow, text, text_tool_call, tool_call, truncated
 from .support import load_asset
 
 pytestmark = pytest.mark.anyio
@@ -21,6 +32,17 @@ pytestmark = pytest.mark.anyio
 STUB_URL = "http://stub.test/v1"
 QUESTION = [{"role": "user", "content": "What is 1 + 2?"}]
 HISTORY = load_asset("fnd_history")
+
+
+def chat_request(**params: Any) -> CompletionsRequest:
+    """One turn's request as the mock TrainGate hands it to the backend."""
+    return CompletionsRequest(rollout_id="r-1", messages=QUESTION, **params)
+
+
+def read_trace(folder: Path) -> list[dict[str, Any]]:
+    """The events of the one trace file in ``folder``."""
+    (trace,) = folder.glob("*.jsonl")
+    return [json.loads(line) for line in trace.read_text().splitlines()]
 
 
 def stub_backend(stub: OpenAIStub) -> OpenAICompatibleBackend:
@@ -188,3 +210,147 @@ async def test_the_first_turn_waits_until_the_init_answer_declared_the_tools() -
     assert record.result.metrics is not None
     assert record.result.metrics.num_tool_calls == 1
     assert gate.findings == []
+
+
+# -- 2. a reply cut by max_tokens is visible ------------------------------------------------------
+
+
+async def test_a_cut_last_reply_is_reported_and_ends_the_rollout_with_length(
+    tmp_path: Path,
+) -> None:
+    """Row: finish `length`, each turn's finish_reason, a `truncated_reply` finding, a trace."""
+    stub = OpenAIStub([truncated("The answer is 4, because first we")])
+    agent = load_asset("bad_agents").GoodAgent()  # completes with the default finish_reason
+    backend = stub_backend(stub)
+    async with backend, Harness(agent, backend=backend, debug_dir=tmp_path) as harness:
+        report = await run_batch(harness, [RowInput(1, QUESTION)], RunOptions(timeout_s=10))
+    (row,) = report.rows
+    assert row.status == "COMPLETED"
+    assert row.finish_reason == "length"
+    assert row.turn_finish_reasons == ["length"]
+    assert [f.code for f in row.findings] == ["truncated_reply"]
+    assert "max_tokens" in row.findings[0].message
+    assert not row.passed
+    assert row.as_dict()["turn_finish_reasons"] == ["length"]
+    events = read_trace(tmp_path)
+    turns = [e for e in events if e["event"] == "turn"]
+    assert [(e["turn"], e["finish_reason"]) for e in turns] == [(1, "length")]
+
+
+async def test_a_cut_turn_the_agent_recovered_from_is_not_a_finding() -> None:
+    """Only the last reply matters: a cut tool turn followed by a full answer passes."""
+    stub = OpenAIStub([truncated("Let me add 1 and"), text("3")])
+    backend = stub_backend(stub)
+    async with backend, Harness(HISTORY.ToolAppendOnlyAgent(), backend=backend) as harness:
+        report = await run_batch(harness, [RowInput(1, QUESTION)], RunOptions(timeout_s=10))
+    (row,) = report.rows
+    assert row.turn_finish_reasons == ["length", "stop"]
+    assert row.finish_reason == "stop"
+    assert row.passed
+
+
+# -- 3. a tool call written as text ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("style", ["json", "fenced", "tags"])
+async def test_a_tool_call_written_as_text_is_a_finding(style: str) -> None:
+    """The server parsed no tool call, but the text calls a declared tool: reported."""
+    stub = OpenAIStub([text_tool_call("add", {"a": 1, "b": 2}, style=style), text("3")])
+    backend = stub_backend(stub)
+    async with backend, Harness(HISTORY.ToolAppendOnlyAgent(), backend=backend) as harness:
+        outcome = await harness.run(QUESTION, timeout_s=10)
+    assert [f.code for f in outcome.findings] == ["tool_call_in_text"]
+    message = outcome.findings[0].message
+    assert "turn 1" in message
+    assert "'add'" in message
+    assert outcome.result is not None
+    assert outcome.result.metrics is not None
+    assert outcome.result.metrics.num_tool_calls == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        ('{"name": "add", "arguments": {"a": 1}}', ("add", "a JSON object")),
+        ('[{"name": "add", "parameters": {"a": 1}}]', ("add", "a JSON object")),
+        ('Sure: {"name": "add", "arguments": {"a": 1}} done', ("add", "a JSON object in the text")),
+        (
+            '```\n{"function": {"name": "add", "arguments": "{}"}}\n```',
+            ("add", "a fenced JSON block"),
+        ),
+        ('<tool_call>\n{"name": "add", "arguments": {}}', ("add", "<tool_call> tags")),
+        ("I would use add with a=1 and b=2.", None),
+        ('{"name": "multiply", "arguments": {"a": 1}}', None),
+        ('{"name": "add"}', None),
+        ("{not json", None),
+        (None, None),
+    ],
+)
+def test_find_text_tool_call(content: str | None, found: tuple[str, str] | None) -> None:
+    """Calls to declared tools are found in each usual form; mentions and other tools are not."""
+    result = find_text_tool_call(content, {"add"})
+    assert (None if result is None else (result.name, result.style)) == found
+
+
+async def test_text_that_calls_no_declared_tool_is_no_finding() -> None:
+    """JSON about an undeclared tool, or no tools at all, is just text."""
+    stub = OpenAIStub([text_tool_call("multiply", {"a": 1}), text("3")])
+    backend = stub_backend(stub)
+    async with backend, Harness(HISTORY.ToolAppendOnlyAgent(), backend=backend) as harness:
+        outcome = await harness.run(QUESTION, timeout_s=10)
+    assert outcome.findings == []
+
+
+# -- 4. runaway and slow generations -----------------------------------------------------------
+
+
+async def test_a_turn_without_max_tokens_gets_the_default() -> None:
+    """A real backend caps turns that set no max_tokens; a turn's own value wins."""
+    stub = OpenAIStub()
+    async with stub_backend(stub) as backend:
+        await backend.complete(chat_request(), RolloutRecord("r-1"))
+        await backend.complete(chat_request(max_tokens=64), RolloutRecord("r-1"))
+    assert [body["max_tokens"] for body in stub.bodies] == [DEFAULT_MAX_TOKENS, 64]
+
+
+@pytest.mark.slow
+async def test_a_timed_out_generation_is_not_retried() -> None:
+    """A read timeout fails the turn at once, saying why it was not retried."""
+    stub = OpenAIStub([slow(2.0)])
+    with stub.serve() as url:
+        backend = OpenAICompatibleBackend(
+            url, "stub-model", timeout_s=0.5, retry=RetryPolicy(retries=3, base_delay_s=0.01)
+        )
+        async with backend:
+            with pytest.raises(LLMBackendError) as info:
+                await backend.complete(chat_request(), RolloutRecord("r-1"))
+    assert info.value.kind == "timeout"
+    assert "not retried" in str(info.value)
+    assert "--llm-timeout" in str(info.value)
+    assert len(stub.bodies) == 1
+
+
+@pytest.mark.slow
+def test_cli_against_a_real_socket_shows_the_cut_and_the_text_tool_call(tmp_path: Path) -> None:
+    """`osmosis test --llm-url`: each row's turns, finish reasons and findings in --output."""
+    from typer.testing import CliRunner
+
+    from osmosis_rollout.cli import app
+
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps({"messages": QUESTION}) + "\n")
+    out = tmp_path / "out.jsonl"
+    stub = OpenAIStub([text_tool_call("add", {"a": 1, "b": 2}, style="tags"), truncated("3 is")])
+    agent = f"{Path(__file__).parent}/assets/fnd_history.py:ToolAppendOnlyAgent"
+    with stub.serve() as url:
+        result = CliRunner().invoke(
+            app,
+            ["test", agent, "-d", str(dataset), "--llm-url", url, "--model", "m", "-o", str(out)],
+        )
+    assert result.exit_code == 1, result.stdout + result.stderr
+    row = json.loads(out.read_text().splitlines()[0])
+    assert row["finish_reason"] == "length"
+    assert row["turn_finish_reasons"] == ["stop", "length"]
+    assert {f["code"] for f in row["findings"]} == {"truncated_reply", "tool_call_in_text"}
+    assert [body["max_tokens"] for body in stub.bodies] == [DEFAULT_MAX_TOKENS] * 2
+    assert "truncated_reply" in result.stdout

@@ -1,4 +1,4 @@
-"""validate_agent_loop: the broken-agent gallery, the good agents, and each check's edges."""
+"""validate_agent_loop_async: the broken-agent gallery, the good agents, and each check's edges."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_rollout import Problem, ValidationResult, validate_agent_loop
+from osmosis_rollout import Problem, ValidationResult, validate_agent_loop_async
 from osmosis_rollout.testing import RolloutRecord, ScriptedBackend
 from osmosis_rollout.testing.harness import RolloutOutcome
 from osmosis_rollout.testing.traingate import Finding
@@ -173,7 +173,7 @@ async def test_gallery_agent_is_reported_with_code_and_location(
     asset: str, attr: str, code: str, severity: str, check: str, where: str | None
 ) -> None:
     """Each broken agent yields its code, severity, check and exact location(s)."""
-    result = await validate_agent_loop(target(asset, attr), dry_run=False)
+    result = await validate_agent_loop_async(target(asset, attr), dry_run=False)
     found = find(result, code)
     assert {p.severity for p in found} == {severity}
     assert {p.check for p in found} == {check}
@@ -194,7 +194,7 @@ async def test_gallery_agent_is_reported_with_code_and_location(
 
 async def test_tool_problems_are_all_reported_not_just_the_first() -> None:
     """Every bad tool in a list is located, unlike the server's stop-at-first check."""
-    result = await validate_agent_loop(
+    result = await validate_agent_loop_async(
         target("val_tool_invalid", "InvalidToolAgent"), dry_run=False
     )
     assert [(p.code, p.location) for p in result.problems] == [
@@ -206,7 +206,9 @@ async def test_tool_problems_are_all_reported_not_just_the_first() -> None:
 
 async def test_blocking_call_messages_name_the_call_and_the_fix() -> None:
     """Blocking calls are named as imported (aliases resolved) with an async alternative."""
-    result = await validate_agent_loop(target("val_blocking_call", "BlockingAgent"), dry_run=False)
+    result = await validate_agent_loop_async(
+        target("val_blocking_call", "BlockingAgent"), dry_run=False
+    )
     messages = [p.message for p in find(result, "BLOCKING_CALL")]
     for name in ("time.sleep", "requests.get", "urllib.request.urlopen", "subprocess.run", "open"):
         assert any(m.startswith(f"{name}()") for m in messages), name
@@ -216,9 +218,13 @@ async def test_blocking_call_messages_name_the_call_and_the_fix() -> None:
 
 async def test_a_faulted_class_is_not_reported_twice() -> None:
     """A class the static checks faulted fails at import too; only the static problem shows."""
-    result = await validate_agent_loop(target("val_name_invalid", "BlankNameAgent"), dry_run=False)
+    result = await validate_agent_loop_async(
+        target("val_name_invalid", "BlankNameAgent"), dry_run=False
+    )
     assert result.codes() == ["NAME_INVALID"]
-    result = await validate_agent_loop(target("val_name_missing", "NamelessAgent"), dry_run=False)
+    result = await validate_agent_loop_async(
+        target("val_name_missing", "NamelessAgent"), dry_run=False
+    )
     assert result.codes() == ["NAME_MISSING"]
 
 
@@ -238,7 +244,7 @@ async def test_a_faulted_class_is_not_reported_twice() -> None:
 )
 async def test_unloadable_targets_are_one_error(bad: str, code: str) -> None:
     """A target that cannot be found or parsed gives exactly one error with its code."""
-    result = await validate_agent_loop(bad)
+    result = await validate_agent_loop_async(bad)
     assert result.codes() == [code]
     assert not result.valid
     assert "dry_run" not in result.checks_run
@@ -246,7 +252,7 @@ async def test_unloadable_targets_are_one_error(bad: str, code: str) -> None:
 
 async def test_missing_class_is_found_statically_without_importing() -> None:
     """A class missing from the file is reported (with a suggestion) before any import."""
-    result = await validate_agent_loop(target("val_module_raised", "ConfigurdAgent"))
+    result = await validate_agent_loop_async(target("val_module_raised", "ConfigurdAgent"))
     assert result.checks_run == ["static"]
     assert result.codes() == ["AGENT_NOT_FOUND"]
     assert "did you mean ConfiguredAgent?" in result.problems[0].message
@@ -256,14 +262,16 @@ async def test_syntax_error_stops_before_import(tmp_path: Path) -> None:
     """A file that does not parse is reported at its line and never imported."""
     path = tmp_path / "broken.py"
     path.write_text("import sys\nsys.exit(3)\nclass Agent(:\n")
-    result = await validate_agent_loop(f"{path}:Agent")
+    result = await validate_agent_loop_async(f"{path}:Agent")
     assert result.checks_run == ["static"]
     assert [(p.code, p.location) for p in result.problems] == [("SYNTAX_ERROR", f"{path}:3")]
 
 
 async def test_module_target_gets_static_checks_from_its_file() -> None:
     """`pkg.module:Attr` targets are parsed too, located by file path."""
-    result = await validate_agent_loop("tests.assets.val_no_result:ForgetfulAgent", dry_run=False)
+    result = await validate_agent_loop_async(
+        "tests.assets.val_no_result:ForgetfulAgent", dry_run=False
+    )
     assert result.checks_run == ["static", "dynamic"]
     assert "tests/assets/val_no_result.py:12" in [p.location for p in result.problems]
 
@@ -284,7 +292,7 @@ async def test_module_target_gets_static_checks_from_its_file() -> None:
 )
 async def test_good_agents_pass_every_check(good: str) -> None:
     """Good agents, including the seed's CalculatorAgent, pass static, dynamic and dry run."""
-    result = await validate_agent_loop(good, timeout_s=10)
+    result = await validate_agent_loop_async(good, timeout_s=10)
     assert result.problems == []
     assert result.valid
     assert result.checks_run == ["static", "dynamic", "dry_run"]
@@ -296,7 +304,7 @@ async def test_classes_and_instances_are_accepted() -> None:
     """A class or an instance can be validated directly, static checks included."""
     module = load_asset("val_no_result")
     for obj in (module.ForgetfulAgent, module.ForgetfulAgent()):
-        result = await validate_agent_loop(obj, dry_run=False)
+        result = await validate_agent_loop_async(obj, dry_run=False)
         assert result.target.endswith(":ForgetfulAgent")
         assert "static" in result.checks_run
         assert "NO_RESULT_RETURNED" in result.codes()
@@ -321,7 +329,7 @@ async def test_dry_run_gallery(
     asset: str, attr: str, code: str, marker: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Agents that only fail when run are caught by the dry run, located, and nothing prints."""
-    result = await validate_agent_loop(target(asset, attr), timeout_s=0.5)
+    result = await validate_agent_loop_async(target(asset, attr), timeout_s=0.5)
     assert result.checks_run == ["static", "dynamic", "dry_run"]
     problem = find(result, code)[0]
     assert problem.check == "dry_run"
@@ -334,13 +342,13 @@ async def test_dry_run_gallery(
 
 async def test_dry_run_error_carries_the_agents_message() -> None:
     """A crash in run() shows the exception the agent raised."""
-    result = await validate_agent_loop(target("val_dry_run_raises", "CrashingAgent"))
+    result = await validate_agent_loop_async(target("val_dry_run_raises", "CrashingAgent"))
     assert "agent raised KeyError: 'score'" in find(result, "DRY_RUN_ERROR")[0].message
 
 
 async def test_dry_run_is_skipped_when_dynamic_checks_fail() -> None:
     """An agent the server would refuse is not dry-run."""
-    result = await validate_agent_loop(target("val_tool_name_invalid", "BadNameAgent"))
+    result = await validate_agent_loop_async(target("val_tool_name_invalid", "BadNameAgent"))
     assert result.checks_run == ["static", "dynamic"]
 
 
@@ -448,7 +456,7 @@ async def test_static_run_checks(tmp_path: Path, body: str, codes: list[str]) ->
     source = TEMPLATE.format(body="\n".join(f"        {line}" for line in body.splitlines()))
     path = tmp_path / "agent.py"
     path.write_text(source)
-    result = await validate_agent_loop(f"{path}:Agent", dry_run=False)
+    result = await validate_agent_loop_async(f"{path}:Agent", dry_run=False)
     assert [p.code for p in result.problems if p.check == "static"] == codes
 
 
@@ -469,7 +477,7 @@ def test_tool_models_and_dicts_are_both_checked() -> None:
 
 async def test_result_json_shape_is_stable() -> None:
     """The JSON has exactly the documented keys, with `valid` computed from the problems."""
-    result = await validate_agent_loop(
+    result = await validate_agent_loop_async(
         target("val_tool_description_missing", "UndescribedAgent"), dry_run=False
     )
     data = json.loads(result.model_dump_json())
@@ -530,7 +538,7 @@ async def test_methods_bound_by_assignment_are_not_missing(tmp_path: Path) -> No
     """`run = shared_run` in the class body is a method, not a missing one; the agent passes."""
     path = tmp_path / "agent.py"
     path.write_text(ASSIGNED_METHODS)
-    result = await validate_agent_loop(f"{path}:Agent", timeout_s=10)
+    result = await validate_agent_loop_async(f"{path}:Agent", timeout_s=10)
     assert result.problems == []
     assert result.checks_run == ["static", "dynamic", "dry_run"]
 
@@ -542,7 +550,7 @@ async def test_every_static_error_at_the_class_line_is_reported(tmp_path: Path) 
         "from osmosis_rollout import RolloutAgentLoop\n\n\nclass Agent(RolloutAgentLoop):\n"
         "    def helper(self):\n        return 1\n"
     )
-    result = await validate_agent_loop(f"{path}:Agent")
+    result = await validate_agent_loop_async(f"{path}:Agent")
     assert result.codes() == ["NAME_MISSING", "GET_TOOLS_MISSING", "RUN_MISSING"]
     assert {p.location for p in result.problems} == {f"{path}:4"}
 
@@ -555,7 +563,7 @@ async def test_local_names_like_modules_are_not_blocking_calls(tmp_path: Path) -
     source = TEMPLATE.format(body="\n".join(f"        {line}" for line in body.splitlines()))
     path = tmp_path / "agent.py"
     path.write_text(source)
-    result = await validate_agent_loop(f"{path}:Agent", dry_run=False)
+    result = await validate_agent_loop_async(f"{path}:Agent", dry_run=False)
     assert result.codes() == []
 
 
@@ -570,7 +578,7 @@ async def test_a_timeout_error_raised_by_get_tools_is_a_failure_not_our_deadline
         '        raise TimeoutError("the tool registry timed out")\n\n'
         "    async def run(self, ctx):\n        return ctx.complete([])\n"
     )
-    result = await validate_agent_loop(f"{path}:Agent", timeout_s=30)
+    result = await validate_agent_loop_async(f"{path}:Agent", timeout_s=30)
     [problem] = result.problems
     assert problem.code == "GET_TOOLS_FAILED"
     assert "TimeoutError: the tool registry timed out" in problem.message

@@ -15,10 +15,11 @@ import json
 import logging
 import re
 import time
-from abc import ABCMeta, abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -60,6 +61,26 @@ class ChatBackend(Protocol):
     ) -> CompletionsResponse: ...
 
 
+@runtime_checkable
+class LLMClientProtocol(Protocol):
+    """v1's LLM client contract, what ``ctx.llm`` offers and what fake LLMs in agents' unit
+    tests implement: ``await chat_completions(messages, **params)`` and ``get_metrics()``."""
+
+    async def chat_completions(self, messages: list[Message], **kwargs: Any) -> Any: ...
+
+    def get_metrics(self) -> RolloutMetrics: ...
+
+
+def _is_chat_backend(llm: object) -> bool:
+    """True for our backends (``chat_completions(request, *, request_id)``); False for a v1
+    client or fake (``chat_completions(messages, **kw)``), which the context calls as v1 did."""
+    try:
+        parameters = inspect.signature(llm.chat_completions).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "request_id" in parameters
+
+
 # --------------------------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------------------------
@@ -67,26 +88,48 @@ class ChatBackend(Protocol):
 
 @dataclass
 class RolloutResult:
-    """How ``run()`` ended, as returned by ``ctx.complete(...)`` or ``ctx.error(...)``."""
+    """How ``run()`` ended, as returned by ``ctx.complete(...)`` or ``ctx.error(...)``.
+
+    The positional order is v1's: ``(status, final_messages, finish_reason, error_message,
+    metrics, reward)``. ``metrics`` is the context's snapshot when the result was made; the
+    server sends the final metrics of the rollout.
+    """
 
     status: RolloutStatus
     final_messages: list[Message]
     finish_reason: str | None = None
-    reward: float | None = None
     error_message: str | None = None
+    metrics: RolloutMetrics | None = None
+    reward: float | None = None
     extra_fields: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompletionsResult:
-    """One LLM reply, ready to append: ``messages.append(result.message)``."""
+    """One LLM reply, ready to append: ``messages.append(result.message)``.
+
+    Positional order as in v1: ``(message, token_ids, logprobs, usage, finish_reason)``.
+    """
 
     message: Message
-    finish_reason: str | None
-    usage: dict[str, int]
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None
+
+    @classmethod
+    def from_response(cls, response: CompletionsResponse) -> CompletionsResult:
+        """The first choice of a chat completion, as a dict message plus token data."""
+        choice = response.choices[0]
+        return cls(
+            message=choice.message.model_dump(mode="json", exclude_none=True),
+            token_ids=response.token_ids,
+            logprobs=response.logprobs,
+            usage=response.usage.model_dump(),
+            finish_reason=choice.finish_reason,
+            prompt_token_ids=response.prompt_token_ids,
+        )
 
     @property
     def content(self) -> str | None:
@@ -110,27 +153,37 @@ class CompletionsResult:
 # --------------------------------------------------------------------------------------------
 
 
-class _AgentMeta(ABCMeta):
-    """Checks ``name`` once the class is complete (ABCMeta knows abstractness only then)."""
-
-    def __new__(
-        mcs, cls_name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
-    ) -> _AgentMeta:
-        cls = super().__new__(mcs, cls_name, bases, namespace, **kwargs)
-        if bases and not getattr(cls, "__abstractmethods__", None):
-            name = getattr(cls, "name", None)
-            if not isinstance(name, str) or not name.strip():
-                raise TypeError(
-                    f"{cls.__module__}.{cls_name} must set a class attribute `name` to a "
-                    f'non-empty string, e.g. `name = "{cls_name.lower()}"`'
-                )
-        return cls
+def _is_abstract(cls: type) -> bool:
+    """Whether ``cls`` still has abstract methods, computed as ABCMeta will once it finishes
+    (``__init_subclass__`` runs before ABCMeta sets ``__abstractmethods__``)."""
+    if any(getattr(v, "__isabstractmethod__", False) for v in vars(cls).values()):
+        return True
+    return any(
+        getattr(getattr(cls, name, None), "__isabstractmethod__", False)
+        for base in cls.__bases__
+        for name in getattr(base, "__abstractmethods__", ())
+    )
 
 
-class RolloutAgentLoop(metaclass=_AgentMeta):
-    """Subclass this: set ``name``, return tools from ``get_tools``, drive turns in ``run``."""
+class RolloutAgentLoop(ABC):
+    """Subclass this: set ``name``, return tools from ``get_tools``, drive turns in ``run``.
+
+    A plain ``ABC`` (no metaclass of its own), so ``class MyAgent(RolloutAgentLoop,
+    pydantic.BaseModel)`` works; declare ``name: ClassVar[str] = "..."`` there.
+    """
 
     name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if _is_abstract(cls):
+            return
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name.strip():
+            raise TypeError(
+                f"{cls.__module__}.{cls.__name__} must set a class attribute `name` to a "
+                f'non-empty string, e.g. `name = "{cls.__name__.lower()}"`'
+            )
 
     @abstractmethod
     def get_tools(self, request: RolloutRequest) -> Any:
@@ -199,27 +252,81 @@ def _as_message(item: Any) -> Message:
     raise TypeError(f"messages must be dicts (OpenAI chat messages), got {type(item).__name__}")
 
 
+class _LLMView:
+    """``ctx.llm`` over our backend, with v1's client contract: each call is a ``ctx.chat``
+    turn (so it is measured and checked like one) and ``get_metrics()`` reports the LLM side."""
+
+    def __init__(self, ctx: RolloutContext) -> None:
+        self._ctx = ctx
+
+    def __repr__(self) -> str:
+        return f"<ctx.llm of rollout {self._ctx.request.rollout_id!r}>"
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (``server_url``, ``client``...) is the backend's, as before this view.
+        return getattr(self._ctx._backend, name)
+
+    @property
+    def rollout_id(self) -> str:
+        """The rollout this client serves (v1's attribute)."""
+        return self._ctx.request.rollout_id
+
+    async def chat_completions(self, messages: Sequence[Any], **kwargs: Any) -> CompletionsResult:
+        """One LLM turn; the same as ``await ctx.chat(messages, **kwargs)``."""
+        return await self._ctx.chat(messages, **kwargs)
+
+    def get_metrics(self) -> RolloutMetrics:
+        """LLM latency, call count and tokens so far (the other fields are 0)."""
+        ctx = self._ctx
+        return RolloutMetrics(
+            llm_latency_ms=round(ctx._llm_ms, 3),
+            num_llm_calls=ctx._llm_calls,
+            prompt_tokens=ctx._prompt_tokens,
+            response_tokens=ctx._response_tokens,
+        )
+
+
 class RolloutContext:
-    """One rollout's state, handed to ``run()``: request, tools, LLM access and metrics."""
+    """One rollout's state, handed to ``run()``: request, tools, LLM access and metrics.
+
+    ``llm`` is normally our backend. A v1-style client (``chat_completions(messages, **kw)``
+    and ``get_metrics()``, e.g. a fake in an agent's unit test) also works: ``chat`` then calls
+    it and returns its result unchanged, as v1 did. The underscored keywords are v1's: a
+    monotonic start time, tool counters to start from, and a debug directory to write this
+    rollout's events to (``<dir>/<rollout_id>.jsonl``).
+    """
 
     def __init__(
         self,
         request: RolloutRequest,
         tools: Sequence[OpenAIFunctionToolSchema],
-        llm: ChatBackend,
+        llm: ChatBackend | LLMClientProtocol,
         *,
         trace: Callable[[dict[str, Any]], None] | None = None,
+        _start_time: float | None = None,
+        _tool_latency_ms: float = 0.0,
+        _num_tool_calls: int = 0,
+        _debug_dir: str | Path | None = None,
     ) -> None:
         self.request = request
         self.tools = list(tools)
-        self.llm = llm
+        backend = _is_chat_backend(llm)
+        self._backend: ChatBackend | None = llm if backend else None  # type: ignore[assignment]
+        self._client: Any = None if backend else llm
+        if trace is None and _debug_dir is not None:
+            from .tracing import file_sink
+
+            trace = file_sink(_debug_dir, request.rollout_id, secrets=[request.api_key_value])
         self._trace = trace
-        self._started = time.perf_counter()
+        self._started: float | None = time.perf_counter()
+        if _start_time is not None:  # v1: a time.monotonic() reading; 0 means "not measured"
+            since = time.monotonic() - _start_time
+            self._started = time.perf_counter() - since if _start_time > 0 else None
         self._finished: float | None = None
         self._llm_ms = 0.0
-        self._tool_ms = 0.0
+        self._tool_ms = float(_tool_latency_ms)
         self._llm_calls = 0
-        self._tool_calls = 0
+        self._tool_calls = int(_num_tool_calls)
         self._prompt_tokens = 0
         self._response_tokens = 0
         self._max_context = 0
@@ -229,20 +336,57 @@ class RolloutContext:
         self._turns_started = 0
         self._last_messages: list[Message] = list(request.messages)
         self.append_only_violations: list[dict[str, Any]] = []
+        #: Each turn's ``finish_reason`` in order (``"length"``: cut by ``max_tokens``).
+        self.finish_reasons: list[str | None] = []
 
     # -- LLM turns ---------------------------------------------------------------------------
+
+    @property
+    def llm(self) -> Any:
+        """The LLM with v1's client contract: ``await ctx.llm.chat_completions(messages, **kw)``
+        (a ``ctx.chat`` turn) and ``ctx.llm.get_metrics()``; a v1 client given to the
+        constructor is returned as it is."""
+        return self._client if self._client is not None else _LLMView(self)
+
+    @property
+    def debug_enabled(self) -> bool:
+        """True when this rollout's events are written to a debug trace."""
+        return self._trace is not None
+
+    def _call_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {**self.request.completion_params}
+        body.update({k: v for k, v in params.items() if k not in _NEVER_SENT})
+        for key in _NEVER_SENT:
+            body.pop(key, None)
+        return body
+
+    async def _chat_v1(self, messages: Sequence[Any], params: dict[str, Any]) -> Any:
+        """A turn through a v1-style client: called as v1 did, its result returned unchanged."""
+        self._turns_started += 1
+        self._last_messages = [_as_message(m) for m in messages]
+        started = time.perf_counter()
+        try:
+            result = await self._client.chat_completions(messages, **self._call_params(params))
+        finally:
+            self._llm_ms += (time.perf_counter() - started) * 1000
+            self._llm_calls += 1
+        reply = getattr(result, "message", None)
+        if isinstance(reply, dict):
+            self._last_messages = [*self._last_messages, reply]
+        reason = getattr(result, "finish_reason", None)
+        self.finish_reasons.append(reason if isinstance(reason, str) else None)
+        return result
 
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
         """Run one LLM turn on the full history ``messages``.
 
         ``request.completion_params`` are the defaults; ``params`` override them per call.
         """
+        if self._backend is None:
+            return await self._chat_v1(messages, params)  # type: ignore[no-any-return]
         history = [_as_message(m) for m in messages]
         kept = self._check_append_only(history)
-        body: dict[str, Any] = {**self.request.completion_params}
-        body.update({k: v for k, v in params.items() if k not in _NEVER_SENT})
-        for key in _NEVER_SENT:
-            body.pop(key, None)
+        body = self._call_params(params)
         request = CompletionsRequest(rollout_id=self.request.rollout_id, messages=history, **body)
         self._turns_started += 1  # reserved before the await: concurrent calls get distinct ids
         turn = self._turns_started
@@ -251,7 +395,7 @@ class RolloutContext:
         self._last_messages = list(history)
         started = time.perf_counter()
         try:
-            response = await self.llm.chat_completions(
+            response = await self._backend.chat_completions(
                 request, request_id=f"{self.request.rollout_id}:{turn}"
             )
         except BaseException as exc:
@@ -262,8 +406,8 @@ class RolloutContext:
             raise
         self._llm_ms += (time.perf_counter() - started) * 1000
         self._llm_calls += 1
-        choice = response.choices[0]
-        reply = choice.message.model_dump(mode="json", exclude_none=True)
+        result = CompletionsResult.from_response(response)
+        reply = result.message
         usage = response.usage
         if self._trace is not None:
             self._trace_turn(turn, history, delta_from, body, started, response=response)
@@ -272,14 +416,8 @@ class RolloutContext:
         self._max_context = max(self._max_context, usage.prompt_tokens)
         self._sent = [*kept, *copy.deepcopy(history[len(kept) :]), copy.deepcopy(reply)]
         self._last_messages = [*history, reply]
-        return CompletionsResult(
-            message=reply,
-            finish_reason=choice.finish_reason,
-            usage=usage.model_dump(),
-            token_ids=response.token_ids,
-            logprobs=response.logprobs,
-            prompt_token_ids=response.prompt_token_ids,
-        )
+        self.finish_reasons.append(result.finish_reason)
+        return result
 
     def _trace_turn(
         self,
@@ -339,27 +477,38 @@ class RolloutContext:
         self._tool_calls += 1
         self._tool_ms += max(0.0, float(latency_ms))
 
-    def log_event(self, type: str, **data: Any) -> None:
-        """Append ``{"event": type, "rollout_id": ..., **data}`` to the debug trace, if any."""
+    def log_event(self, event_type: str, **data: Any) -> None:
+        """Append ``{"event": event_type, "rollout_id": ..., **data}`` to the debug trace, if
+        any (a no-op otherwise; see ``debug_enabled``)."""
         if self._trace is not None:
-            self._trace({"event": type, "rollout_id": self.request.rollout_id, **data})
+            self._trace({"event": event_type, "rollout_id": self.request.rollout_id, **data})
 
     def complete(
         self,
-        messages: Sequence[Any],
-        finish_reason: str = "stop",
+        final_messages: Sequence[Any],
+        finish_reason: str | None = None,
         reward: float | None = None,
     ) -> RolloutResult:
-        """End the rollout successfully with its final conversation and optional reward."""
+        """End the rollout successfully with its final conversation and optional reward.
+
+        Without ``finish_reason`` it is ``"stop"``, or ``"length"`` when the last reply was cut
+        by ``max_tokens``: a truncated answer must not pass for a finished one.
+        """
         self._finished = time.perf_counter()
+        if finish_reason is None:
+            cut = bool(self.finish_reasons) and self.finish_reasons[-1] == "length"
+            finish_reason = "length" if cut else "stop"
         return RolloutResult(
             status=RolloutStatus.COMPLETED,
-            final_messages=[_as_message(m) for m in messages],
+            final_messages=[_as_message(m) for m in final_messages],
             finish_reason=finish_reason,
+            metrics=self.metrics,
             reward=reward,
         )
 
-    def error(self, message: str, final_messages: Sequence[Any] | None = None) -> RolloutResult:
+    def error(
+        self, error_message: str, final_messages: Sequence[Any] | None = None
+    ) -> RolloutResult:
         """End the rollout as failed; the conversation so far is kept unless given."""
         self._finished = time.perf_counter()
         final = self._last_messages if final_messages is None else final_messages
@@ -367,7 +516,8 @@ class RolloutContext:
             status=RolloutStatus.ERROR,
             final_messages=[_as_message(m) for m in final],
             finish_reason="error",
-            error_message=message,
+            error_message=error_message,
+            metrics=self.metrics,
         )
 
     @property
@@ -387,14 +537,24 @@ class RolloutContext:
         extra: dict[str, Any] = {}
         if self.append_only_violations:
             extra["append_only_violations"] = len(self.append_only_violations)
+        total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
+        llm = self._client_metrics() or _LLMView(self).get_metrics()
         return RolloutMetrics(
-            total_latency_ms=round((end - self._started) * 1000, 3),
-            llm_latency_ms=round(self._llm_ms, 3),
+            total_latency_ms=total,
+            llm_latency_ms=llm.llm_latency_ms,
             tool_latency_ms=round(self._tool_ms, 3),
-            num_llm_calls=self._llm_calls,
+            num_llm_calls=llm.num_llm_calls,
             num_tool_calls=self._tool_calls,
-            prompt_tokens=self._prompt_tokens,
-            response_tokens=self._response_tokens,
+            prompt_tokens=llm.prompt_tokens,
+            response_tokens=llm.response_tokens,
             max_context_tokens=self._max_context,
             **extra,
         )
+
+    def _client_metrics(self) -> RolloutMetrics | None:
+        """The LLM side as a v1 client reports it (``get_metrics()``), when it does."""
+        get_metrics = getattr(self._client, "get_metrics", None)
+        if self._client is None or not callable(get_metrics):
+            return None
+        reported = get_metrics()
+        return reported if isinstance(reported, RolloutMetrics) else None

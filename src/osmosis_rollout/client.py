@@ -22,7 +22,13 @@ import anyio
 import httpx2
 from pydantic import ValidationError
 
-from .errors import ProtocolError, TrainGateError, TrainGateHTTPError, TrainGateUnavailable
+from .errors import (
+    ProtocolError,
+    TrainGateError,
+    TrainGateTimeout,
+    TrainGateUnavailable,
+    http_error,
+)
 from .protocol import (
     CompletionsRequest,
     CompletionsResponse,
@@ -193,7 +199,12 @@ class TrainGateClient:
             except httpx2.TransportError as exc:
                 if last:
                     self.stats.failures += 1
-                    raise TrainGateUnavailable(
+                    unavailable = (
+                        TrainGateTimeout
+                        if isinstance(exc, httpx2.TimeoutException)
+                        else TrainGateUnavailable
+                    )
+                    raise unavailable(
                         f"could not reach {url} after {attempt + 1} attempt(s): "
                         f"{type(exc).__name__}{_detail(exc, api_key)}"
                     ) from None
@@ -214,7 +225,7 @@ class TrainGateClient:
                 if last or not _is_retryable(status):
                     self.stats.failures += 1
                     body = _excerpt(response, api_key)
-                    raise TrainGateHTTPError(
+                    raise http_error(
                         f"POST {url} returned HTTP {status}"
                         + (f" after {attempt + 1} attempts" if attempt else "")
                         + (f": {body}" if body else ""),

@@ -3,42 +3,100 @@
 Every error the toolkit raises on purpose derives from ``OsmosisError``, so the CLI can catch
 exactly that and turn it into a message and an exit code::
 
-    OsmosisError
+    OsmosisError (= v1's OsmosisRolloutError)
     ├── ConfigError               a setting, flag or file given by the user is wrong
-    │   └── DatasetError          a dataset row or column is malformed (names the row)
+    │   ├── DatasetError          a dataset row or column is malformed (names the row)
+    │   └── ServeError            v1's serve_agent_loop was given settings it cannot use
     ├── AgentLoadError            "module:Attr" could not be imported or is not an agent
     ├── AgentDefinitionError      an agent's tools or answers break the agent API
-    │   └── UnsatisfiableSchemaError  no value can be generated for a tool's JSON Schema
-    ├── ToolError                 a tool call could not be parsed, validated or executed
+    │   ├── UnsatisfiableSchemaError  no value can be generated for a tool's JSON Schema
+    │   └── AgentLoopValidationError  v1: validate_agent_loop(...).raise_if_invalid()
+    ├── AgentLoopNotFoundError    v1 registry: no agent loop registered under that name
+    ├── ToolExecutionError        v1's tool error (message, tool_call_id, tool_name)
+    │   ├── ToolError             a tool call could not be parsed, validated or executed
+    │   └── ToolArgumentError     v1: a tool call's arguments are not a JSON object
     ├── TrainGateError            talking to TrainGate failed
     │   ├── TrainGateHTTPError    TrainGate answered with an error status (carries status, body)
-    │   ├── TrainGateUnavailable  transport errors or timeouts, after every retry
+    │   │   ├── TrainGateServerError    5xx after retries       (also OsmosisServerError)
+    │   │   └── TrainGateRejectedError  4xx, not retried         (also OsmosisValidationError)
+    │   ├── TrainGateUnavailable  transport errors, after every retry (also OsmosisTransportError)
+    │   │   └── TrainGateTimeout  the last attempt timed out     (also OsmosisTimeoutError)
     │   └── ProtocolError         TrainGate's reply does not follow the protocol
     └── LLMBackendError           the mock TrainGate's LLM backend failed (``kind``, ``systemic``)
 
-Messages never contain secrets: error bodies are truncated and scrubbed by whoever builds them.
+The v1 names (``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
+``OsmosisTimeoutError``) are bases of ours, so agents written for the original SDK catch our
+errors with the ``except`` clauses they already have. Messages never contain secrets: error
+bodies are truncated and scrubbed by whoever builds them.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentDefinitionError",
     "AgentLoadError",
+    "AgentLoopNotFoundError",
+    "AgentLoopValidationError",
     "ConfigError",
     "DatasetError",
     "LLMBackendError",
     "OsmosisError",
+    "OsmosisRolloutError",
+    "OsmosisServerError",
+    "OsmosisTimeoutError",
+    "OsmosisTransportError",
+    "OsmosisValidationError",
     "ProtocolError",
+    "ServeError",
+    "ToolArgumentError",
     "ToolError",
+    "ToolExecutionError",
     "TrainGateError",
     "TrainGateHTTPError",
+    "TrainGateRejectedError",
+    "TrainGateServerError",
+    "TrainGateTimeout",
     "TrainGateUnavailable",
     "UnsatisfiableSchemaError",
+    "http_error",
 ]
 
 
 class OsmosisError(Exception):
     """Base of every error raised on purpose by osmosis-rollout; its text is shown to users."""
+
+
+#: v1's base exception: the same class, so ``except OsmosisRolloutError`` catches all of ours.
+OsmosisRolloutError = OsmosisError
+
+
+# -- v1's transport-level names: bases of our TrainGate errors ----------------------------------
+
+
+class OsmosisTransportError(OsmosisError):
+    """v1: the request could not be sent or no answer came back (connection, DNS, reset)."""
+
+
+class OsmosisTimeoutError(OsmosisError):
+    """v1: a call to TrainGate timed out."""
+
+
+class OsmosisServerError(OsmosisError):
+    """v1: TrainGate answered 5xx after every retry; ``status_code`` says which."""
+
+    def __init__(self, message: str, status_code: int = 0) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class OsmosisValidationError(OsmosisError):
+    """v1: TrainGate refused the request with a 4xx (not retried, except 429 by us)."""
+
+    def __init__(self, message: str, status_code: int = 0) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class ConfigError(OsmosisError):
@@ -75,6 +133,10 @@ class AgentLoadError(OsmosisError):
         self.location = location
 
 
+class ServeError(ConfigError):
+    """v1's ``serve_agent_loop`` was given a combination of settings it cannot serve."""
+
+
 class AgentDefinitionError(OsmosisError):
     """An agent broke the agent API, for example by returning invalid tools."""
 
@@ -83,12 +145,42 @@ class UnsatisfiableSchemaError(AgentDefinitionError):
     """A JSON Schema admits no value the generator can build (or uses what it cannot resolve)."""
 
 
-class ToolError(OsmosisError):
+class AgentLoopValidationError(AgentDefinitionError):
+    """v1: ``ValidationResult.raise_if_invalid()`` found errors; ``errors`` lists them."""
+
+    def __init__(self, message: str, errors: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.errors = list(errors or [])
+
+
+class AgentLoopNotFoundError(OsmosisError):
+    """v1 registry: no agent loop is registered under ``name``; ``available`` lists those that
+    are."""
+
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(f"Agent loop '{name}' not found. Available: {available}")
+        self.name = name
+        self.available = available
+
+
+class ToolExecutionError(OsmosisError):
+    """v1: a tool call failed; carries the call's id and the tool's name when known."""
+
+    def __init__(self, message: str, tool_call_id: str = "", tool_name: str | None = "") -> None:
+        super().__init__(message)
+        self.tool_call_id = tool_call_id
+        self.tool_name = tool_name
+
+
+class ToolArgumentError(ToolExecutionError):
+    """v1: a tool call's ``arguments`` are not valid JSON or not a JSON object."""
+
+
+class ToolError(ToolExecutionError):
     """A tool call could not be parsed, validated against its schema, or executed."""
 
     def __init__(self, message: str, *, tool_name: str | None = None):
-        super().__init__(message)
-        self.tool_name = tool_name
+        super().__init__(message, tool_name=tool_name)
 
 
 class TrainGateError(OsmosisError):
@@ -111,8 +203,28 @@ class TrainGateHTTPError(TrainGateError):
         return f"{type(self).__name__}(status_code={self.status_code}, url={self.url!r})"
 
 
-class TrainGateUnavailable(TrainGateError):
+class TrainGateServerError(TrainGateHTTPError, OsmosisServerError):
+    """TrainGate answered 5xx on every attempt."""
+
+
+class TrainGateRejectedError(TrainGateHTTPError, OsmosisValidationError):
+    """TrainGate refused the call with a 4xx (429 only after its retries)."""
+
+
+def http_error(
+    message: str, *, status_code: int, body: str = "", url: str = ""
+) -> TrainGateHTTPError:
+    """The ``TrainGateHTTPError`` subclass for ``status_code``: server error or rejection."""
+    cls = TrainGateServerError if status_code >= 500 else TrainGateRejectedError
+    return cls(message, status_code=status_code, body=body, url=url)
+
+
+class TrainGateUnavailable(TrainGateError, OsmosisTransportError):
     """TrainGate could not be reached, or timed out, on every attempt."""
+
+
+class TrainGateTimeout(TrainGateUnavailable, OsmosisTimeoutError):
+    """The last attempt to reach TrainGate timed out."""
 
 
 class ProtocolError(TrainGateError):

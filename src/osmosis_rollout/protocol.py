@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import re
+import threading
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Literal, Self
@@ -52,11 +53,13 @@ __all__ = [
     "describe_validation_error",
     "dump_secret",
     "first_divergence",
+    "get_max_metadata_size_bytes",
     "loggable",
     "same_message",
     "scrub",
     "scrub_data",
     "secret_forms",
+    "set_max_metadata_size_bytes",
     "wire",
     "wire_json",
 ]
@@ -71,6 +74,25 @@ REVEAL_SECRETS = "reveal_secrets"
 REDACTED = "**********"
 #: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
+
+_metadata_limit_lock = threading.Lock()
+_metadata_limit = DEFAULT_MAX_METADATA_BYTES
+
+
+def get_max_metadata_size_bytes() -> int:
+    """The metadata size limit ``RolloutRequest`` applies when no validation context sets one
+    (the server always sets its own, from ``max_metadata_bytes``)."""
+    with _metadata_limit_lock:
+        return _metadata_limit
+
+
+def set_max_metadata_size_bytes(max_bytes: int) -> None:
+    """Change the process-wide default of :func:`get_max_metadata_size_bytes` (v1's API)."""
+    global _metadata_limit
+    if max_bytes <= 0:
+        raise ValueError("max_metadata_size_bytes must be positive")
+    with _metadata_limit_lock:
+        _metadata_limit = max_bytes
 
 
 def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
@@ -247,6 +269,14 @@ class OpenAIFunctionSchema(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
 
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _parameters_as_schema(cls, value: Any) -> Any:
+        # v1's typed OpenAIFunctionParametersSchema (or any model) becomes its JSON Schema.
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json", exclude_none=True)
+        return value
+
 
 class OpenAIFunctionToolSchema(BaseModel):
     """An OpenAI function tool: ``{"type": "function", "function": {...}}``."""
@@ -379,7 +409,7 @@ class RolloutRequest(_Lenient):
     @field_validator("metadata")
     @classmethod
     def _check_metadata(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        limit = DEFAULT_MAX_METADATA_BYTES
+        limit = get_max_metadata_size_bytes()
         if isinstance(info.context, dict):
             limit = int(info.context.get("max_metadata_bytes", limit))
         try:

@@ -26,6 +26,7 @@ __all__ = [
     "TRACE_VERSION",
     "Tracer",
     "clip_text",
+    "file_sink",
     "safe_trace_name",
     "secret_free_json",
 ]
@@ -98,6 +99,30 @@ def secret_free_json(record: dict[str, Any], secrets: Iterable[str] = ()) -> str
     return line
 
 
+def _encode(event: dict[str, Any], secrets: list[str]) -> str:
+    return secret_free_json({"v": TRACE_VERSION, "ts": round(time.time(), 6), **event}, secrets)
+
+
+def file_sink(
+    debug_dir: str | Path, rollout_id: str, secrets: Iterable[str | None] = ()
+) -> Callable[[dict[str, Any]], None]:
+    """A synchronous sink for one rollout outside a server (v1's ``RolloutContext(...,
+    _debug_dir=...)``): each event is on disk when the call returns. A directory or file that
+    cannot be written logs a warning and the event is dropped; the agent never fails for it."""
+    hidden = [s for s in secrets if s]
+    directory = Path(debug_dir)
+
+    def emit(event: dict[str, Any]) -> None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with (directory / safe_trace_name(rollout_id)).open("a", encoding="utf-8") as fh:
+                fh.write(_encode(event, hidden) + "\n")
+        except OSError as exc:
+            logger.warning("could not write debug event to %s: %s", directory, exc)
+
+    return emit
+
+
 class Tracer:
     """Appends events to per-rollout JSONL files from a single writer thread.
 
@@ -126,12 +151,7 @@ class Tracer:
         hidden = [s for s in secrets if s]
 
         def emit(event: dict[str, Any]) -> None:
-            self._put(
-                path,
-                secret_free_json(
-                    {"v": TRACE_VERSION, "ts": round(time.time(), 6), **event}, hidden
-                ),
-            )
+            self._put(path, _encode(event, hidden))
 
         return emit
 

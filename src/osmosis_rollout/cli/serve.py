@@ -183,9 +183,9 @@ def _load_and_check(target: str, *, validate: bool) -> Any:
 
 
 def _validate_or_exit(target: Any) -> None:
-    from ..validator import validate_agent_loop
+    from ..validator import validate_agent_loop_async
 
-    result = run_async(validate_agent_loop(target, dry_run=False))
+    result = run_async(validate_agent_loop_async(target, dry_run=False))
     if not result.valid:
         from rich.markup import escape
 

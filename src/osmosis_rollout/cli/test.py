@@ -72,8 +72,22 @@ def command_test(
         float | None, typer.Option(help="temperature in completion_params.")
     ] = None,
     max_tokens: Annotated[
-        int | None, typer.Option(min=1, help="max_tokens in completion_params.")
+        int | None,
+        typer.Option(
+            min=1,
+            help="max_tokens in completion_params. With --llm openai a turn that sets none "
+            "gets 1024, so a runaway generation cannot hold the model server for minutes.",
+            show_default=False,
+        ),
     ] = None,
+    llm_timeout: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Seconds to wait for one reply of --llm openai. A reply that times out is not "
+            "retried (the server may still be generating it).",
+        ),
+    ] = 120.0,
     timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds a rollout may take before it counts as failed.")
     ] = 300.0,
@@ -174,7 +188,7 @@ def command_test(
             max_turns, temperature = settings["max_turns"], settings["temperature"]
             max_tokens = settings["max_tokens"]
         else:
-            backend = _make_backend(llm, llm_url, model, seed)
+            backend = _make_backend(llm, llm_url, model, seed, timeout_s=llm_timeout)
         completion_params: dict[str, Any] = {}
         if temperature is not None:
             completion_params["temperature"] = temperature
@@ -266,7 +280,9 @@ def _check_server_url(url: str) -> None:
         )
 
 
-def _make_backend(llm: str, llm_url: str | None, model: str | None, seed: int) -> Any:
+def _make_backend(
+    llm: str, llm_url: str | None, model: str | None, seed: int, *, timeout_s: float = 120.0
+) -> Any:
     from ..errors import ConfigError
 
     kind = "openai" if llm_url else llm.lower()
@@ -278,7 +294,10 @@ def _make_backend(llm: str, llm_url: str | None, model: str | None, seed: int) -
         from ..testing.backends import OpenAICompatibleBackend
 
         return OpenAICompatibleBackend.from_env(
-            os.environ, base_url=llm_url, model=model or os.environ.get("OPENAI_MODEL")
+            os.environ,
+            base_url=llm_url,
+            model=model or os.environ.get("OPENAI_MODEL"),
+            timeout_s=timeout_s,
         )
     raise ConfigError(f"unknown --llm {llm!r}; choose mock or openai")
 

@@ -40,10 +40,10 @@ def validate_command(
     """
     from ..loader import TARGET_CODES
     from ..render import validation_report
-    from ..validator import validate_agent_loop
+    from ..validator import validate_agent_loop_async
 
     target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
-    result = run_async(validate_agent_loop(target, dry_run=dry_run, timeout_s=timeout))
+    result = run_async(validate_agent_loop_async(target, dry_run=dry_run, timeout_s=timeout))
     unusable = next((p for p in result.errors if p.code in TARGET_CODES), None)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))

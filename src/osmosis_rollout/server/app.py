@@ -8,11 +8,12 @@ rollout ends in exactly one completion callback; one that cannot be delivered go
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,18 @@ _MAX_ERRORS = 20
 _MAX_ERROR_CHARS = 200
 _MAX_ERRORS_BYTES = 4096
 
+#: A start-up or shutdown hook: an async function without arguments (a sync one works too).
+Hook = Callable[[], Awaitable[None] | None]
+
+
+async def _call_hook(hook: Hook | None, when: str) -> None:
+    if hook is None:
+        return
+    result = hook()
+    if inspect.isawaitable(result):
+        await result
+    logger.debug("%s hook %r done", when, hook)
+
 
 def create_app(
     agent_loop: RolloutAgentLoop,
@@ -79,12 +92,16 @@ def create_app(
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
     settings: ServerSettings | None = None,
     client: TrainGateClient | None = None,
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
 ) -> Starlette:
     """Build the rollout server for ``agent_loop``.
 
     Pass either keyword settings or a resolved ``ServerSettings`` (not both). ``client`` lets
     tests and the mock harness route callbacks in-process; by default the lifespan opens one.
-    The ``RolloutServer`` behind the app is ``app.state.rollout_server``.
+    ``on_startup`` is awaited before the first request is served; ``on_shutdown`` after the
+    drain (running rollouts have ended), before the client closes. The ``RolloutServer`` behind
+    the app is ``app.state.rollout_server``.
     """
     if settings is None:
         settings = ServerSettings(
@@ -99,6 +116,7 @@ def create_app(
             max_metadata_bytes=max_metadata_bytes,
         )
     server = RolloutServer(agent_loop, settings, client=client)
+    server.hooks = (on_startup, on_shutdown)
     app = Starlette(
         routes=[
             Route("/v1/rollout/init", server.init, methods=["POST"]),
@@ -142,6 +160,7 @@ class RolloutServer:
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.body_timeout_s = _BODY_TIMEOUT_S
         self.delivery_grace_s = _DELIVERY_GRACE_S
+        self.hooks: tuple[Hook | None, Hook | None] = (None, None)  # on_startup, on_shutdown
 
     # -- lifespan -------------------------------------------------------------------------------
 
@@ -158,11 +177,16 @@ class RolloutServer:
             async with anyio.create_task_group() as tasks:
                 self._tasks = tasks
                 tasks.start_soon(self._expire_records)
+                await _call_hook(self.hooks[0], "startup")
                 try:
                     yield
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.drain()
+                        try:
+                            await _call_hook(self.hooks[1], "shutdown")
+                        except Exception:
+                            logger.exception("the on_shutdown hook raised")
                     tasks.cancel_scope.cancel()
         finally:
             self._tasks = None

@@ -30,10 +30,18 @@ from ..protocol import (
 from .schema_instances import generate
 from .traingate import RolloutRecord, completion_from_message, estimate_tokens
 
-__all__ = ["DEFAULT_OPENAI_BASE_URL", "MockLLMBackend", "OpenAICompatibleBackend"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_OPENAI_BASE_URL",
+    "MockLLMBackend",
+    "OpenAICompatibleBackend",
+]
 
 #: Where ``OpenAICompatibleBackend.from_env`` points without a URL, as the OpenAI SDK does.
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: ``max_tokens`` for a turn that sets none: without it a local server may generate until its
+#: context is full (minutes on a CPU) before answering.
+DEFAULT_MAX_TOKENS = 1024
 _SUMMARY_CHARS = 120
 _BODY_EXCERPT = 300
 _CHARS_PER_TOKEN = 4
@@ -157,6 +165,11 @@ def _text(content: Any) -> str:
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 3] + "..."
 
 
+def _generation_abandoned(exc: httpx2.TransportError) -> bool:
+    """A read timeout: the request was sent, so the server may still be generating the reply."""
+    return isinstance(exc, httpx2.ReadTimeout)
+
+
 def _cut(reply: CompletionsResponse, max_tokens: int) -> CompletionsResponse:
     """Cap a reply at ``max_tokens`` tokens, keeping usage and token lists consistent."""
     n = max(0, min(max_tokens, reply.usage.completion_tokens))
@@ -182,10 +195,13 @@ class OpenAICompatibleBackend:
     the version segment (``http://localhost:8000/v1``). Each request carries the turn's
     messages and sampling parameters plus ``tools`` (the tools the rollout server declared at
     init); our ``rollout_id`` and ``logprobs`` extensions are sent only with
-    ``forward_extensions=True``.
+    ``forward_extensions=True``. A turn without ``max_tokens`` gets ``default_max_tokens``
+    (``None`` sends none).
 
     429 and 5xx answers and transport errors are retried with backoff (``retry``; ``sleep`` is
-    injectable for tests). Failures raise :class:`~osmosis_rollout.errors.LLMBackendError`
+    injectable for tests), except a reply that timed out: the server may still be generating
+    it, so a retry would only queue behind the abandoned generation. It fails at once and says
+    so. Failures raise :class:`~osmosis_rollout.errors.LLMBackendError`
     whose ``kind`` and ``systemic`` flag let a batch stop early on a bad key or a dead server.
     A reply without ``usage`` gets an estimate, since the protocol requires one. The API key is
     never part of an error message or ``repr``.
@@ -203,6 +219,7 @@ class OpenAICompatibleBackend:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
         forward_extensions: bool = False,
+        default_max_tokens: int | None = DEFAULT_MAX_TOKENS,
     ) -> None:
         parts = urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -220,6 +237,7 @@ class OpenAICompatibleBackend:
         self.extra_headers = dict(extra_headers or {})
         self.retry = retry or RetryPolicy(retries=3, base_delay_s=1.0, max_delay_s=20.0)
         self.forward_extensions = forward_extensions
+        self.default_max_tokens = default_max_tokens
         self._sleep = sleep
         self._http = http
         self._owns_http = http is None
@@ -287,6 +305,8 @@ class OpenAICompatibleBackend:
             value = getattr(request, key)
             if value is not None:
                 body[key] = value
+        if request.max_tokens is None and self.default_max_tokens is not None:
+            body["max_tokens"] = self.default_max_tokens
         body.update({k: v for k, v in (request.model_extra or {}).items() if k != "tools"})
         if record.tools:
             body["tools"] = [wire(tool) for tool in record.tools]
@@ -308,7 +328,7 @@ class OpenAICompatibleBackend:
             try:
                 response = await self.http.post(self.url, content=content, headers=headers)
             except httpx2.TransportError as exc:
-                if last:
+                if last or _generation_abandoned(exc):
                     raise self._transport_error(exc, attempt + 1) from None
                 delay = policy.backoff(attempt, random.random())
             else:
@@ -335,6 +355,13 @@ class OpenAICompatibleBackend:
                 f"{type(exc).__name__} {detail}. Is it running? Check --llm-url / OPENAI_BASE_URL",
                 kind="unreachable",
                 systemic=True,
+            )
+        if _generation_abandoned(exc):
+            return LLMBackendError(
+                f"the LLM server at {self.base_url} did not answer within {self.timeout_s:g} s; "
+                "not retried, since it may still be generating this reply (a retry would queue "
+                "behind it). Lower --max-tokens, or allow more time with --llm-timeout",
+                kind="timeout",
             )
         if isinstance(exc, httpx2.TimeoutException):
             return LLMBackendError(

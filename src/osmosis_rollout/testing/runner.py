@@ -64,6 +64,8 @@ class RowResult:
     findings: list[Finding] = field(default_factory=list)
     final_messages: list[Message] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: Each LLM turn's finish_reason as TrainGate answered it (``"length"``: cut by max_tokens).
+    turn_finish_reasons: list[str | None] = field(default_factory=list)
     #: The dataset row's metadata as sent with the rollout (``ground_truth`` included).
     metadata: dict[str, Any] = field(default_factory=dict)
     #: The rollout's debug trace, when the server wrote one (``--debug-dir``).
@@ -103,6 +105,7 @@ class RowResult:
             "llm_ms": round(self.llm_ms, 3),
             "tool_ms": round(self.tool_ms, 3),
             "other_ms": round(self.other_ms, 3),
+            "turn_finish_reasons": self.turn_finish_reasons,
             "findings": [f.as_dict() for f in self.findings],
             "metrics": self.metrics,
             "ground_truth": self.ground_truth,
@@ -129,6 +132,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome) -> RowResult:
         status="NO_RESULT",
         latency_ms=outcome.wall_ms,
         findings=list(outcome.findings),
+        turn_finish_reasons=[r.choices[0].finish_reason for r in outcome.record.replies],
     )
     backend_error = outcome.record.backend_error
     if not outcome.accepted:

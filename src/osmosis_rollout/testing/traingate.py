@@ -31,6 +31,7 @@ from ..protocol import (
     describe_validation_error,
     first_divergence,
 )
+from .text_tool_calls import find_text_tool_call
 
 __all__ = [
     "Finding",
@@ -50,6 +51,8 @@ UNKNOWN_TOOL = "unknown_tool"
 MALFORMED_REQUEST = "malformed_request"
 CHAT_AFTER_COMPLETION = "chat_after_completion"
 TOOLS_SENT = "tools_sent"
+TRUNCATED_REPLY = "truncated_reply"
+TOOL_CALL_IN_TEXT = "tool_call_in_text"
 
 
 @dataclass(frozen=True)
@@ -385,6 +388,7 @@ class MockTrainGate:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:
             self._check_tools_used(record, body)
+            self._check_replies(record)
         record.completions.append(body)
         observe = getattr(self.backend, "rollout_completed", None)
         if observe is not None and len(record.completions) == 1:
@@ -401,6 +405,33 @@ class MockTrainGate:
                 name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
                 if name is not None and name not in declared:
                     record.add(UNKNOWN_TOOL, f"tool {name!r} was called but never declared")
+
+    def _check_replies(self, record: RolloutRecord) -> None:
+        """What real models do that passes unnoticed: a last reply cut by ``max_tokens``, and
+        tool calls written as text (once per rollout: the first one says it all)."""
+        if record.replies and record.replies[-1].choices[0].finish_reason == "length":
+            turn = len(record.replies)
+            record.add(
+                TRUNCATED_REPLY,
+                f"turn {turn}'s reply was cut by max_tokens (finish_reason 'length') and the "
+                "rollout ended on it: raise --max-tokens, or make the agent check "
+                "result.finish_reason",
+            )
+        if not record.tools:
+            return
+        for turn, reply in enumerate(record.replies, start=1):
+            if reply.message.tool_calls:
+                continue
+            found = find_text_tool_call(reply.message.content, record.tool_names)
+            if found is not None:
+                record.add(
+                    TOOL_CALL_IN_TEXT,
+                    f"turn {turn} wrote a call to tool {found.name!r} as text ({found.style}) "
+                    "instead of tool_calls, so it was never run: enable the server's tool-call "
+                    "parser (vLLM: --enable-auto-tool-choice --tool-call-parser; llama.cpp: "
+                    "--jinja) or parse such text in the agent",
+                )
+                return
 
 
 def _reply_message(reply: CompletionsResponse) -> dict[str, Any]:

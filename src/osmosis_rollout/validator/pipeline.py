@@ -14,27 +14,35 @@ from typing import Any
 from ..agent import RolloutAgentLoop
 from ..errors import AgentLoadError
 from ..loader import agent_from_object, class_location, find_source, load_target, parse_target
+from ..protocol import RolloutRequest
 from .dry_run import dry_run as run_dry_run
 from .dynamic import check_instance, check_tools, sample_request
 from .result import Check, Problem, ValidationResult
 from .static import StaticReport, check_source
 
-__all__ = ["validate_agent_loop"]
+__all__ = ["validate_agent_loop_async"]
 
 Target = str | RolloutAgentLoop | type[RolloutAgentLoop]
 _STOP_STATIC = frozenset({"SYNTAX_ERROR", "AGENT_NOT_FOUND", "SOURCE_UNREADABLE"})
 
 
-async def validate_agent_loop(
-    target_or_agent: Target, *, dry_run: bool = True, timeout_s: float = 30.0
+async def validate_agent_loop_async(
+    target_or_agent: Target,
+    *,
+    dry_run: bool = True,
+    timeout_s: float = 30.0,
+    request: RolloutRequest | None = None,
 ) -> ValidationResult:
     """Check an agent (``"file.py:Attr"``, ``"pkg.mod:Attr"``, a class or an instance).
 
     Never raises for problems in the agent and never prints: everything found is a ``Problem``
-    in the returned ``ValidationResult``. It is async, like the rest of the core (no sync twin);
-    from sync code use ``asyncio.run(validate_agent_loop(...))``.
+    in the returned ``ValidationResult``. ``request`` is what ``get_tools`` is called with (a
+    typical init by default). From sync code, ``validate_agent_loop(agent)`` is v1's spelling
+    (no dry run, v1's problem codes beside ours).
     """
-    return await _Validation(target_or_agent, dry_run=dry_run, timeout_s=timeout_s).run()
+    validation = _Validation(target_or_agent, dry_run=dry_run, timeout_s=timeout_s)
+    validation.request = request or sample_request()
+    return await validation.run()
 
 
 class _Validation:
@@ -42,6 +50,7 @@ class _Validation:
         self.target = target
         self.dry_run = dry_run
         self.timeout_s = timeout_s
+        self.request = sample_request()
         label = target if isinstance(target, str) else _label(target)
         self.result = ValidationResult(target=label)
         self.static = StaticReport()
@@ -102,7 +111,7 @@ class _Validation:
             self.add(problem)
         if isinstance(agent.name, str):
             self.result.agent_name = agent.name
-        problems, count = await check_tools(agent, sample_request(), timeout_s=self.timeout_s)
+        problems, count = await check_tools(agent, self.request, timeout_s=self.timeout_s)
         self.result.tools = count
         for problem in problems:
             self.add(problem)

@@ -6,9 +6,11 @@ bump ``version`` if a change could break a reader.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from ..errors import AgentLoopValidationError
 
 __all__ = ["PROBLEM_CODES", "Check", "Problem", "Severity", "ValidationResult"]
 
@@ -73,6 +75,17 @@ class Problem(BaseModel):
     check: Check
     location: str | None = None
     message: str
+    #: Extra facts for v1's Python API (``osmosis_code``, ``exception_type``...); not in JSON.
+    details: dict[str, Any] | None = Field(default=None, exclude=True)
+
+    @property
+    def field(self) -> str | None:
+        """v1's name for ``location``."""
+        return self.location
+
+    def __str__(self) -> str:
+        where = f" {self.location}:" if self.location else ""
+        return f"[{self.code}]{where} {self.message}"
 
 
 class ValidationResult(BaseModel):
@@ -108,3 +121,22 @@ class ValidationResult(BaseModel):
     def passed(self, *, strict: bool = False) -> bool:
         """Valid, and with ``strict`` also free of warnings."""
         return self.valid and not (strict and self.warnings)
+
+    # -- v1's spelling ------------------------------------------------------------------------
+
+    @property
+    def tool_count(self) -> int:
+        """How many tools ``get_tools`` returned (0 when it could not be called)."""
+        return self.tools or 0
+
+    def __bool__(self) -> bool:
+        return self.valid
+
+    def raise_if_invalid(self) -> None:
+        """Raise ``AgentLoopValidationError`` listing every error, if there is one."""
+        errors = self.errors
+        if errors:
+            lines = "".join(f"\n  - {problem}" for problem in errors)
+            raise AgentLoopValidationError(
+                f"Agent loop validation failed with {len(errors)} error(s):{lines}", errors=errors
+            )

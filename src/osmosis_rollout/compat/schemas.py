@@ -1,0 +1,117 @@
+"""v1's typed schema classes: tool definitions, parsed tool calls, tool responses.
+
+Our ``OpenAIFunctionSchema`` keeps ``parameters`` as full JSON Schema and accepts these typed
+parameter models too (they become their JSON Schema), so v1 tool definitions work unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from ..protocol import DEFAULT_MAX_METADATA_BYTES, CompletionChoice
+
+__all__ = [
+    "DEFAULT_MAX_METADATA_SIZE_BYTES",
+    "CompletionsChoice",
+    "MessageDict",
+    "OpenAIFunctionCallSchema",
+    "OpenAIFunctionParametersSchema",
+    "OpenAIFunctionParsedSchema",
+    "OpenAIFunctionPropertySchema",
+    "OpenAIFunctionToolCall",
+    "SamplingParamsDict",
+    "ToolResponse",
+]
+
+#: v1's aliases: a chat message and sampling parameters are plain dicts.
+MessageDict = dict[str, Any]
+SamplingParamsDict = dict[str, Any]
+
+DEFAULT_MAX_METADATA_SIZE_BYTES = DEFAULT_MAX_METADATA_BYTES
+
+#: v1's name for one choice of a chat completion (ours: ``protocol.CompletionChoice``).
+CompletionsChoice = CompletionChoice
+
+
+class OpenAIFunctionPropertySchema(BaseModel):
+    """One parameter of a tool: its JSON type, description and allowed values."""
+
+    type: str
+    description: str | None = None
+    enum: list[str] | None = None
+
+
+class OpenAIFunctionParametersSchema(BaseModel):
+    """A tool's parameters as v1 typed them: an object with properties and required names.
+
+    ``type`` defaults to ``"object"`` (v1's documentation examples leave it out). For nested
+    schemas (``items``, ``anyOf``, ``$defs``...) pass a plain JSON Schema dict instead.
+    """
+
+    type: str = "object"
+    properties: dict[str, OpenAIFunctionPropertySchema]
+    required: list[str]
+
+
+class OpenAIFunctionParsedSchema(BaseModel):
+    """A tool call's function as the model sent it: ``arguments`` is JSON text."""
+
+    name: str
+    arguments: str
+
+
+class OpenAIFunctionCallSchema(BaseModel):
+    """A tool call's function with ``arguments`` decoded to a dict."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    @staticmethod
+    def from_openai_function_parsed_schema(
+        parsed: OpenAIFunctionParsedSchema,
+    ) -> tuple[OpenAIFunctionCallSchema, bool]:
+        """Decode ``parsed.arguments``; ``(call, True)`` with empty arguments when they are
+        not a JSON object."""
+        try:
+            arguments = json.loads(parsed.arguments)
+        except json.JSONDecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            return OpenAIFunctionCallSchema(name=parsed.name, arguments={}), True
+        return OpenAIFunctionCallSchema(name=parsed.name, arguments=arguments), False
+
+
+class OpenAIFunctionToolCall(BaseModel):
+    """One tool call with decoded arguments."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: OpenAIFunctionCallSchema
+
+
+class ToolResponse(BaseModel):
+    """What a tool returns when it has more than text: ``image`` and ``video`` are lists."""
+
+    text: str | None = None
+    image: list[Any] | None = Field(default=None)
+    video: list[Any] | None = Field(default=None)
+
+    @field_validator("image", "video", mode="before")
+    @classmethod
+    def _must_be_list(cls, value: Any, info: Any) -> Any:
+        if value is not None and not isinstance(value, list):
+            raise ValueError(
+                f"{info.field_name} must be a list; wrap a single item as [{info.field_name}]"
+            )
+        return value
+
+    def is_empty(self) -> bool:
+        """True when there is no text, image or video."""
+        return not self.text and not self.image and not self.video
+
+    def is_text_only(self) -> bool:
+        """True when there is text and nothing else."""
+        return bool(self.text) and not self.image and not self.video

@@ -1,0 +1,218 @@
+"""v1's server entry points: ``create_app`` with v1's parameters, and ``serve_agent_loop``.
+
+Both build our server (``server.create_app`` / ``server.serve``). Platform registration (v1's
+``credentials``, ``server_host``, ``server_port`` and ``skip_register=False``) is not part of
+osmosis-rollout: those arguments are accepted, a warning says the server is not registered, and
+it serves all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+from starlette.applications import Starlette
+
+from ..agent import RolloutAgentLoop
+from ..config import ServerSettings
+from ..errors import ServeError
+from ..server.app import Hook
+from ..server.app import create_app as _create_app
+from ..server.auth import key_matches
+
+__all__ = [
+    "API_KEY_PREFIX",
+    "API_KEY_RANDOM_BYTES",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "create_app",
+    "generate_api_key",
+    "serve_agent_loop",
+    "validate_api_key",
+]
+
+logger = logging.getLogger("osmosis_rollout.server")
+
+DEFAULT_HOST = "0.0.0.0"  # v1's default; serve_agent_loop generates a key for it
+DEFAULT_PORT = 9000
+API_KEY_PREFIX = "osm_rollout_"
+API_KEY_RANDOM_BYTES = 32
+
+_NOT_REGISTERED = (
+    "platform registration is not part of osmosis-rollout: {what} accepted for compatibility "
+    "with the original SDK, but the server is NOT registered with the Osmosis platform; give "
+    "TrainGate its address and key yourself ({fix})"
+)
+
+
+def generate_api_key() -> str:
+    """A new server key: ``osm_rollout_`` and 32 random bytes, URL-safe."""
+    return f"{API_KEY_PREFIX}{secrets.token_urlsafe(API_KEY_RANDOM_BYTES)}"
+
+
+def validate_api_key(provided: str | None, expected: str) -> bool:
+    """Whether ``provided`` is ``expected`` (constant time; None is never valid)."""
+    return provided is not None and key_matches(provided, expected)
+
+
+def _warn_not_registered(what: str, fix: str) -> None:
+    message = _NOT_REGISTERED.format(what=what, fix=fix)
+    logger.warning(message)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _v1_settings(
+    settings: Any,
+    *,
+    max_concurrent: int | None,
+    record_ttl_seconds: float | None,
+    api_key: str | None,
+    debug_dir: str | Path | None,
+    **more: Any,
+) -> ServerSettings:
+    """One ``ServerSettings`` from v1's arguments: ours, or v1's ``RolloutSettings`` (only its
+    ``server`` part is used), with explicit arguments winning; 0 or None mean the default."""
+    server = getattr(settings, "server", None)
+    updates: dict[str, Any] = {
+        "max_concurrent": max_concurrent or getattr(server, "max_concurrent_rollouts", None),
+        "record_ttl_s": record_ttl_seconds or getattr(server, "record_ttl_seconds", None),
+        "api_key": SecretStr(api_key) if api_key else None,
+        "debug_dir": Path(debug_dir) if debug_dir is not None else None,
+        **more,
+    }
+    updates = {k: v for k, v in updates.items() if v is not None}
+    if isinstance(settings, ServerSettings):
+        return ServerSettings.model_validate({**dict(settings), **updates})
+    return ServerSettings.model_validate(updates)
+
+
+def create_app(
+    agent_loop: RolloutAgentLoop,
+    max_concurrent: int | None = None,
+    record_ttl_seconds: float | None = None,
+    settings: Any = None,
+    credentials: Any = None,
+    server_host: str | None = None,
+    server_port: int | None = None,
+    api_key: str | None = None,
+    debug_dir: str | Path | None = None,
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
+    **options: Any,
+) -> Starlette:
+    """The rollout server for ``agent_loop``, taking v1's arguments (in v1's order).
+
+    ``settings`` is our ``ServerSettings`` or v1's ``RolloutSettings``; ``api_key`` None means
+    no auth; ``on_startup`` is awaited before serving, ``on_shutdown`` after running rollouts
+    have drained. Other keywords (``rollout_timeout_s``, ``outbox_dir``, ``client``...) are
+    ``osmosis_rollout.server.create_app``'s.
+    """
+    if credentials is not None or server_host is not None or server_port is not None:
+        given = [
+            name
+            for name, value in (
+                ("credentials", credentials),
+                ("server_host", server_host),
+                ("server_port", server_port),
+            )
+            if value is not None
+        ]
+        _warn_not_registered(", ".join(given) + " are", "drop these arguments to silence this")
+    client = options.pop("client", None)
+    resolved = _v1_settings(
+        settings,
+        max_concurrent=max_concurrent,
+        record_ttl_seconds=record_ttl_seconds,
+        api_key=api_key,
+        debug_dir=debug_dir,
+        **options,
+    )
+    return _create_app(
+        agent_loop, settings=resolved, client=client, on_startup=on_startup, on_shutdown=on_shutdown
+    )
+
+
+def serve_agent_loop(
+    agent_loop: RolloutAgentLoop,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    validate: bool = True,
+    log_level: str = "info",
+    reload: bool = False,
+    settings: Any = None,
+    skip_register: bool = False,
+    api_key: str | None = None,
+    local_debug: bool = False,
+    debug_dir: str | Path | None = None,
+) -> None:
+    """Validate ``agent_loop``, print a banner, and serve it until SIGTERM/SIGINT (v1's API).
+
+    A key is generated and printed unless one is given (``local_debug`` turns auth off).
+    ``debug_dir`` gets one sub-directory per server start. Raises ``ServeError`` for settings
+    that cannot work and ``AgentLoopValidationError`` when the agent is not valid.
+    """
+    from rich.console import Console
+
+    from ..render.validation import validation_report
+    from ..server.serve import serve
+    from .validation import validate_agent_loop
+
+    if local_debug and api_key:
+        raise ServeError(
+            "local_debug=True disables API key authentication; do not provide api_key in "
+            "local debug mode."
+        )
+    if reload:
+        raise ServeError(
+            "reload=True needs the agent as an import target, not an object: run "
+            "`osmosis serve path/to/agent.py:agent_loop --reload` instead"
+        )
+    if not (skip_register or local_debug):
+        _warn_not_registered("skip_register=False is", "pass skip_register=True to silence this")
+    console = Console()
+    if validate:
+        result = validate_agent_loop(agent_loop)
+        if not result.valid or result.warnings:
+            console.print(validation_report(result))
+        result.raise_if_invalid()
+    key = None if local_debug else (api_key or generate_api_key())
+    trace_dir = None
+    if debug_dir is not None:
+        trace_dir = Path(debug_dir) / str(int(time.time()))
+        trace_dir.mkdir(parents=True, exist_ok=True)
+    resolved = _v1_settings(
+        settings,
+        max_concurrent=None,
+        record_ttl_seconds=None,
+        api_key=key,
+        debug_dir=trace_dir,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+    )
+    _print_banner(console, agent_loop.name, resolved, key, given=api_key is not None)
+    serve(agent_loop, settings=resolved)
+
+
+def _print_banner(
+    console: Any, name: str, settings: ServerSettings, key: str | None, *, given: bool
+) -> None:
+    from rich.markup import escape
+    from rich.panel import Panel
+
+    shown = "(disabled - local debug)" if key is None else "(provided)" if given else key
+    lines = [
+        f"Agent: {escape(name)}",
+        f"Address: {settings.host}:{settings.port}",
+        f"API Key: {shown}",
+        "Registration: skipped (not part of osmosis-rollout)",
+    ]
+    if settings.debug_dir is not None:
+        lines.append(f"Debug Log: {escape(str(settings.debug_dir))}/")
+    console.print(Panel("\n".join(lines), title="RolloutServer", expand=False))

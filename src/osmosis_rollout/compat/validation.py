@@ -1,0 +1,301 @@
+"""v1's ``validate_agent_loop(agent, *, request=None)``: sync, with v1's problem codes.
+
+It runs our validator (static and dynamic checks; no dry run, since v1's never ran the agent)
+and v1's structural checks, and returns one ``ValidationResult``. Where both found the same
+thing, the problem carries v1's code with ours in ``details["osmosis_code"]``; what only our
+richer checks find keeps our code. ``valid``, ``errors``, ``warnings``, ``agent_name``,
+``tool_count``, ``bool(result)`` and ``raise_if_invalid()`` behave as in v1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
+from ..validator.pipeline import validate_agent_loop_async
+from ..validator.result import Problem, Severity, ValidationResult
+
+__all__ = ["V1_CODES", "validate_agent_loop", "validation_request"]
+
+T = TypeVar("T")
+
+#: Our codes and the v1 codes that report the same finding.
+_SAME_FINDING: dict[str, frozenset[str]] = {
+    "NAME_INVALID": frozenset({"MISSING_NAME", "INVALID_NAME_TYPE", "EMPTY_NAME"}),
+    "NAME_MISSING": frozenset({"MISSING_NAME", "INVALID_NAME_TYPE", "EMPTY_NAME"}),
+    "RUN_MISSING": frozenset({"MISSING_RUN_METHOD", "RUN_NOT_CALLABLE", "RUN_NOT_ASYNC"}),
+    "RUN_NOT_ASYNC": frozenset({"MISSING_RUN_METHOD", "RUN_NOT_CALLABLE", "RUN_NOT_ASYNC"}),
+    "GET_TOOLS_FAILED": frozenset({"GET_TOOLS_EXCEPTION"}),
+    "GET_TOOLS_RETURNED_NONE": frozenset({"GET_TOOLS_RETURNS_NONE"}),
+    "GET_TOOLS_NOT_LIST": frozenset({"GET_TOOLS_INVALID_TYPE"}),
+    "TOOL_DESCRIPTION_MISSING": frozenset({"MISSING_FUNCTION_DESCRIPTION"}),
+    "TOOL_PARAMETERS_NOT_OBJECT": frozenset({"PARAMETERS_TYPE_NOT_OBJECT"}),
+    "TOOL_NAME_INVALID": frozenset({"INVALID_FUNCTION_NAME"}),
+    "TOOL_INVALID": frozenset(
+        {
+            "MISSING_TOOL_TYPE",
+            "UNKNOWN_TOOL_TYPE",
+            "MISSING_FUNCTION",
+            "INVALID_FUNCTION_TYPE",
+            "MISSING_FUNCTION_NAME",
+            "INVALID_FUNCTION_NAME",
+            "INVALID_PARAMETERS_TYPE",
+            "INVALID_TOOL_TYPE",
+        }
+    ),
+}
+
+#: Every code v1's validator reports (documented in docs/validate.md).
+V1_CODES = frozenset().union(*_SAME_FINDING.values())
+
+_SEVERITY_RANK = {"warning": 0, "error": 1}
+
+
+def validation_request() -> RolloutRequest:
+    """The request v1's validator calls ``get_tools`` with when none is given."""
+    return RolloutRequest(
+        rollout_id="validation-test-rollout",
+        server_url="http://localhost:8080",
+        messages=[{"role": "user", "content": "Hello"}],
+        completion_params={"temperature": 1.0, "max_tokens": 512},
+        metadata={"_validation": True},
+    )
+
+
+def validate_agent_loop(
+    agent_loop: Any, *, request: RolloutRequest | None = None
+) -> ValidationResult:
+    """Check an agent loop (an instance; a class or ``"file.py:Class"`` also work) from sync
+    code. Never runs the agent; ``request`` is what ``get_tools`` is called with.
+
+    Call it from a thread without a running event loop, or from inside one (it then runs in a
+    worker thread). The async validator with the dry run is ``validate_agent_loop_async``.
+    """
+    request = request or validation_request()
+    return _run_sync(_validate(agent_loop, request))
+
+
+async def _validate(agent_loop: Any, request: RolloutRequest) -> ValidationResult:
+    ours = await validate_agent_loop_async(agent_loop, dry_run=False, request=request)
+    if isinstance(agent_loop, str | type):
+        return ours
+    v1, tool_count = await _v1_problems(agent_loop, request)
+    merged = _merge(v1, ours.problems)
+    return ours.model_copy(
+        update={
+            "problems": merged,
+            "tools": ours.tools if ours.tools is not None else tool_count,
+        }
+    )
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Called from async code (a v1 test, a notebook): run in a thread with its own loop.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+# -- v1's structural checks --------------------------------------------------------------------
+
+
+def _v1(
+    code: str,
+    message: str,
+    field: str | None,
+    severity: Severity = "error",
+    details: dict[str, Any] | None = None,
+) -> Problem:
+    return Problem(
+        code=code,
+        severity=severity,
+        check="dynamic",
+        location=field,
+        message=message,
+        details=details,
+    )
+
+
+async def _v1_problems(agent: Any, request: RolloutRequest) -> tuple[list[Problem], int]:
+    problems = _v1_name(agent)
+    tool_count = 0
+    try:
+        raw = agent.get_tools(request)
+        if inspect.isawaitable(raw):
+            raw = await raw
+    except Exception as exc:
+        problems.append(
+            _v1(
+                "GET_TOOLS_EXCEPTION",
+                f"get_tools() raised an exception: {type(exc).__name__}: {exc}",
+                "get_tools",
+                details={"exception_type": type(exc).__name__, "exception_message": str(exc)},
+            )
+        )
+    else:
+        if raw is None:
+            problems.append(
+                _v1(
+                    "GET_TOOLS_RETURNS_NONE",
+                    "get_tools() must return a list, got None",
+                    "get_tools",
+                )
+            )
+        elif not isinstance(raw, list):
+            problems.append(
+                _v1(
+                    "GET_TOOLS_INVALID_TYPE",
+                    f"get_tools() must return a list, got {type(raw).__name__}",
+                    "get_tools",
+                )
+            )
+        else:
+            tool_count = len(raw)
+            for index, tool in enumerate(raw):
+                problems.extend(_v1_tool(tool, f"tools[{index}]"))
+    problems.extend(_v1_run(agent))
+    return problems, tool_count
+
+
+def _v1_name(agent: Any) -> list[Problem]:
+    name = getattr(agent, "name", None)
+    if name is None:
+        return [_v1("MISSING_NAME", "Agent loop must have a 'name' attribute", "name")]
+    if not isinstance(name, str):
+        return [
+            _v1("INVALID_NAME_TYPE", f"'name' must be a string, got {type(name).__name__}", "name")
+        ]
+    if not name.strip():
+        return [_v1("EMPTY_NAME", "'name' cannot be empty or whitespace only", "name")]
+    return []
+
+
+def _v1_tool(tool: Any, where: str) -> list[Problem]:
+    if isinstance(tool, OpenAIFunctionToolSchema):
+        return []
+    if not isinstance(tool, dict):
+        kind = type(tool).__name__
+        if isinstance(tool, BaseModel):
+            kind = f"{kind} (a pydantic model other than OpenAIFunctionToolSchema)"
+        return [
+            _v1(
+                "INVALID_TOOL_TYPE",
+                f"Tool must be OpenAIFunctionToolSchema or dict, got {kind}",
+                where,
+            )
+        ]
+    problems: list[Problem] = []
+    if "type" not in tool:
+        problems.append(_v1("MISSING_TOOL_TYPE", "Tool must have a 'type' field", where))
+    elif tool["type"] != "function":
+        problems.append(
+            _v1(
+                "UNKNOWN_TOOL_TYPE",
+                f"Unknown tool type {tool['type']!r}; expected 'function'",
+                f"{where}.type",
+                "warning",
+            )
+        )
+    if "function" not in tool:
+        problems.append(_v1("MISSING_FUNCTION", "Tool must have a 'function' field", where))
+        return problems
+    function = tool["function"]
+    if not isinstance(function, dict):
+        problems.append(
+            _v1(
+                "INVALID_FUNCTION_TYPE",
+                f"'function' must be a dict, got {type(function).__name__}",
+                f"{where}.function",
+            )
+        )
+        return problems
+    if "name" not in function:
+        problems.append(
+            _v1("MISSING_FUNCTION_NAME", "Function must have a 'name'", f"{where}.function.name")
+        )
+    elif not isinstance(function["name"], str) or not function["name"].strip():
+        problems.append(
+            _v1(
+                "INVALID_FUNCTION_NAME",
+                "Function name must be a non-empty string",
+                f"{where}.function.name",
+            )
+        )
+    if "description" not in function:
+        problems.append(
+            _v1(
+                "MISSING_FUNCTION_DESCRIPTION",
+                "Function should have a 'description' for better LLM understanding",
+                f"{where}.function.description",
+                "warning",
+            )
+        )
+    if "parameters" in function:
+        parameters = function["parameters"]
+        if not isinstance(parameters, dict):
+            problems.append(
+                _v1(
+                    "INVALID_PARAMETERS_TYPE",
+                    f"'parameters' must be a dict, got {type(parameters).__name__}",
+                    f"{where}.function.parameters",
+                )
+            )
+        elif parameters.get("type") != "object":
+            problems.append(
+                _v1(
+                    "PARAMETERS_TYPE_NOT_OBJECT",
+                    "'parameters.type' should be 'object'",
+                    f"{where}.function.parameters.type",
+                    "warning",
+                )
+            )
+    return problems
+
+
+def _v1_run(agent: Any) -> list[Problem]:
+    if not hasattr(agent, "run"):
+        return [_v1("MISSING_RUN_METHOD", "Agent loop must have a 'run' method", "run")]
+    run = agent.run
+    if not callable(run):
+        return [_v1("RUN_NOT_CALLABLE", "'run' must be a callable method", "run")]
+    if not inspect.iscoroutinefunction(run):
+        return [_v1("RUN_NOT_ASYNC", "'run' method must be an async function (async def)", "run")]
+    return []
+
+
+# -- merging -----------------------------------------------------------------------------------
+
+
+def _group(problem: Problem) -> str:
+    """``tools[i]`` for a problem of one tool, else ``agent``."""
+    location = problem.location or ""
+    if location.startswith("tools["):
+        return location.split("]", 1)[0] + "]"
+    return "agent"
+
+
+def _merge(v1: list[Problem], ours: list[Problem]) -> list[Problem]:
+    """v1's problems first; ours folded into the v1 problem that reports the same finding
+    (unless ours is the more severe), the rest after them."""
+    merged = list(v1)
+    rest: list[Problem] = []
+    for problem in ours:
+        codes = _SAME_FINDING.get(problem.code, frozenset())
+        for i, seen in enumerate(merged):
+            same = seen.code in codes and _group(seen) == _group(problem)
+            if same and _SEVERITY_RANK[seen.severity] >= _SEVERITY_RANK[problem.severity]:
+                details = {**(seen.details or {}), "osmosis_code": problem.code}
+                merged[i] = seen.model_copy(update={"details": details})
+                break
+        else:
+            rest.append(problem)
+    return merged + rest
