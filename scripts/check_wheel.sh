@@ -57,6 +57,9 @@ package = Path(osmosis_rollout.__file__).resolve().parent
 templates = default_templates_dir().resolve()
 assert root not in package.parents, f"osmosis_rollout was imported from the source tree: {package}"
 assert templates.parent == package, f"templates not found as package data: {templates}"
+static = package / "view" / "static"
+for name in ("index.html", "view.js", "view.css"):
+    assert (static / name).is_file(), f"osmosis view's {name} is not in the wheel"
 print(f"   {package}")
 print(f"   templates: {', '.join(t.name for t in list_templates())}")
 EOF

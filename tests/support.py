@@ -19,8 +19,12 @@ ASSETS = Path(__file__).parent / "assets"
 
 def load_asset(name: str) -> ModuleType:
     """Import tests/assets/<name>.py as a module (a fresh copy each time)."""
-    path = ASSETS / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"assets_{name}", path)
+    return load_path(ASSETS / f"{name}.py", f"assets_{name}")
+
+
+def load_path(path: Path, name: str) -> ModuleType:
+    """Import the file at ``path`` as the module ``name`` (a fresh copy each time)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -25,7 +25,7 @@ from osmosis_rollout.tools import Toolbox
 from osmosis_rollout.tracing import MAX_TRACED_TEXT, TRACE_VERSION
 from osmosis_rollout.trajectory import parse_trace, read_trace
 
-from .support import load_asset
+from .support import load_asset, load_path
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
@@ -51,21 +51,9 @@ THREE_TURNS = [call("add", "c1", a=12, b=30), call("multiply", "c2", a=42, b=2),
 
 
 def calculator() -> Any:
-    return load_example().CalculatorAgent()
-
-
-def load_example() -> Any:
-    import importlib.util
-    import sys
-
+    """examples/calculator/agent.py:CalculatorAgent, freshly imported."""
     path = ROOT / "examples" / "calculator" / "agent.py"
-    spec = importlib.util.spec_from_file_location("trajectory_example_calculator", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_path(path, "trajectory_example_calculator").CalculatorAgent()
 
 
 pytestmark = pytest.mark.anyio

@@ -545,3 +545,13 @@ def test_message_utilities_example() -> None:
     assert is_user_message({"role": "user"})
     messages = [{"role": "user"}, {"role": "assistant"}, {"role": "user"}, {"content": "x"}]
     assert count_messages_by_role(messages) == {"user": 2, "assistant": 1, "unknown": 1}
+
+
+def test_the_request_api_key_compares_with_a_plain_string_but_never_prints() -> None:
+    request = make_request(api_key="sk-rollout-123")
+    assert request.api_key == "sk-rollout-123"
+    assert request.api_key != "something-else"
+    assert "sk-rollout-123" not in repr(request)
+    assert "sk-rollout-123" not in str(request.model_dump())
+    assert request.api_key is not None
+    assert request.api_key.get_secret_value() == "sk-rollout-123"

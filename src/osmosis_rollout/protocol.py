@@ -9,6 +9,7 @@ send drops ``null`` fields (use :func:`wire`).
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 import math
 import re
@@ -93,6 +94,24 @@ def set_max_metadata_size_bytes(max_bytes: int) -> None:
         raise ValueError("max_metadata_size_bytes must be positive")
     with _metadata_limit_lock:
         _metadata_limit = max_bytes
+
+
+class ApiKey(SecretStr):
+    """A ``SecretStr`` that still compares equal to the plain string it holds (in constant
+    time), so v1 code such as ``request.api_key == "k"`` keeps working; it never prints."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SecretStr):
+            other = other.get_secret_value()
+        if isinstance(other, str):
+            return hmac.compare_digest(
+                self.get_secret_value().encode("utf-8", "surrogatepass"),
+                other.encode("utf-8", "surrogatepass"),
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.get_secret_value())
 
 
 def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
@@ -338,7 +357,7 @@ class RolloutRequest(_Lenient):
     max_turns: int = 10
     max_tokens_total: int = 8192
     metadata: dict[str, Any] = Field(default_factory=dict)
-    api_key: SecretStr | None = None
+    api_key: ApiKey | None = None
     idempotency_key: str | None = None
 
     @field_validator("rollout_id")
@@ -372,6 +391,11 @@ class RolloutRequest(_Lenient):
         except httpx2.InvalidURL:
             raise ValueError("server_url is not a URL the HTTP client can call") from None
         return value.strip().rstrip("/")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _unwrap_secret(cls, value: Any) -> Any:
+        return value.get_secret_value() if isinstance(value, SecretStr) else value
 
     @field_validator("api_key")
     @classmethod

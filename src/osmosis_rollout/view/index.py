@@ -1,0 +1,315 @@
+"""The viewer's index: one small summary per rollout, and where to read the rest on demand.
+
+Opening 10,000 rollouts must not mean parsing 500 MB. A results file is scanned once for line
+offsets; each row's summary is parsed from the part of the line before ``final_messages`` (the
+results writer puts it last). Traces linked from a results file are not opened at all until a
+rollout is shown; a trace with no results row is summarised from its first line and its tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..errors import ConfigError
+from ..trajectory import Trajectory, read_trace
+
+__all__ = ["RolloutIndex", "RolloutSummary", "build_index"]
+
+_FINAL_KEY = b', "final_messages": '
+#: How much of a trace's end is read first to find its ``rollout_end`` (and ``findings``).
+_TAIL_BYTES = 8 * 1024
+_END_EVENT = b'"event": "rollout_end"'
+_ROW_IN_ID = re.compile(r"row-(\d+)-")
+_MAX_ERROR_CHARS = 300
+
+
+@dataclass
+class RolloutSummary:
+    """What the table shows for one rollout, plus where its full record lives."""
+
+    id: str
+    rollout_id: str | None
+    row: int | None
+    status: str
+    source: str
+    reward: float | None = None
+    finish_reason: str | None = None
+    error_message: str | None = None
+    findings: list[str] = field(default_factory=list)
+    turns: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    latency_ms: float = 0.0
+    started: float | None = None
+    results_path: Path | None = field(default=None, repr=False)
+    offset: int | None = field(default=None, repr=False)
+    trace_path: str | None = field(default=None, repr=False)  # str: 10,000 Paths are slow
+
+    def public(self) -> dict[str, Any]:
+        """The JSON the page gets for the table (no file paths or offsets)."""
+        return {
+            "id": self.id,
+            "rollout_id": self.rollout_id,
+            "row": self.row,
+            "status": self.status,
+            "source": self.source,
+            "reward": self.reward,
+            "finish_reason": self.finish_reason,
+            "error_message": self.error_message,
+            "findings": self.findings,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "tokens": self.prompt_tokens + self.response_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "response_tokens": self.response_tokens,
+            "latency_ms": self.latency_ms,
+            "started": self.started,
+            "has_trace": self.trace_path is not None,
+        }
+
+
+@dataclass
+class RolloutIndex:
+    """Every rollout found under the given paths, in the order found."""
+
+    rollouts: list[RolloutSummary]
+    sources: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._by_id = {r.id: r for r in self.rollouts}
+
+    def get(self, rollout: str) -> RolloutSummary | None:
+        """The summary with this index id, if any."""
+        return self._by_id.get(rollout)
+
+    def load(self, summary: RolloutSummary) -> dict[str, Any]:
+        """The full record of one rollout: its results row and its trajectory (either may be
+        missing), read from disk now."""
+        row: dict[str, Any] | None = None
+        if summary.results_path is not None and summary.offset is not None:
+            with summary.results_path.open("rb") as fh:
+                fh.seek(summary.offset)
+                row = json.loads(fh.readline())
+        trajectory: Trajectory | None = None
+        trace_error: str | None = None
+        if summary.trace_path is not None:
+            try:
+                trajectory = read_trace(summary.trace_path)
+            except OSError as exc:
+                name = os.path.basename(summary.trace_path)
+                trace_error = f"cannot read {name}: {exc.strerror or exc}"
+        return {
+            "summary": summary.public(),
+            "row": row,
+            "trajectory": trajectory.as_dict() if trajectory is not None else None,
+            "messages": trajectory.messages() if trajectory is not None else None,
+            "trace_error": trace_error,
+        }
+
+
+def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
+    """Index results files, trace files and trace folders. Raises ``ConfigError`` for a path
+    that does not exist or is neither."""
+    rollouts: list[RolloutSummary] = []
+    sources: list[str] = []
+    warnings: list[str] = []
+    linked: set[str] = set()
+    trace_files: list[tuple[str, str]] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            sources.append(str(path))
+            folder = _absolute(str(path))
+            names = sorted(e.name for e in os.scandir(path) if e.name.endswith(".jsonl"))
+            trace_files.extend((os.path.join(folder, name), path.name) for name in names)
+        elif path.is_file():
+            sources.append(str(path))
+            if _looks_like_trace(path):
+                trace_files.append((_absolute(str(path)), path.parent.name))
+            else:
+                found = _index_results(path, len(sources), warnings)
+                linked.update(s.trace_path for s in found if s.trace_path is not None)
+                rollouts.extend(found)
+        else:
+            raise ConfigError(
+                f"{path} does not exist; give a results file (osmosis test --output) or a "
+                "trace folder (--debug-dir)"
+            )
+    seen: set[str] = set()
+    for number, (trace, source) in enumerate(trace_files):
+        if trace in linked or trace in seen:
+            continue
+        seen.add(trace)
+        summary = _summarise_trace(trace, f"t{number}", source, warnings)
+        if summary is not None:
+            rollouts.append(summary)
+    return RolloutIndex(rollouts, sources, warnings)
+
+
+def _absolute(path: str) -> str:
+    """An absolute, normalised path without touching the disk (``resolve()`` would stat every
+    component of 10,000 paths)."""
+    return os.path.normpath(os.path.abspath(path))
+
+
+def _looks_like_trace(path: Path) -> bool:
+    """A trace's first record has an ``event``; a results row has ``type``."""
+    with path.open("rb") as fh:
+        first = fh.readline(64 * 1024)
+    return b'"event": ' in first and b'"type": "row"' not in first
+
+
+def _index_results(path: Path, number: int, warnings: list[str]) -> list[RolloutSummary]:
+    found: list[RolloutSummary] = []
+    base = os.path.dirname(_absolute(str(path)))
+    offset = 0
+    bad = 0
+    with path.open("rb") as fh:
+        for line in fh:
+            start, offset = offset, offset + len(line)
+            row = _row_head(line)
+            if row is None:
+                bad += 1
+                continue
+            if row.get("type") != "row":
+                continue
+            trace = row.get("trace")
+            found.append(
+                RolloutSummary(
+                    id=f"r{number}-{len(found)}",
+                    rollout_id=row.get("rollout_id"),
+                    row=row.get("row") if isinstance(row.get("row"), int) else None,
+                    status=str(row.get("status") or "?"),
+                    source=path.name,
+                    reward=row.get("reward"),
+                    finish_reason=row.get("finish_reason"),
+                    error_message=_short(row.get("error_message")),
+                    findings=[
+                        str(f.get("code")) for f in row.get("findings") or [] if isinstance(f, dict)
+                    ],
+                    turns=int(row.get("turns") or 0),
+                    tool_calls=int(row.get("tool_calls") or 0),
+                    prompt_tokens=int(row.get("prompt_tokens") or 0),
+                    response_tokens=int(row.get("response_tokens") or 0),
+                    latency_ms=float(row.get("latency_ms") or 0.0),
+                    results_path=path,
+                    offset=start,
+                    trace_path=_absolute(os.path.join(base, trace))
+                    if isinstance(trace, str)
+                    else None,
+                )
+            )
+    if bad:
+        warnings.append(f"{path.name}: {bad} line(s) are not JSON and were skipped")
+    return found
+
+
+def _row_head(line: bytes) -> dict[str, Any] | None:
+    """A results line without its ``final_messages`` (parsed only when a rollout is shown).
+
+    Inside a JSON string every quote is escaped, so the key's pattern can only match the real
+    key; if the cut still does not parse (an older layout), the whole line is parsed."""
+    cut = line.rfind(_FINAL_KEY)
+    if cut > 0:
+        try:
+            head = json.loads(line[:cut] + b"}")
+        except ValueError:
+            pass
+        else:
+            return head if isinstance(head, dict) else None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _summarise_trace(
+    path: str, key: str, source: str, warnings: list[str]
+) -> RolloutSummary | None:
+    """A summary from a trace's first record and its ``rollout_end``/``findings`` at the end."""
+    try:
+        with open(path, "rb") as fh:
+            first = _json_line(fh.readline(1024 * 1024))
+            tail = _tail_from_end(fh)
+    except OSError as exc:
+        warnings.append(f"{os.path.basename(path)}: cannot read ({exc.strerror or exc})")
+        return None
+    if first is None or "event" not in first:
+        name = os.path.basename(path)
+        warnings.append(f"{name}: not a trace (its first line is not a trace record)")
+        return None
+    end: dict[str, Any] | None = None
+    findings: list[str] = []
+    for line in reversed(tail.splitlines()):
+        record = _json_line(line)
+        if record is None:
+            continue
+        if record.get("event") == "findings" and not findings:
+            findings = [str(f.get("code")) for f in record.get("findings") or []]
+        if record.get("event") == "rollout_end":
+            end = record
+            break
+    rollout_id = first.get("rollout_id")
+    match = _ROW_IN_ID.match(rollout_id) if isinstance(rollout_id, str) else None
+    metrics = end.get("metrics") if end is not None else None
+    metrics = metrics if isinstance(metrics, dict) else {}
+    return RolloutSummary(
+        id=key,
+        rollout_id=rollout_id if isinstance(rollout_id, str) else None,
+        row=int(match.group(1)) if match else None,
+        status=str(end.get("status")) if end is not None else "RUNNING",
+        source=source,
+        reward=end.get("reward") if end is not None else None,
+        finish_reason=end.get("finish_reason") if end is not None else None,
+        error_message=_short(end.get("error_message")) if end is not None else None,
+        findings=findings,
+        turns=int(metrics.get("num_llm_calls") or 0),
+        tool_calls=int(metrics.get("num_tool_calls") or 0),
+        prompt_tokens=int(metrics.get("prompt_tokens") or 0),
+        response_tokens=int(metrics.get("response_tokens") or 0),
+        latency_ms=float(metrics.get("total_latency_ms") or 0.0),
+        started=first.get("ts"),
+        trace_path=path,
+    )
+
+
+def _tail_from_end(fh: BinaryIO) -> bytes:
+    """The end of a trace from the start of its ``rollout_end`` line (or the whole file when it
+    has none): read backwards in growing chunks, since that line is usually near the end."""
+    size = fh.seek(0, os.SEEK_END)
+    chunk = _TAIL_BYTES
+    while True:
+        start = max(0, size - chunk)
+        fh.seek(start)
+        tail = fh.read()
+        at = tail.rfind(_END_EVENT)
+        if at >= 0:
+            line_start = tail.rfind(b"\n", 0, at)
+            if line_start >= 0 or start == 0:
+                return tail[line_start + 1 :]
+        if start == 0:
+            return tail
+        chunk *= 8
+
+
+def _json_line(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _short(text: Any) -> str | None:
+    if not isinstance(text, str):
+        return None
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."

@@ -1,0 +1,319 @@
+// osmosis view: the rollout table, one rollout as a transcript, two side by side.
+// Plain JavaScript, no build step, nothing fetched from elsewhere: it must work offline.
+"use strict";
+
+const state = { rollouts: null, byId: new Map(), cache: new Map() };
+const MAX_ROWS = 2000; // rows drawn at once; the filters narrow the rest
+const SORTS = {
+  row: (r) => (r.row === null ? Infinity : r.row),
+  time: (r) => r.latency_ms,
+  turns: (r) => r.turns,
+  tokens: (r) => r.tokens,
+  reward: (r) => (r.reward === null ? -Infinity : r.reward),
+};
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+  })[c]);
+}
+
+function ms(value) {
+  if (value === null || value === undefined) return "-";
+  if (value >= 1000) return (value / 1000).toFixed(2) + " s";
+  return value.toFixed(value >= 10 ? 0 : 1) + " ms";
+}
+
+function statusBadge(status) {
+  const kind = status === "COMPLETED" ? "ok" : status === "SKIPPED" ? "dim" : "bad";
+  return `<span class="badge ${kind}">${esc(status)}</span>`;
+}
+
+async function getJSON(url) {
+  const response = await fetch(url);
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.detail || `HTTP ${response.status}`);
+  return body;
+}
+
+async function loadIndex() {
+  if (state.rollouts) return;
+  const body = await getJSON("/api/rollouts");
+  state.rollouts = body.rollouts;
+  for (const r of body.rollouts) state.byId.set(r.id, r);
+  const warn = body.warnings.length ? ` · ${body.warnings.length} warning(s)` : "";
+  const short = (path) => path.split(/[\\/]/).filter(Boolean).slice(-2).join("/");
+  const sources = document.getElementById("sources");
+  sources.textContent = body.sources.map(short).join(", ") + warn;
+  sources.title = body.sources.join("\n");
+  state.warnings = body.warnings;
+}
+
+async function loadRollout(id) {
+  if (!state.cache.has(id)) state.cache.set(id, await getJSON(`/api/rollouts/${encodeURIComponent(id)}`));
+  return state.cache.get(id);
+}
+
+// -- routing ---------------------------------------------------------------------------------
+
+function parseHash() {
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = hash.split("?");
+  return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), params: new URLSearchParams(query || "") };
+}
+
+async function route() {
+  const app = document.getElementById("app");
+  try {
+    await loadIndex();
+    const { parts, params } = parseHash();
+    if (parts[0] === "rollout" && parts[1]) {
+      await showRollout(app, parts[1]);
+    } else if (parts[0] === "compare" && parts[1] && parts[2]) {
+      await showCompare(app, parts[1], parts[2]);
+    } else {
+      showList(app, params);
+    }
+  } catch (error) {
+    app.innerHTML = `<p class="error">Could not load: ${esc(error.message)}</p>`;
+  }
+  document.body.dataset.ready = "1";
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", route);
+
+// -- the table -------------------------------------------------------------------------------
+
+function filtersFrom(params) {
+  return {
+    status: params.get("status") || "",
+    finding: params.get("finding") || "",
+    rmin: params.get("rmin") || "",
+    rmax: params.get("rmax") || "",
+    q: params.get("q") || "",
+    sort: SORTS[params.get("sort")] ? params.get("sort") : "row",
+    dir: params.get("dir") === "desc" ? "desc" : "asc",
+  };
+}
+
+function applyFilters(rollouts, f) {
+  const rmin = f.rmin === "" ? null : Number(f.rmin);
+  const rmax = f.rmax === "" ? null : Number(f.rmax);
+  const q = f.q.toLowerCase();
+  const kept = rollouts.filter((r) => {
+    if (f.status && r.status !== f.status) return false;
+    if (f.finding === "(any)" && !r.findings.length) return false;
+    if (f.finding === "(none)" && r.findings.length) return false;
+    if (f.finding && !f.finding.startsWith("(") && !r.findings.includes(f.finding)) return false;
+    if (rmin !== null && !(r.reward !== null && r.reward >= rmin)) return false;
+    if (rmax !== null && !(r.reward !== null && r.reward <= rmax)) return false;
+    if (q && !String(r.rollout_id || "").toLowerCase().includes(q)) return false;
+    return true;
+  });
+  const key = SORTS[f.sort];
+  const sign = f.dir === "desc" ? -1 : 1;
+  return kept.sort((a, b) => sign * (key(a) - key(b)) || (a.row ?? 0) - (b.row ?? 0));
+}
+
+function options(values, selected, first) {
+  return (first ? [first, ...values] : values).map(([value, label]) =>
+    `<option value="${esc(value)}"${value === selected ? " selected" : ""}>${esc(label)}</option>`).join("");
+}
+
+function showList(app, params) {
+  const f = filtersFrom(params);
+  const all = state.rollouts;
+  const statuses = [...new Set(all.map((r) => r.status))].sort();
+  const codes = [...new Set(all.flatMap((r) => r.findings))].sort();
+  const rows = applyFilters(all, f);
+  const sameRow = new Map();
+  for (const r of all) if (r.row !== null) sameRow.set(r.row, (sameRow.get(r.row) || 0) + 1);
+  const shown = rows.slice(0, MAX_ROWS);
+  const more = rows.length > shown.length ? ` (first ${shown.length} shown)` : "";
+  const body = shown.map((r) => `
+    <tr data-id="${esc(r.id)}" data-status="${esc(r.status)}">
+      <td class="num">${r.row ?? "-"}</td>
+      <td><a href="#/rollout/${encodeURIComponent(r.id)}">${esc(r.rollout_id || r.id)}</a>
+        ${sameRow.get(r.row) > 1 ? `<span class="dim" title="other rollouts of this row">×${sameRow.get(r.row)}</span>` : ""}</td>
+      <td>${statusBadge(r.status)}</td>
+      <td class="num">${r.reward === null ? "-" : esc(r.reward)}</td>
+      <td class="num">${r.turns}</td>
+      <td class="num">${r.tool_calls}</td>
+      <td class="num">${r.tokens}</td>
+      <td class="num">${ms(r.latency_ms)}</td>
+      <td>${r.findings.map((c) => `<span class="badge warn">${esc(c)}</span>`).join(" ")}
+        ${r.error_message ? `<span class="error-text" title="${esc(r.error_message)}">${esc(r.error_message.slice(0, 80))}</span>` : ""}</td>
+    </tr>`).join("");
+  const warnings = (state.warnings || []).map((w) => `<p class="warn-text">${esc(w)}</p>`).join("");
+  app.innerHTML = `
+    <form id="filters" class="filters" onsubmit="return false">
+      <label>Status <select id="f-status">${options(statuses.map((s) => [s, s]), f.status, ["", "all"])}</select></label>
+      <label>Finding <select id="f-finding">${options([["(any)", "any finding"], ["(none)", "no finding"], ...codes.map((c) => [c, c])], f.finding, ["", "all"])}</select></label>
+      <label>Reward <input id="f-rmin" type="number" step="any" placeholder="min" value="${esc(f.rmin)}">
+        – <input id="f-rmax" type="number" step="any" placeholder="max" value="${esc(f.rmax)}"></label>
+      <label>Rollout id <input id="f-q" type="search" placeholder="contains" value="${esc(f.q)}"></label>
+      <label>Sort <select id="f-sort">${options([["row", "row"], ["time", "time"], ["turns", "turns"], ["tokens", "tokens"], ["reward", "reward"]], f.sort, null)}</select></label>
+      <label><select id="f-dir">${options([["asc", "ascending"], ["desc", "descending"]], f.dir, null)}</select></label>
+    </form>
+    ${warnings}
+    <p id="count" class="dim">${rows.length} of ${all.length} rollouts${more}</p>
+    <table id="rollouts" class="rollouts">
+      <thead><tr><th>row</th><th>rollout</th><th>status</th><th>reward</th><th>turns</th>
+        <th>tools</th><th>tokens</th><th>time</th><th>findings / error</th></tr></thead>
+      <tbody>${body}</tbody>
+    </table>`;
+  for (const id of ["f-status", "f-finding", "f-rmin", "f-rmax", "f-q", "f-sort", "f-dir"]) {
+    document.getElementById(id).addEventListener("change", updateFilters);
+  }
+}
+
+function updateFilters() {
+  const params = new URLSearchParams();
+  const values = {
+    status: "f-status", finding: "f-finding", rmin: "f-rmin", rmax: "f-rmax", q: "f-q", sort: "f-sort", dir: "f-dir",
+  };
+  for (const [key, id] of Object.entries(values)) {
+    const value = document.getElementById(id).value;
+    if (value && !(key === "sort" && value === "row") && !(key === "dir" && value === "asc")) params.set(key, value);
+  }
+  const query = params.toString();
+  location.hash = "#/" + (query ? "?" + query : "");
+}
+
+// -- one rollout -----------------------------------------------------------------------------
+
+function contentText(content) {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) return content.map((p) => (p && p.text) || "").join(" ");
+  return JSON.stringify(content, null, 2);
+}
+
+function prettyArguments(raw) {
+  if (typeof raw !== "string") return JSON.stringify(raw, null, 2);
+  try { return JSON.stringify(JSON.parse(raw), null, 2); } catch { return raw; }
+}
+
+function toolCallView(call, traced) {
+  const fn = call.function || {};
+  const result = traced
+    ? `<div class="tool-result${traced.error ? " failed" : ""}">
+         <span class="label">result</span> <span class="dim">${ms(traced.latency_ms)}${traced.result_chars ? ` · cut from ${traced.result_chars} chars` : ""}</span>
+         <pre>${esc(traced.result)}</pre></div>`
+    : "";
+  return `<details class="tool-call" open>
+      <summary><span class="tool-name">${esc(fn.name || "?")}</span> <span class="dim">${esc(call.id || "")}</span></summary>
+      <pre class="arguments">${esc(prettyArguments(fn.arguments))}</pre>${result}
+    </details>`;
+}
+
+function messageView(message, traced) {
+  const role = message.role || "?";
+  const calls = (message.tool_calls || []).map((c) => toolCallView(c, traced && traced.get(c.id))).join("");
+  const text = contentText(message.content);
+  const body = text ? `<div class="content">${esc(text)}</div>` : "";
+  if (role === "tool") {
+    const preview = text.length > 90 ? text.slice(0, 90) + "…" : text;
+    return `<details class="msg tool"><summary><span class="role">tool</span>
+      <span class="dim">${esc(message.tool_call_id || "")}</span> ${esc(preview)}</summary>${body}</details>`;
+  }
+  return `<div class="msg ${esc(role)}"><span class="role">${esc(role)}</span>${body}${calls}</div>`;
+}
+
+function findingBadges(findings) {
+  return findings.map((f) => `<span class="badge warn finding" title="${esc(f.message)}">${esc(f.code)}</span>`).join(" ");
+}
+
+function timeline(trajectory, summary) {
+  const turns = trajectory.turns;
+  const start = trajectory.start && trajectory.start.ts;
+  const end = trajectory.end && trajectory.end.ts;
+  const total = start && end && end > start ? (end - start) * 1000 : Math.max(summary.latency_ms, 1);
+  const span = (ts, latency) => {
+    if (!start || !ts) return null;
+    const left = ((ts * 1000 - latency - start * 1000) / total) * 100;
+    return [Math.max(0, left), Math.max(0.4, (latency / total) * 100)];
+  };
+  const rows = turns.map((t) => {
+    const bars = [];
+    const llm = span(t.ts, t.latency_ms) || [0, Math.max(0.4, (t.latency_ms / total) * 100)];
+    bars.push(`<span class="bar llm" style="left:${llm[0]}%;width:${llm[1]}%" title="LLM ${ms(t.latency_ms)}"></span>`);
+    for (const c of t.tool_calls) {
+      const s = span(c.ts, c.latency_ms);
+      if (s) bars.push(`<span class="bar tool" style="left:${s[0]}%;width:${s[1]}%" title="${esc(c.tool)} ${ms(c.latency_ms)}"></span>`);
+    }
+    return `<div class="tl-row"><a class="tl-label" href="#turn-${t.number}" onclick="document.getElementById('turn-${t.number}').scrollIntoView();return false">turn ${t.number}</a>
+      <div class="tl-track">${bars.join("")}</div><span class="tl-ms">${ms(t.latency_ms)}</span></div>`;
+  }).join("");
+  return `<div class="timeline" title="time since the rollout started: LLM calls in blue, tools in orange">${rows}
+    <div class="tl-row"><span class="tl-label dim">total</span><div class="tl-scale">${ms(total)}</div></div></div>`;
+}
+
+function turnView(turn) {
+  const traced = new Map(turn.tool_calls.map((c) => [c.tool_call_id, c]));
+  const usage = turn.usage || {};
+  const reply = turn.reply ? messageView(turn.reply, traced) : "";
+  const error = turn.error ? `<p class="error-text">LLM call failed: ${esc(turn.error)}</p>` : "";
+  const events = turn.events.map((e) => `<div class="event"><span class="label">${esc(e.event)}</span> <code>${esc(JSON.stringify(Object.fromEntries(Object.entries(e).filter(([k]) => !["v", "ts", "event", "rollout_id"].includes(k)))))}</code></div>`).join("");
+  return `<section class="turn" id="turn-${turn.number}" data-turn="${turn.number}">
+      <h3>Turn ${turn.number}
+        <span class="dim">${esc(turn.finish_reason || "")} · ${usage.prompt_tokens ?? "?"} in / ${usage.completion_tokens ?? "?"} out tokens · ${ms(turn.latency_ms)}</span>
+        ${findingBadges(turn.findings)}</h3>
+      ${turn.new_messages.map((m) => messageView(m)).join("")}
+      ${reply}${error}${events}
+    </section>`;
+}
+
+function rolloutView(data) {
+  const s = data.summary;
+  const row = data.row || {};
+  const t = data.trajectory;
+  const head = `<div class="head">
+      <h2>${esc(s.rollout_id || s.id)} ${statusBadge(s.status)}</h2>
+      <dl class="facts">
+        <div><dt>row</dt><dd>${s.row ?? "-"}</dd></div>
+        <div><dt>reward</dt><dd>${s.reward ?? "-"}</dd></div>
+        <div><dt>finish</dt><dd>${esc(s.finish_reason || "-")}</dd></div>
+        <div><dt>turns</dt><dd>${s.turns}</dd></div>
+        <div><dt>tokens</dt><dd>${s.prompt_tokens} in / ${s.response_tokens} out</dd></div>
+        <div><dt>time</dt><dd>${ms(s.latency_ms)}</dd></div>
+        ${row.ground_truth !== undefined && row.ground_truth !== null ? `<div><dt>ground truth</dt><dd>${esc(row.ground_truth)}</dd></div>` : ""}
+      </dl>
+      ${s.error_message ? `<p class="error-text">${esc(s.error_message)}</p>` : ""}
+    </div>`;
+  let body;
+  if (t) {
+    const endFindings = t.findings.filter((f) => !f.turn);
+    const final = t.end && t.end.final_messages && t.end.final_messages.length
+      ? `<section class="turn final"><h3>Final messages</h3>${t.end.final_messages.map((m) => messageView(m)).join("")}</section>` : "";
+    body = `${timeline(t, s)}${t.turns.map(turnView).join("")}${final}
+      ${endFindings.length ? `<section class="turn final"><h3>Findings ${findingBadges(endFindings)}</h3></section>` : ""}
+      ${t.bad_lines ? `<p class="warn-text">${t.bad_lines} broken line(s) in the trace were skipped</p>` : ""}`;
+  } else {
+    const findings = (row.findings || []).map((f) => ({ code: f.code, message: f.message }));
+    body = `<p class="dim">No trace for this rollout: run <code>osmosis test</code> with <code>--debug-dir</code> for turns, timing and tool results.</p>
+      ${findings.length ? `<p>${findingBadges(findings)}</p>` : ""}
+      <section class="turn">${(row.final_messages || []).map((m) => messageView(m)).join("")}</section>`;
+  }
+  return `<div class="transcript" data-id="${esc(s.id)}">${head}${body}</div>`;
+}
+
+function siblings(summary) {
+  if (summary.row === null) return [];
+  return state.rollouts.filter((r) => r.row === summary.row && r.id !== summary.id);
+}
+
+async function showRollout(app, id) {
+  const data = await loadRollout(id);
+  const others = siblings(data.summary).map((r) =>
+    `<a class="compare-link" href="#/compare/${encodeURIComponent(id)}/${encodeURIComponent(r.id)}">compare with ${esc(r.rollout_id || r.id)} (${esc(r.source)})</a>`).join(" ");
+  app.innerHTML = `<nav class="crumbs"><a href="#/">← all rollouts</a> ${others}</nav>${rolloutView(data)}`;
+}
+
+async function showCompare(app, a, b) {
+  const [left, right] = await Promise.all([loadRollout(a), loadRollout(b)]);
+  app.innerHTML = `<nav class="crumbs"><a href="#/">← all rollouts</a>
+      <a href="#/rollout/${encodeURIComponent(a)}">only the left one</a></nav>
+    <div class="compare">${rolloutView(left)}${rolloutView(right)}</div>`;
+}

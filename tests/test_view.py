@@ -1,0 +1,287 @@
+"""``osmosis view``: the index over results and traces, its JSON API, and the page in Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from typer.testing import CliRunner
+
+from osmosis_rollout.cli import app
+from osmosis_rollout.errors import ConfigError
+from osmosis_rollout.view import build_index, create_view_app
+
+from .browser import Chromium, find_chromium
+from .support import serve_in_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+MIXED = f"{ROOT}/tests/assets/trajectory_agents.py:MixedAgent"
+#: The rows: what each does, and its reward.
+KINDS = [("ok", 1.0), ("ok", 0.5), ("error", 0.0), ("rewrite", 1.0), ("ok", 0.25), ("ok", 1.0)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two ``osmosis test`` runs of the mixed agent over the same rows, each with its traces."""
+    base = tmp_path_factory.mktemp("view-runs")
+    dataset = base / "rows.jsonl"
+    dataset.write_text(
+        "".join(
+            json.dumps({"user_prompt": f"Add {i} and {i}.", "kind": kind, "reward": reward}) + "\n"
+            for i, (kind, reward) in enumerate(KINDS, start=1)
+        )
+    )
+    for run in ("run-a", "run-b"):
+        result = CliRunner().invoke(
+            app,
+            [
+                "test",
+                MIXED,
+                "-d",
+                str(dataset),
+                "-o",
+                str(base / run / "results.jsonl"),
+                "--debug-dir",
+                str(base / run / "traces"),
+                "--seed",
+                "1" if run == "run-a" else "2",
+            ],
+        )
+        assert result.exit_code == 1, result.stdout + result.stderr  # the error and the finding
+    return base
+
+
+# -- the index -------------------------------------------------------------------------------
+
+
+def test_index_reads_summaries_from_results_and_links_traces(runs: Path) -> None:
+    """A results file gives one summary per row, each linked to its trace; the trace folder
+    given too adds nothing twice."""
+    index = build_index([runs / "run-a" / "results.jsonl", runs / "run-a" / "traces"])
+    assert [r.row for r in index.rollouts] == [1, 2, 3, 4, 5, 6]
+    assert [r.status for r in index.rollouts] == ["COMPLETED"] * 2 + ["ERROR"] + ["COMPLETED"] * 3
+    assert [r.reward for r in index.rollouts] == [1.0, 0.5, None, 1.0, 0.25, 1.0]
+    assert index.rollouts[3].findings == ["history_rewritten"]
+    assert all(r.trace_path is not None and Path(r.trace_path).is_file() for r in index.rollouts)
+    assert index.warnings == []
+    full = index.load(index.rollouts[0])
+    assert full["row"]["final_messages"][0]["role"] == "user"
+    assert full["trajectory"]["turns"][0]["tool_calls"][0]["tool"] == "add"
+    assert full["messages"] == full["row"]["final_messages"]
+
+
+def test_index_of_traces_alone_summarises_each_from_its_end(runs: Path) -> None:
+    """Without a results file, each trace's first line and rollout_end give its summary."""
+    from_results = build_index([runs / "run-a" / "results.jsonl"])
+    from_traces = build_index([runs / "run-a" / "traces"])
+    by_id = {r.rollout_id: r for r in from_traces.rollouts}
+    assert set(by_id) == {r.rollout_id for r in from_results.rollouts}
+    for expected in from_results.rollouts:
+        got = by_id[expected.rollout_id]
+        assert (got.row, got.status, got.reward, got.findings, got.turns, got.tool_calls) == (
+            expected.row,
+            expected.status,
+            expected.reward,
+            expected.findings,
+            expected.turns,
+            expected.tool_calls,
+        )
+
+
+def test_index_survives_broken_lines_and_rejects_missing_paths(tmp_path: Path, runs: Path) -> None:
+    """Lines that are not JSON are skipped with a warning; a missing path is a clear error."""
+    results = tmp_path / "results.jsonl"
+    lines = (runs / "run-a" / "results.jsonl").read_text().splitlines()
+    results.write_text("\n".join([lines[0], "{not json", lines[1][:40], *lines[2:]]) + "\n")
+    index = build_index([results])
+    assert len(index.rollouts) == 5
+    assert index.warnings == ["results.jsonl: 2 line(s) are not JSON and were skipped"]
+    with pytest.raises(ConfigError, match=r"nothing\.jsonl does not exist"):
+        build_index([tmp_path / "nothing.jsonl"])
+
+
+def test_cli_names_a_missing_path_without_a_traceback(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["view", str(tmp_path / "gone.jsonl")])
+    assert result.exit_code == 2
+    assert "gone.jsonl does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.anyio
+async def test_api_lists_rollouts_and_answers_404_for_unknown_ones(runs: Path) -> None:
+    index = build_index([runs / "run-a" / "results.jsonl"])
+    transport = httpx2.ASGITransport(app=create_view_app(index))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://view.test") as http:
+        listing = (await http.get("/api/rollouts")).json()
+        assert len(listing["rollouts"]) == 6
+        assert "results_path" not in listing["rollouts"][0]  # no file paths in the table
+        missing = await http.get("/api/rollouts/nope")
+        assert missing.status_code == 404
+        assert missing.json() == {"detail": "no such rollout in this index"}
+        page = await http.get("/")
+        assert page.status_code == 200
+        assert "/static/view.js" in page.text
+        for asset in ("/static/view.js", "/static/view.css"):
+            assert (await http.get(asset)).status_code == 200
+        # offline: nothing is loaded from another origin
+        assert "http" not in page.text.replace("http-equiv", "")
+
+
+# -- the page in a real browser --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium on PATH (.ci/run installs the Debian `chromium` package)")
+    with Chromium(executable, tmp_path_factory.mktemp("chromium-profile")) as chromium:
+        yield chromium
+
+
+def screenshots_dir(tmp_path: Path) -> Path:
+    """docs/img when OSMOSIS_SCREENSHOTS=1 (CI keeps them for the README), else a temp dir."""
+    return ROOT / "docs" / "img" if os.environ.get("OSMOSIS_SCREENSHOTS") == "1" else tmp_path
+
+
+def change(browser: Chromium, element: str, value: str) -> None:
+    """Set a filter control the way a user does, and wait until the table is redrawn."""
+    browser.evaluate(
+        "(() => { document.body.dataset.ready = '';"
+        f" const e = document.getElementById({json.dumps(element)});"
+        f" e.value = {json.dumps(value)};"
+        " e.dispatchEvent(new Event('change')); })()"
+    )
+    browser.wait_for("document.body.dataset.ready === '1'")
+
+
+def table(browser: Chromium) -> list[dict[str, Any]]:
+    return list(
+        browser.evaluate(
+            "[...document.querySelectorAll('#rollouts tbody tr')].map(tr => ({"
+            " id: tr.dataset.id, status: tr.dataset.status,"
+            " cells: [...tr.children].map(td => td.textContent.trim()) }))"
+        )
+    )
+
+
+def test_viewer_in_chromium(runs: Path, browser: Chromium, tmp_path: Path) -> None:
+    """The list loads, the filters work, a transcript shows its tool calls, and two runs of a
+    row sit side by side; a screenshot of each view is saved."""
+    shots = screenshots_dir(tmp_path)
+    index = build_index([runs / "run-a" / "results.jsonl", runs / "run-b" / "results.jsonl"])
+    with serve_in_thread(create_view_app(index)) as url:
+        browser.open(url + "/")
+        rows = table(browser)
+        assert len(rows) == 12
+        assert browser.evaluate("document.getElementById('count').textContent").startswith(
+            "12 of 12"
+        )
+        browser.screenshot(shots / "view-list.png")
+
+        change(browser, "f-status", "ERROR")
+        assert [r["status"] for r in table(browser)] == ["ERROR", "ERROR"]
+        change(browser, "f-status", "")
+        change(browser, "f-finding", "history_rewritten")
+        assert [r["cells"][0] for r in table(browser)] == ["4", "4"]
+        change(browser, "f-finding", "")
+        change(browser, "f-rmin", "0.3")
+        change(browser, "f-rmax", "0.9")
+        assert [r["cells"][3] for r in table(browser)] == ["0.5", "0.5"]
+        change(browser, "f-rmin", "")
+        change(browser, "f-rmax", "")
+        change(browser, "f-sort", "tokens")
+        change(browser, "f-dir", "desc")
+        tokens = [int(r["cells"][6]) for r in table(browser)]
+        assert tokens == sorted(tokens, reverse=True)
+        assert "sort=tokens" in browser.evaluate("location.hash")  # the view is a shareable URL
+
+        first = index.rollouts[0]
+        browser.go(f"#/rollout/{first.id}")
+        calls = browser.evaluate(
+            "[...document.querySelectorAll('.turn details.tool-call')].map(d => ({"
+            " open: d.open, name: d.querySelector('.tool-name').textContent,"
+            " args: d.querySelector('.arguments').textContent,"
+            " result: d.querySelector('.tool-result pre')?.textContent }))"
+        )
+        trajectory = index.load(first)["trajectory"]
+        traced = [c for t in trajectory["turns"] for c in t["tool_calls"]]
+        assert len(calls) == len(traced) > 0
+        for shown, call in zip(calls, traced, strict=True):
+            assert shown["open"] is True
+            assert shown["name"] == call["tool"] == "add"
+            assert json.loads(shown["args"]) == json.loads(call["arguments"])
+            assert shown["result"] == call["result"]
+        turns = browser.evaluate("document.querySelectorAll('.timeline .tl-row .bar.llm').length")
+        assert turns == first.turns
+        browser.screenshot(shots / "view-rollout.png")
+
+        rewritten = next(r for r in index.rollouts if r.findings)
+        browser.go(f"#/rollout/{rewritten.id}")
+        marked = browser.evaluate(
+            "[...document.querySelectorAll('.turn .finding')].map(b =>"
+            " [b.closest('.turn').dataset.turn, b.textContent])"
+        )
+        assert marked == [["2", "history_rewritten"]]
+
+        other = next(r for r in index.rollouts if r.row == first.row and r.id != first.id)
+        browser.go(f"#/rollout/{first.id}")
+        assert browser.evaluate("document.querySelectorAll('.compare-link').length") == 1
+        browser.evaluate(
+            "document.body.dataset.ready = ''; document.querySelector('.compare-link').click()"
+        )
+        browser.wait_for("document.body.dataset.ready === '1'")
+        sides = browser.evaluate(
+            "[...document.querySelectorAll('.compare .transcript')].map(t => t.dataset.id)"
+        )
+        assert sides == [first.id, other.id]
+        browser.screenshot(shots / "view-compare.png")
+    for name in ("view-list.png", "view-rollout.png", "view-compare.png"):
+        assert (shots / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_chromium_is_found_where_ci_installs_it() -> None:
+    """CI installs Debian's chromium; when it is there the browser tests must not skip."""
+    if shutil.which("chromium") is None:
+        pytest.skip("not on a machine with the Debian chromium package")
+    assert find_chromium() is not None
+
+
+def test_trace_summaries_find_long_and_missing_ends(tmp_path: Path) -> None:
+    """A rollout_end line longer than the first chunk read from the end is still found (with the
+    findings after it); a trace without one is a rollout still running."""
+    big = [{"role": "tool", "tool_call_id": "c", "content": "y" * 100_000}]
+    records = [
+        {"v": 2, "ts": 1.0, "event": "rollout_start", "rollout_id": "row-7-abc"},
+        {"v": 2, "ts": 2.0, "event": "turn", "rollout_id": "row-7-abc", "turn": 1},
+        {
+            "v": 2,
+            "ts": 3.0,
+            "event": "rollout_end",
+            "rollout_id": "row-7-abc",
+            "status": "COMPLETED",
+            "reward": 0.75,
+            "metrics": {"num_llm_calls": 1, "prompt_tokens": 5, "response_tokens": 6},
+            "final_from": 0,
+            "final_messages": big,
+        },
+        {"v": 2, "event": "findings", "rollout_id": "row-7-abc", "findings": [{"code": "x"}]},
+    ]
+    (tmp_path / "done.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "running.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:2]))
+    done, running = build_index([tmp_path]).rollouts
+    assert (done.row, done.status, done.reward, done.findings, done.turns) == (
+        7,
+        "COMPLETED",
+        0.75,
+        ["x"],
+        1,
+    )
+    assert done.prompt_tokens + done.response_tokens == 11
+    assert (running.status, running.reward) == ("RUNNING", None)
