@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import anyio
 import httpx2
 import pytest
 
+from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutResult
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.errors import LLMBackendError
 from osmosis_rollout.protocol import CompletionsRequest, RolloutRequest, same_message
@@ -354,3 +356,91 @@ def test_cli_against_a_real_socket_shows_the_cut_and_the_text_tool_call(tmp_path
     assert {f["code"] for f in row["findings"]} == {"truncated_reply", "tool_call_in_text"}
     assert [body["max_tokens"] for body in stub.bodies] == [DEFAULT_MAX_TOKENS] * 2
     assert "truncated_reply" in result.stdout
+
+
+# -- 4 and 6, at the interactive prompt -------------------------------------------------------
+
+
+async def test_the_repl_says_it_is_waiting_for_a_slow_model() -> None:
+    """A reply that takes a while shows "waiting for the model" with the seconds so far."""
+    from .test_repl import session
+
+    stub = OpenAIStub([slow(1.6, tool_call("add", {"a": 12, "b": 30})), text("42")])
+    async with stub_backend(stub) as backend:
+        repl = await session("c\nq\n", inner=backend, start_row=1)
+    assert re.search(r"waiting for the model \(turn 1\), 1 s", repl.text)
+    assert repl.text.index("waiting for the model") < repl.text.index("turn 1 | row 1")
+    assert "waiting for the model (turn 2)" not in repl.text  # a fast turn says nothing
+
+
+async def test_an_edited_reply_keeps_the_real_prompt_token_counts() -> None:
+    """`edit` estimates only the completion: the prompt's real count and ids are kept."""
+    from .test_repl import session
+
+    real = tool_call(
+        "add",
+        {"a": 1, "b": 1},
+        usage={"prompt_tokens": 321, "completion_tokens": 9, "total_tokens": 330},
+        extra={"prompt_token_ids": list(range(321))},
+    )
+    stub = OpenAIStub([real, text("42")])
+    edit = 'edit {"name": "add", "arguments": {"a": 40, "b": 2}}\n'
+    async with stub_backend(stub) as backend:
+        repl = await session(edit + "c\nq\n", inner=backend, start_row=1)
+    (record,) = repl.backend.all
+    edited = record.replies[0]
+    assert edited.usage.prompt_tokens == 321
+    assert edited.prompt_token_ids == list(range(321))
+    assert "321 in /" in repl.text
+    assert "(out estimated: edited)" in repl.text
+
+
+class CrashesOnARefusedCall(RolloutAgentLoop):
+    """Calls TrainGate with a key of its own and lets the 401 end the rollout."""
+
+    name = "crashes-on-refusal"
+
+    def get_tools(self, request: RolloutRequest) -> list[Any]:
+        return []
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        channel: Any = ctx.llm
+        request = CompletionsRequest(rollout_id=ctx.request.rollout_id, messages=QUESTION)
+        await channel.client.chat_completions(
+            channel.server_url, request, api_key="not-the-key", request_id="x"
+        )
+        return ctx.complete(QUESTION)
+
+
+async def test_errors_name_the_mock_traingate_not_its_internal_url() -> None:
+    """An error quoting the mock's URL names it instead (http://traingate.test is not real)."""
+    async with Harness(CrashesOnARefusedCall(), backend=stub_backend(OpenAIStub())) as harness:
+        report = await run_batch(harness, [RowInput(1, QUESTION)], RunOptions(timeout_s=10))
+    (row,) = report.rows
+    assert row.status == "ERROR"
+    assert row.error_message is not None
+    assert "traingate.test" not in row.error_message
+    assert "the mock TrainGate's chat endpoint" in row.error_message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("concurrency", "labelled"), [("3", True), ("1", False)])
+def test_llm_time_is_labelled_as_queueing_when_turns_overlapped(
+    tmp_path: Path, concurrency: str, labelled: bool
+) -> None:
+    """With several turns at the model server at once, the report says llm time has queueing."""
+    from typer.testing import CliRunner
+
+    from osmosis_rollout.cli import app
+
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"messages": QUESTION}) + "\n" for _ in range(3)))
+    stub = OpenAIStub(default=slow(0.4, text("3")))
+    agent = f"{Path(__file__).parent}/assets/bad_agents.py:GoodAgent"
+    with stub.serve() as url:
+        args = ["test", agent, "-d", str(dataset), "--llm-url", url, "--model", "m"]
+        result = CliRunner().invoke(app, [*args, "--concurrency", concurrency])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert (
+        bool(re.search(r"llm time includes queueing: up to [23] turns", result.stderr)) is labelled
+    )

@@ -10,12 +10,14 @@ from typing import Annotated
 import typer
 
 from .._version import __version__
+from ._group import OsmosisGroup
 
 app = typer.Typer(
     name="osmosis",
+    cls=OsmosisGroup,
     help="Build, validate, serve and test LLM agent loops for reinforcement-learning rollouts.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_show_locals=False,
     rich_markup_mode="rich",
 )

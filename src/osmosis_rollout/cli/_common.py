@@ -28,12 +28,17 @@ def stderr_console() -> Console:
 
 def fail(message: str, *, code: int = EXIT_USAGE, hint: str | None = None) -> NoReturn:
     """Print one clear error line (and an optional hint) on stderr and exit with ``code``."""
+    print_error(message, hint=hint)
+    raise typer.Exit(code)
+
+
+def print_error(message: str, *, hint: str | None = None) -> None:
+    """``Error: message`` and ``Hint: hint`` on stderr, the one error style of every command."""
     err = stderr_console()
     # soft_wrap: one message stays one line (the terminal wraps it), so it greps and logs well.
     err.print(f"[bold red]Error:[/] {escape(message)}", soft_wrap=True)
     if hint:
         err.print(f"[dim]Hint:[/] {escape(hint)}", soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

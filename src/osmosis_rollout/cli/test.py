@@ -445,6 +445,13 @@ async def _run(
                 "[dim]Rerun with --verbose to see the agents' tracebacks, or --debug-dir DIR to "
                 "keep a trace of every rollout.[/]"
             )
+        in_flight = getattr(backend, "max_in_flight", 0)
+        if in_flight > 1:
+            err.print(
+                f"[dim]llm time includes queueing: up to {in_flight} turns were with the model "
+                "server at once; one that serves fewer in parallel (llama.cpp --parallel, vLLM "
+                "--max-num-seqs) kept the rest waiting. --concurrency 1 times the model alone.[/]"
+            )
         if output is not None:
             err.print(f"results written to {output}")
         if json_output:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,12 +32,17 @@ from rich.rule import Rule
 
 from ..agent import RolloutAgentLoop, RolloutContext
 from ..errors import OsmosisError, ToolError
-from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics
+from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..testing.harness import Harness, RolloutOutcome
 from ..testing.runner import RowInput, RowResult, result_from_outcome
-from ..testing.traingate import LLMBackend, RolloutRecord, completion_from_message
+from ..testing.traingate import (
+    LLMBackend,
+    RolloutRecord,
+    completion_from_message,
+    name_gate_urls,
+)
 from .commands import Command, completion_words, parse_command, parse_reply
-from .stepper import SteppingBackend, Turn, TurnTimes
+from .stepper import SteppingBackend, Turn, TurnTimes, Waiting
 from .views import (
     help_table,
     messages_view,
@@ -53,6 +59,11 @@ __all__ = ["run_repl"]
 _FOREVER_S = 7 * 24 * 3600.0
 #: How long leaving waits for a cancelled rollout's callback before giving up on it.
 _QUIT_WAIT_S = 15.0
+#: The "waiting for the model" line: updated every tick in a terminal; elsewhere printed once
+#: the wait reaches the first mark, then again every line interval.
+_WAIT_TICK_S = 0.5
+_WAIT_FIRST_S = 1.0
+_WAIT_LINE_S = 30.0
 
 
 async def run_repl(
@@ -78,8 +89,8 @@ async def run_repl(
     in_terminal = session is None and sys.stdout.isatty()
     session = session or PromptSession(history=InMemoryHistory())
     console = console or Console(highlight=False)
-    events: asyncio.Queue[Turn | _Ended] = asyncio.Queue()
-    stepper = SteppingBackend(backend, events.put_nowait)
+    events: asyncio.Queue[Turn | Waiting | _Ended] = asyncio.Queue()
+    stepper = SteppingBackend(backend, events.put_nowait, events.put_nowait)
     async with Harness(
         agent,
         backend=stepper,
@@ -145,7 +156,7 @@ class _Repl:
         self,
         harness: Harness,
         stepper: SteppingBackend,
-        events: asyncio.Queue[Turn | _Ended],
+        events: asyncio.Queue[Turn | Waiting | _Ended],
         rows: list[RowInput],
         *,
         session: PromptSession[str],
@@ -168,6 +179,8 @@ class _Repl:
         self.queued: _Start | None = None
         self.last: _Finished | None = None
         self.last_row: int | None = None
+        #: The active rollout's turn that is with the model now, for the "waiting" line.
+        self.waiting: Waiting | None = None
 
     # -- the top level ---------------------------------------------------------------------------
 
@@ -295,6 +308,7 @@ class _Repl:
             await self.drive(active)
         finally:
             self.stepper.active = None
+            self.waiting = None
             if not task.done():
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -310,23 +324,51 @@ class _Repl:
                 return
             if isinstance(event, _Ended):
                 continue
+            if isinstance(event, Waiting):
+                if event.rollout_id == active.rollout_id:
+                    self.waiting = event
+                continue
             if event.rollout_id != active.rollout_id:
                 event.release()
                 continue
+            self.waiting = None
             self.console.print(turn_view(event, title=active.label))
             if event.waiting:
                 await self.paused(active, event)
 
-    async def next_event(self, active: _Active) -> Turn | _Ended | None:
+    async def next_event(self, active: _Active) -> Turn | Waiting | _Ended | None:
         """The next event, with Ctrl-C watched; None when leaving and the rollout will not end."""
         with self.watch_interrupt(lambda: self.interrupt(active)):
             if not self.quitting:
-                return await self.events.get()
+                return await self.next_event_showing_wait()
             try:
                 return await asyncio.wait_for(self.events.get(), _QUIT_WAIT_S)
             except TimeoutError:
                 self.say(f"[yellow]Gave up waiting for rollout {active.rollout_id} to end.[/]")
                 return None
+
+    async def next_event_showing_wait(self) -> Turn | Waiting | _Ended:
+        """The next event; meanwhile, while a turn is with the model, say so with the seconds
+        waited (a live line in a terminal, a line every ``_WAIT_LINE_S`` otherwise)."""
+        waiting = self.waiting
+        if waiting is None:
+            return await self.events.get()
+        live = self.console.is_terminal
+        status = self.console.status("") if live else contextlib.nullcontext()
+        printed_at = -_WAIT_LINE_S
+        with status as shown:
+            while True:
+                waited = time.monotonic() - waiting.since
+                line = f"waiting for the model (turn {waiting.number}), {waited:.0f} s"
+                if shown is not None:
+                    shown.update(f"{line}; Ctrl-C cancels")
+                elif waited >= _WAIT_FIRST_S and waited - printed_at >= _WAIT_LINE_S:
+                    self.say(f"[dim]{line}...[/]")
+                    printed_at = waited
+                try:
+                    return await asyncio.wait_for(self.events.get(), _WAIT_TICK_S)
+                except TimeoutError:
+                    continue
 
     def report(self, active: _Active, start: _Start) -> None:
         task = active.task
@@ -338,12 +380,13 @@ class _Repl:
             return
         exc = task.exception()
         if isinstance(exc, OsmosisError):
-            self.say(f"[bold red]Error:[/] {escape(str(exc))}")
+            message = name_gate_urls(str(exc), self.harness.gate.base_url) or ""
+            self.say(f"[bold red]Error:[/] {escape(message)}")
             return
         if exc is not None:
             raise exc
         outcome = task.result()
-        row = result_from_outcome(start.row or 0, outcome)
+        row = result_from_outcome(start.row or 0, outcome, gate_url=self.harness.gate.base_url)
         times = self.stepper.times.pop(active.rollout_id, TurnTimes())
         self.last = _Finished(row, list(outcome.record.tools), times)
         self.console.print(outcome_view(row, paused_ms=times.paused_ms, model_ms=times.model_ms))
@@ -423,7 +466,7 @@ class _Repl:
             return
         for warning in edited.warnings:
             self.say(f"[yellow]Warning:[/] {escape(warning)}")
-        turn.reply = completion_from_message(turn.request, edited.message, turn=turn.number - 1)
+        turn.reply = _edited_reply(turn, edited.message)
         turn.edited = True
         self.console.print(turn_view(turn, title="edited"))
         self.say("[dim]The agent gets this reply when you go on (Enter or c).[/]")
@@ -528,6 +571,25 @@ class _Repl:
             return await self.session.prompt_async(message, completer=completer)
         with patch_stdout(raw=True):
             return await self.session.prompt_async(message, completer=completer)
+
+
+def _edited_reply(turn: Turn, message: Message) -> CompletionsResponse:
+    """The reply typed at ``edit``: its prompt is the one the model saw, so the prompt's real
+    token counts and ids stay; only the completion's are estimated (no model sampled it)."""
+    original = turn.reply
+    edited = completion_from_message(turn.request, message, turn=turn.number - 1)
+    prompt = original.usage.prompt_tokens
+    usage = edited.usage.model_copy(
+        update={"prompt_tokens": prompt, "total_tokens": prompt + edited.usage.completion_tokens}
+    )
+    return edited.model_copy(
+        update={
+            "id": original.id,
+            "model": original.model,
+            "usage": usage,
+            "prompt_token_ids": original.prompt_token_ids,
+        }
+    )
 
 
 def _message(turn: Turn) -> Message:

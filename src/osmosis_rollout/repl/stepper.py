@@ -17,7 +17,16 @@ from ..errors import LLMBackendError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message
 from ..testing.traingate import LLMBackend, RolloutRecord
 
-__all__ = ["SteppingBackend", "Turn", "TurnTimes"]
+__all__ = ["SteppingBackend", "Turn", "TurnTimes", "Waiting"]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A turn was sent to the model and has no reply yet (real models can take minutes)."""
+
+    rollout_id: str
+    number: int
+    since: float  # time.monotonic() when the request went out
 
 
 @dataclass
@@ -69,9 +78,15 @@ class SteppingBackend:
     (say, one abandoned on a remote server) gets its replies at once.
     """
 
-    def __init__(self, inner: LLMBackend, listener: Callable[[Turn], None]) -> None:
+    def __init__(
+        self,
+        inner: LLMBackend,
+        listener: Callable[[Turn], None],
+        on_wait: Callable[[Waiting], None] | None = None,
+    ) -> None:
         self.inner = inner
         self.listener = listener
+        self.on_wait = on_wait
         self.active: str | None = None
         self.times: dict[str, TurnTimes] = {}
         self._free: set[str] = set()
@@ -100,6 +115,8 @@ class SteppingBackend:
             raise _abandoned_error()
         times = self.times.setdefault(rid, TurnTimes())
         started = time.perf_counter()
+        if self.on_wait is not None:
+            self.on_wait(Waiting(rid, len(record.replies) + 1, time.monotonic()))
         reply = await self.inner.complete(request, record)
         model_ms = (time.perf_counter() - started) * 1000
         times.model_ms += model_ms

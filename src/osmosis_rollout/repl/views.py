@@ -127,6 +127,7 @@ def turn_summary(turn: Turn) -> Text:
         (finish, "bold"),
         (" | tokens ", "dim"),
         f"{usage.prompt_tokens} in / {usage.completion_tokens} out",
+        (" (out estimated: edited)" if turn.edited else "", "dim"),
         (" | model ", "dim"),
         format_ms(turn.model_ms),
         (" | so far ", "dim"),

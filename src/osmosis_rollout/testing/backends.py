@@ -238,6 +238,10 @@ class OpenAICompatibleBackend:
         self.retry = retry or RetryPolicy(retries=3, base_delay_s=1.0, max_delay_s=20.0)
         self.forward_extensions = forward_extensions
         self.default_max_tokens = default_max_tokens
+        #: The most turns that were with the server at once: above the server's own slots,
+        #: part of the measured LLM time is queueing there, not generation.
+        self.max_in_flight = 0
+        self._in_flight = 0
         self._sleep = sleep
         self._http = http
         self._owns_http = http is None
@@ -295,7 +299,12 @@ class OpenAICompatibleBackend:
         self, request: CompletionsRequest, record: RolloutRecord
     ) -> CompletionsResponse:
         """Send one turn to the LLM server and map its reply (or failure)."""
-        response = await self._post(json.dumps(self.body(request, record)).encode())
+        self._in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            response = await self._post(json.dumps(self.body(request, record)).encode())
+        finally:
+            self._in_flight -= 1
         return self._parse(response, request)
 
     def body(self, request: CompletionsRequest, record: RolloutRecord) -> dict[str, Any]:

@@ -195,6 +195,26 @@ class Harness:
                 f"{self.server_url}/health answered HTTP {response.status_code}; "
                 "is this an osmosis rollout server?"
             )
+        await self._probe_key(http)
+
+    async def _probe_key(self, http: httpx2.AsyncClient) -> None:
+        """Check the server key once, before any row: a wrong or missing key would otherwise
+        refuse every init one by one. ``/platform/health`` answers 401 exactly when the server
+        has a key and ours does not match (404 when it has none)."""
+        headers = {"Authorization": f"Bearer {self.server_key}"} if self.server_key else {}
+        try:
+            response = await http.get("/platform/health", headers=headers, timeout=10.0)
+        except httpx2.TransportError:
+            return  # /health answered a moment ago: let the run report what happens
+        if response.status_code != 401:
+            return
+        problem = (
+            "refused the key given" if self.server_key else "requires a key and none was given"
+        )
+        raise ConfigError(
+            f"the rollout server at {self.server_url} {problem}; pass the key it was served "
+            "with: --api-key KEY or the OSMOSIS_API_KEY environment variable"
+        )
 
     def trace_path(self, rollout_id: str) -> Path | None:
         """Where this harness's in-process server writes the trace of ``rollout_id``, if any."""

@@ -19,7 +19,7 @@ import anyio
 from ..errors import OsmosisError
 from ..protocol import Message
 from .harness import Harness, RolloutOutcome, ServerUnreachable
-from .traingate import Finding
+from .traingate import Finding, name_gate_urls
 
 __all__ = ["BatchReport", "RowInput", "RowResult", "RunOptions", "run_batch", "summarise"]
 
@@ -124,8 +124,9 @@ class BatchReport:
     stopped_early: str | None = None
 
 
-def result_from_outcome(index: int, outcome: RolloutOutcome) -> RowResult:
-    """Turn what the mock TrainGate saw into a row result."""
+def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = "") -> RowResult:
+    """Turn what the mock TrainGate saw into a row result (``gate_url``: the mock's base URL,
+    named as such in error messages)."""
     row = RowResult(
         index=index,
         rollout_id=outcome.rollout_id,
@@ -144,7 +145,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome) -> RowResult:
         return row
     row.status = result.status.value
     row.finish_reason = result.finish_reason
-    row.error_message = result.error_message
+    row.error_message = name_gate_urls(result.error_message, gate_url)
     if backend_error is not None:
         row.error_message = f"LLM backend ({backend_error.kind}): {backend_error}"
     row.reward = result.reward
@@ -210,7 +211,7 @@ async def run_batch(
                         error_message=str(exc),
                     )
                 else:
-                    result = result_from_outcome(row.index, outcome)
+                    result = result_from_outcome(row.index, outcome, gate_url=harness.gate.base_url)
                     trace = harness.trace_path(rollout_id)
                     result.trace = str(trace) if trace is not None else None
         result.metadata = row.metadata

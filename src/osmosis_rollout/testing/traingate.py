@@ -434,5 +434,17 @@ class MockTrainGate:
                 return
 
 
+def name_gate_urls(text: str | None, base_url: str) -> str | None:
+    """``text`` with the mock TrainGate's own URLs (internal, e.g. ``http://traingate.test``,
+    or an ephemeral port) replaced by what they are, so a user is not sent looking for them."""
+    if not text or not base_url:
+        return text
+    return (
+        text.replace(f"{base_url}/v1/chat/completions", "the mock TrainGate's chat endpoint")
+        .replace(f"{base_url}/v1/rollout/completed", "the mock TrainGate's completion endpoint")
+        .replace(base_url, "the mock TrainGate")
+    )
+
+
 def _reply_message(reply: CompletionsResponse) -> dict[str, Any]:
     return reply.message.model_dump(mode="json", exclude_none=True)
