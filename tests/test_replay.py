@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import socket
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from prompt_toolkit import PromptSession
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+from rich.console import Console
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
+from osmosis_rollout.repl import run_repl
 from osmosis_rollout.testing import ReplayBackend, read_cassette
 from osmosis_rollout.testing.cassette import CassetteError
 
@@ -328,3 +335,62 @@ async def test_replay_backend_replays_a_cassette_in_one_line(recorded: dict[str,
     explanation = changed.explain()
     assert "replay_diverged: row 1, turn 1: messages[0].content differs" in explanation
     assert "+You are a sloppy calculator." in explanation
+
+
+# -- the interactive debugger ----------------------------------------------------------------
+
+
+async def step_through(cassette: Path, agent: Any, keys: str) -> str:
+    """Run ``osmosis test -i --replay``'s REPL on the cassette's first row; return the screen."""
+    backend = ReplayBackend(cassette)
+    screen = io.StringIO()
+    with create_pipe_input() as pipe:
+        pipe.send_text(keys)
+        pipe.close()
+        session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
+        with anyio.fail_after(20):
+            code = await run_repl(
+                agent,
+                backend=backend,
+                rows=backend.rows(),
+                start_row=1,
+                completion_params=backend.options().completion_params,
+                max_turns=backend.options().max_turns,
+                session=session,
+                console=Console(file=screen, width=120),
+            )
+    assert code == 0
+    return screen.getvalue()
+
+
+@pytest.mark.anyio
+async def test_interactive_replay_steps_through_the_recorded_turns(
+    recorded: dict[str, Any], offline: list[Any]
+) -> None:
+    """``-i --replay``: each recorded reply pauses at the prompt; the row ends as recorded."""
+    agents = load_asset("replay_agents")
+    text = await step_through(recorded["cassette"], agents.CalcAgent(), "\n\nq\n")
+    assert "turn 1" in text
+    assert "add(" in text
+    assert "The answer is 3.0" in text
+    assert "rollout COMPLETED" in text
+    assert "replay_diverged" not in text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("agent", "shown"),
+    [
+        ("ChangedToolFormatAgent", "row 1, turn 2: messages[3].content differs"),
+        ("ChangedRewardAgent", "row 1: reward differs from the recording"),
+    ],
+)
+async def test_interactive_replay_shows_where_a_changed_agent_diverges(
+    recorded: dict[str, Any], offline: list[Any], agent: str, shown: str
+) -> None:
+    """A changed agent stepping through the recording gets the replay_diverged finding, for a
+    request (at its turn) and for a result."""
+    agents = load_asset("replay_agents")
+    text = await step_through(recorded["cassette"], getattr(agents, agent)(), "\n\nq\n")
+    assert "replay_diverged" in text
+    assert shown in " ".join(text.split())

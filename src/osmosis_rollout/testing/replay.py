@@ -214,8 +214,8 @@ class ReplayBackend:
     def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
         """Compare a rollout's result with the recording (called by the mock TrainGate)."""
         replay = self._bind(record)
-        if replay.diverged:
-            return
+        if replay.diverged or response.finish_reason == "cancelled":
+            return  # already reported, or stopped from outside (Ctrl-C at the REPL, shutdown)
         divergence = _result_divergence(replay, record, response)
         if divergence is not None:
             replay.diverged = True
@@ -364,7 +364,7 @@ def _result_divergence(
     if turns < len(row.turns):
         return Divergence(
             row.row,
-            turns,
+            turns or None,
             "turns",
             len(row.turns),
             turns,
