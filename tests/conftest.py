@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
 
 import httpx2
 import pytest
@@ -39,3 +44,57 @@ async def mock_client(
         yield gate, client
     finally:
         await http.aclose()
+
+
+# --------------------------------------------------------------------------------------------
+# A real redis-server for the shared-state tests
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A throwaway ``redis-server`` on a free 127.0.0.1 port (no persistence); its base URL.
+
+    Skipped only when the binary is not installed (``.ci/run`` installs it).
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    workdir = tmp_path_factory.mktemp("redis")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+    command += ["no", "--dir", str(workdir), "--logfile", str(workdir / "redis.log")]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 15
+        while not _redis_command(port, b"PING").startswith(b"+PONG"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = workdir / "redis.log"
+                raise RuntimeError(f"redis-server did not start: {log.read_text(errors='replace')}")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """An empty Redis database for one test: ``redis://127.0.0.1:PORT/0``, flushed first."""
+    port = int(redis_server.rsplit(":", 1)[1])
+    assert _redis_command(port, b"FLUSHALL").startswith(b"+OK")
+    return f"{redis_server}/0"
+
+
+def _redis_command(port: int, command: bytes) -> bytes:
+    """Send one inline command to Redis on 127.0.0.1; its first reply bytes, or b"" if down."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as conn:
+        conn.sendall(command + b"\r\n")
+        return conn.recv(64)
+    return b""

@@ -547,6 +547,8 @@ async def test_platform_health_needs_the_server_key(tmp_path: Path) -> None:
         "active_rollouts": 0,
         "completed_rollouts": 0,
         "queued_rollouts": 0,
+        "state": "memory",
+        "state_reachable": True,
     }
 
 

@@ -53,6 +53,14 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _NEVER_SENT = frozenset({"tools", "tool_choice", "messages", "rollout_id"})
 
 
+class TurnObserver(Protocol):
+    """Told about each LLM turn and tool call as it ends (the server's Prometheus metrics)."""
+
+    def turn(self, latency_s: float, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+    def tool(self, latency_s: float) -> None: ...
+
+
 class ChatBackend(Protocol):
     """What a context needs to run one LLM turn; ``client.RolloutChannel`` implements it."""
 
@@ -303,6 +311,7 @@ class RolloutContext:
         llm: ChatBackend | LLMClientProtocol,
         *,
         trace: Callable[[dict[str, Any]], None] | None = None,
+        observer: TurnObserver | None = None,
         _start_time: float | None = None,
         _tool_latency_ms: float = 0.0,
         _num_tool_calls: int = 0,
@@ -318,6 +327,7 @@ class RolloutContext:
 
             trace = file_sink(_debug_dir, request.rollout_id, secrets=[request.api_key_value])
         self._trace = trace
+        self._observer = observer
         self._started: float | None = time.perf_counter()
         if _start_time is not None:  # v1: a time.monotonic() reading; 0 means "not measured"
             since = time.monotonic() - _start_time
@@ -411,6 +421,10 @@ class RolloutContext:
         usage = response.usage
         if self._trace is not None:
             self._trace_turn(turn, history, delta_from, body, started, response=response)
+        if self._observer is not None:
+            self._observer.turn(
+                time.perf_counter() - started, usage.prompt_tokens, usage.completion_tokens
+            )
         self._prompt_tokens += usage.prompt_tokens
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
@@ -476,6 +490,8 @@ class RolloutContext:
         """Count one tool call and add its latency (``tools.execute_tool_calls`` does this)."""
         self._tool_calls += 1
         self._tool_ms += max(0.0, float(latency_ms))
+        if self._observer is not None:
+            self._observer.tool(max(0.0, float(latency_ms)) / 1000)
 
     def log_event(self, event_type: str, **data: Any) -> None:
         """Append ``{"event": event_type, "rollout_id": ..., **data}`` to the debug trace, if

@@ -73,6 +73,8 @@ class ClientStats:
 
     requests: int = 0
     retries: int = 0
+    #: The part of ``retries`` that retried a completion callback.
+    callback_retries: int = 0
     failures: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
 
@@ -171,13 +173,23 @@ class TrainGateClient:
         """POST the completion callback; any 2xx is success."""
         url = f"{server_url}/v1/rollout/completed"
         await self._post(
-            url, wire_json(result), api_key=api_key, request_id=f"{result.rollout_id}:completed"
+            url,
+            wire_json(result),
+            api_key=api_key,
+            request_id=f"{result.rollout_id}:completed",
+            callback=True,
         )
 
     # -- retries ----------------------------------------------------------------------------
 
     async def _post(
-        self, url: str, content: bytes, *, api_key: str | None, request_id: str
+        self,
+        url: str,
+        content: bytes,
+        *,
+        api_key: str | None,
+        request_id: str,
+        callback: bool = False,
     ) -> httpx2.Response:
         headers = {"Content-Type": "application/json", "X-Request-Id": header_safe(request_id)}
         if api_key:
@@ -247,6 +259,7 @@ class TrainGateClient:
                     delay,
                 )
             self.stats.retries += 1
+            self.stats.callback_retries += callback
             await self._sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 

@@ -22,14 +22,27 @@ from pydantic import (
     SerializationInfo,
     ValidationError,
     field_serializer,
+    field_validator,
 )
 
 from .errors import ConfigError
 from .protocol import DEFAULT_MAX_METADATA_BYTES, dump_secret
 
-__all__ = ["ServerSettings", "find_pyproject", "read_pyproject_table"]
+__all__ = ["ServerSettings", "check_state_url", "find_pyproject", "read_pyproject_table"]
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+_STATE_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_state_url(url: str) -> str:
+    """``url`` if it names a state backend we have, else a ``ValueError`` saying which do."""
+    if url == "memory" or url.startswith(_STATE_SCHEMES):
+        return url
+    raise ValueError(
+        "must be 'memory' or a Redis URL such as redis://localhost:6379/0 "
+        "(rediss:// for TLS, unix:///path/redis.sock)"
+    )
 
 
 class ServerSettings(BaseModel):
@@ -50,6 +63,18 @@ class ServerSettings(BaseModel):
     debug_dir: Path | None = None
     outbox_dir: Path | None = None
     log_level: LogLevel = "info"
+    #: Serve ``GET /metrics`` (Prometheus), behind the server key like every other route.
+    metrics: bool = True
+    #: Where rollout state lives: "memory" (this process) or a Redis URL shared by replicas.
+    state: str = "memory"
+    #: A replica that stops renewing its rollouts' leases this long is taken for dead.
+    lease_ttl_s: float = Field(30.0, gt=0)
+    workers: int = Field(1, ge=1, le=512)
+
+    @field_validator("state")
+    @classmethod
+    def _check_state(cls, value: str) -> str:
+        return check_state_url(value.strip())
 
     @field_serializer("api_key")
     def _dump_api_key(self, value: SecretStr | None, info: SerializationInfo) -> str | None:

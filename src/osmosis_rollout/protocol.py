@@ -471,11 +471,14 @@ class HealthResponse(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    status: Literal["healthy", "draining"]
+    status: Literal["healthy", "draining", "degraded"]
     agent_loop: str
     active_rollouts: int
     completed_rollouts: int
     queued_rollouts: int = 0
+    #: The state backend ("memory" or "redis") and whether it answers; "degraded" when not.
+    state: str | None = None
+    state_reachable: bool | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,7 +20,14 @@ import anyio.lowlevel
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, RolloutResult, resolve_tools
+from .agent import (
+    ChatBackend,
+    RolloutAgentLoop,
+    RolloutContext,
+    RolloutResult,
+    TurnObserver,
+    resolve_tools,
+)
 from .errors import OsmosisError
 from .protocol import (
     Message,
@@ -67,6 +74,7 @@ async def run_rollout(
     deadline_s: float | None = None,
     tracer: Tracer | None = None,
     control: RolloutControl | None = None,
+    observer: TurnObserver | None = None,
 ) -> RolloutResponse:
     """Run ``agent`` on ``request`` and return the one completion callback body to send.
 
@@ -80,7 +88,7 @@ async def run_rollout(
             tools = await resolve_tools(agent, request)
         except Exception as exc:
             return _error_response(request, list(request.messages), f"get_tools failed: {exc}")
-    ctx = RolloutContext(request, tools, llm, trace=trace)
+    ctx = RolloutContext(request, tools, llm, trace=trace, observer=observer)
     control.context = ctx
     if trace is not None:
         ctx.log_event(

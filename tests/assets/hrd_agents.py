@@ -32,3 +32,15 @@ class ChatsOnce(RolloutAgentLoop):
         ctx.log_event("agent_note", note=f"using {ctx.request.api_key_value}")
         result = await ctx.chat(list(ctx.request.messages))
         return ctx.complete([*ctx.request.messages, result.message], reward=1.0)
+
+
+class Quick(RolloutAgentLoop):
+    """Completes at once without an LLM turn: for fuzzing and shutdown scenarios."""
+
+    name = "hrd-quick"
+
+    def get_tools(self, request: object) -> list:
+        return []
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        return ctx.complete([*ctx.request.messages, {"role": "assistant", "content": "7"}])

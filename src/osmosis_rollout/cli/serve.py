@@ -39,6 +39,10 @@ _FLAGS = {
     "debug_dir": "--debug-dir",
     "outbox_dir": "--outbox-dir",
     "log_level": "--log-level",
+    "metrics": "--no-metrics",
+    "state": "--state",
+    "lease_ttl_s": "--lease-ttl",
+    "workers": "--workers",
 }
 
 
@@ -120,11 +124,38 @@ def serve_command(
     no_validate: Annotated[
         bool, typer.Option("--no-validate", help="Skip the agent checks at start.")
     ] = False,
+    no_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--no-metrics", help="Do not serve GET /metrics (Prometheus; behind the key)."
+        ),
+    ] = False,
     reload: Annotated[
         bool, typer.Option("--reload", help="Restart when the agent's files change (development).")
     ] = False,
     log_level: Annotated[
         str | None, typer.Option(help="critical, error, warning, info or debug. \\[default: info]")
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Server processes sharing the port (use with a Redis --state). \\[default: 1]"
+        ),
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            help="Where rollout state lives: memory, or redis://host:port/db shared by "
+            "workers and replicas. \\[default: memory]",
+            show_default=False,
+        ),
+    ] = None,
+    lease_ttl: Annotated[
+        float | None,
+        typer.Option(
+            help="With Redis: seconds without renewal before a replica's rollouts are ended "
+            "by a peer with an ERROR callback. \\[default: 30]"
+        ),
     ] = None,
 ) -> None:
     """Serve an agent over the remote rollout protocol until Ctrl-C or SIGTERM.
@@ -149,12 +180,22 @@ def serve_command(
         "debug_dir": debug_dir,
         "outbox_dir": outbox_dir,
         "log_level": log_level.lower() if log_level else None,
+        "metrics": False if no_metrics else None,
+        "workers": workers,
+        "state": state,
+        "lease_ttl_s": lease_ttl,
     }
     try:
         settings = ServerSettings.resolve(
             cli, environ=os.environ, pyproject=pyproject, flags=_FLAGS
         )
         settings, generated = decide_auth(settings, no_auth=no_auth)
+        if reload and settings.workers > 1:
+            fail("--reload runs one process: drop --workers (or the workers setting) to use it")
+        if settings.state != "memory":
+            from ..server.state import open_state
+
+            open_state(settings.state, outbox_dir=Path("."))  # a missing extra fails here, once
         agent = _load_and_check(chosen, validate=not no_validate)
         from ..server import bind_socket, serve
 
@@ -214,10 +255,28 @@ def _print_banner(err: Any, target: str, name: str, settings: Any, generated: bo
     traces = settings.debug_dir or "off (use --debug-dir)"
     err.print(f"  debug traces  {traces}")
     err.print(f"  outbox        {settings.outbox_dir or '.osmosis/outbox'}")
+    err.print(f"  metrics       {'GET /metrics' if settings.metrics else 'off'}")
     err.print(
         f"  limits        {settings.max_concurrent} concurrent, "
         f"{settings.rollout_timeout_s:g} s per rollout"
     )
+    if settings.state == "memory":
+        err.print("  state         memory (this process)")
+    else:
+        from ..server.state.redis import redact_url
+
+        err.print(
+            f"  state         {escape(redact_url(settings.state))} "
+            f"(shared; leases {settings.lease_ttl_s:g} s)"
+        )
+    if settings.workers > 1:
+        err.print(f"  workers       {settings.workers} processes")
+        if settings.state == "memory":
+            err.print(
+                "  [yellow]warning[/]       with --state memory each worker keeps its own "
+                "idempotency records and queue: a retried init that reaches another worker "
+                "starts a second rollout. Use --state redis://... for exact guarantees."
+            )
 
 
 def _serve_with_reload(target: str, settings: Any) -> None:

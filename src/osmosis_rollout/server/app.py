@@ -11,11 +11,15 @@ import contextlib
 import inspect
 import json
 import logging
+import os
+import random
+import secrets
+import socket
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -28,7 +32,7 @@ from starlette.routing import Route
 from ..agent import RolloutAgentLoop, resolve_tools
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
-from ..errors import TrainGateError
+from ..errors import TrainGateError, TrainGateHTTPError
 from ..protocol import (
     DEFAULT_MAX_METADATA_BYTES,
     HealthResponse,
@@ -38,12 +42,27 @@ from ..protocol import (
     RolloutStatus,
     loggable,
     scrub,
+    scrub_data,
+    wire,
 )
 from ..rollout import run_rollout
 from ..tracing import Tracer
 from .auth import key_matches
 from .outbox import DEFAULT_OUTBOX_DIR, write_outbox
-from .registry import Conflict, RolloutEntry, RolloutRegistry, fingerprint
+from .registry import Conflict, RolloutEntry, RolloutRegistry, init_body
+from .state import (
+    BODY_CHANGED,
+    ClaimOutcome,
+    LeasedRollout,
+    OutboxEntry,
+    StateBackend,
+    StateUnavailable,
+    fingerprint,
+    open_state,
+)
+
+if TYPE_CHECKING:
+    from .metrics import ServerMetrics
 
 __all__ = ["RolloutServer", "create_app"]
 
@@ -57,6 +76,11 @@ _TOOLS_JSON = TypeAdapter(list[OpenAIFunctionToolSchema])
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 _DELIVERY_GRACE_S = 15.0
+#: How long a duplicate init waits for another replica to decide the first one.
+_PEER_DECISION_MARGIN_S = 5.0
+#: How long a replica trying an outbox entry hides it from its peers.
+_OUTBOX_VISIBILITY_S = 900.0
+_OUTBOX_MAX_DELAY_S = 600.0
 #: How long a client may take to send an init's body (a slow sender must not hold a connection).
 _BODY_TIMEOUT_S = 30.0
 #: A 422 lists at most this many validation errors (plus the total count), each message cut to
@@ -94,6 +118,9 @@ def create_app(
     client: TrainGateClient | None = None,
     on_startup: Hook | None = None,
     on_shutdown: Hook | None = None,
+    metrics: bool = True,
+    state: str = "memory",
+    lease_ttl_s: float = 30.0,
 ) -> Starlette:
     """Build the rollout server for ``agent_loop``.
 
@@ -114,15 +141,21 @@ def create_app(
             debug_dir=Path(debug_dir) if debug_dir is not None else None,
             outbox_dir=Path(outbox_dir) if outbox_dir is not None else None,
             max_metadata_bytes=max_metadata_bytes,
+            metrics=metrics,
+            state=state,
+            lease_ttl_s=lease_ttl_s,
         )
     server = RolloutServer(agent_loop, settings, client=client)
     server.hooks = (on_startup, on_shutdown)
+    routes = [
+        Route("/v1/rollout/init", server.counted_init, methods=["POST"]),
+        Route("/health", server.health, methods=["GET"]),
+        Route("/platform/health", server.platform_health, methods=["GET"]),
+    ]
+    if server.metrics is not None:
+        routes.append(Route("/metrics", server.metrics_page, methods=["GET"]))
     app = Starlette(
-        routes=[
-            Route("/v1/rollout/init", server.init, methods=["POST"]),
-            Route("/health", server.health, methods=["GET"]),
-            Route("/platform/health", server.platform_health, methods=["GET"]),
-        ],
+        routes=routes,
         lifespan=server.lifespan,
     )
     app.state.rollout_server = server
@@ -155,12 +188,25 @@ class RolloutServer:
         self.client: TrainGateClient | None = client
         self.tracer = Tracer(settings.debug_dir) if settings.debug_dir else None
         self.outbox_dir = settings.outbox_dir or DEFAULT_OUTBOX_DIR
+        self.state: StateBackend = open_state(settings.state, outbox_dir=self.outbox_dir)
+        #: This process among the replicas sharing the state (leases and queue places name it).
+        self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._admitting = 0  # inits between the admission check and registry.accept
+        self._counted: set[str] = set()  # keys holding a place in the shared queue
         self._slots = anyio.Semaphore(settings.max_concurrent)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.body_timeout_s = _BODY_TIMEOUT_S
         self.delivery_grace_s = _DELIVERY_GRACE_S
         self.hooks: tuple[Hook | None, Hook | None] = (None, None)  # on_startup, on_shutdown
+        self.metrics: ServerMetrics | None = None
+        if settings.metrics:
+            from .metrics import ServerMetrics
+
+            self.metrics = ServerMetrics(
+                self.registry,
+                client_stats=lambda: self.client.stats if self.client is not None else None,
+            )
 
     # -- lifespan -------------------------------------------------------------------------------
 
@@ -177,6 +223,10 @@ class RolloutServer:
             async with anyio.create_task_group() as tasks:
                 self._tasks = tasks
                 tasks.start_soon(self._expire_records)
+                if self.state.shared:
+                    tasks.start_soon(self._renew_leases)
+                    tasks.start_soon(self._sweep_orphans)
+                    tasks.start_soon(self._redeliver_outbox)
                 await _call_hook(self.hooks[0], "startup")
                 try:
                     yield
@@ -194,6 +244,8 @@ class RolloutServer:
                 await self.client.aclose()
             if self.tracer is not None:
                 self.tracer.close()
+            with anyio.CancelScope(shield=True):
+                await self.state.close()
 
     async def drain(self) -> None:
         """Stop accepting; give running rollouts the grace period; cancel the rest."""
@@ -211,23 +263,30 @@ class RolloutServer:
         while True:
             await anyio.sleep(interval)
             self.registry.expire()
+            self.state.expire()
 
     # -- GET /health, GET /platform/health --------------------------------------------------------
 
-    def _health_body(self) -> HealthResponse:
+    async def _health_body(self) -> HealthResponse:
         registry = self.registry
+        reachable = False
+        with anyio.move_on_after(2.0):
+            reachable = await self.state.ping()
+        status = "draining" if registry.draining else "healthy" if reachable else "degraded"
         return HealthResponse(
-            status="draining" if registry.draining else "healthy",
+            status=status,
             agent_loop=self.agent.name,
             active_rollouts=registry.active,
             completed_rollouts=registry.completed_total,
             queued_rollouts=registry.queued,
+            state=self.state.name,
+            state_reachable=reachable,
         )
 
     async def health(self, request: Request) -> Response:
-        """200 with counts, or 503 while draining."""
-        body = self._health_body()
-        status = 503 if body.status == "draining" else 200
+        """200 with counts; 503 while draining or while the shared state is unreachable."""
+        body = await self._health_body()
+        status = 200 if body.status == "healthy" else 503
         return Response(body.model_dump_json(), status_code=status, media_type=_JSON)
 
     async def platform_health(self, request: Request) -> Response:
@@ -238,7 +297,39 @@ class RolloutServer:
             return _json(401, {"detail": "Invalid or missing API key"})
         return await self.health(request)
 
+    # -- GET /metrics --------------------------------------------------------------------------
+
+    async def metrics_page(self, request: Request) -> Response:
+        """Prometheus text exposition; behind the server key when there is one, like inits."""
+        if self._server_key is not None and not key_matches(
+            request.headers.get("authorization"), self._server_key
+        ):
+            return _json(401, {"detail": "Invalid or missing API key"})
+        assert self.metrics is not None  # the route exists only with metrics on
+        from .metrics import CONTENT_TYPE
+
+        # The outbox lives in the state (files, or a Redis stream): counted at scrape time; if
+        # the store does not answer, the gauge keeps its last value.
+        with contextlib.suppress(StateUnavailable, TimeoutError, OSError):
+            with anyio.fail_after(5):
+                self.metrics.outbox_size.set(len(await self.state.outbox_list()))
+        return Response(self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
     # -- POST /v1/rollout/init ------------------------------------------------------------------
+
+    async def counted_init(self, request: Request) -> Response:
+        """``init``, with every answer other than 202 counted by cause in the metrics."""
+        response = await self.init(request)
+        if self.metrics is not None and response.status_code != 202:
+            from .metrics import refusal_cause
+
+            cause = refusal_cause(
+                response.status_code,
+                draining=self.registry.draining,
+                running=self._tasks is not None,
+            )
+            self.metrics.rejected.labels(cause=cause).inc()
+        return response
 
     async def init(self, request: Request) -> Response:
         """Auth, validate, deduplicate, get tools, admit, start; see protocol.md section 1."""
@@ -259,45 +350,107 @@ class RolloutServer:
         except ValidationError as exc:
             return _json(422, _validation_body(exc))
 
-        body_fingerprint = fingerprint(body)
-        found = self.registry.lookup(rollout, body_fingerprint)
+        digest = fingerprint(rollout)
+        found = self.registry.lookup(rollout)  # this process first: no round trip
         if isinstance(found, Conflict):
             return _json(409, {"detail": found.detail})
         if found is not None:
+            if found.fingerprint != digest:
+                return _json(409, {"detail": BODY_CHANGED})
             status, answer = await found.init_answer()
             return Response(answer, status_code=status, media_type=_JSON)
-
-        entry = self.registry.reserve(rollout, body_fingerprint)
+        if self.state.shared:
+            try:
+                earlier = await self._claim(rollout, digest)
+            except StateUnavailable as exc:
+                return self._state_down(rollout, exc)
+            if earlier is not None:
+                return earlier
+        entry = self.registry.reserve(rollout, digest)
         try:
             with anyio.fail_after(self.settings.get_tools_timeout_s):
                 tools = await resolve_tools(self.agent, rollout)
         except TimeoutError:
             detail = f"get_tools did not return within {self.settings.get_tools_timeout_s:g} s"
             logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)
-            return self._refuse(entry, 500, {"detail": detail})
+            return await self._refuse(entry, _json(500, {"detail": detail}))
         except Exception as exc:
             detail = scrub(f"get_tools failed: {type(exc).__name__}: {exc}", rollout.api_key_value)
             logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)
-            return self._refuse(entry, 500, {"detail": detail})
+            return await self._refuse(entry, _json(500, {"detail": detail}))
         except BaseException:  # the request was cancelled: free the key so retries can start
-            self._refuse(entry, 503, {"detail": "init interrupted; retry"})
+            with anyio.CancelScope(shield=True):
+                await self._refuse(entry, _json(503, {"detail": "init interrupted; retry"}))
             raise
         # Re-checked: draining may have begun while get_tools ran.
         unavailable = self._unavailable()
         if unavailable is not None:
-            self.registry.release(entry, unavailable.status_code, bytes(unavailable.body))
-            return unavailable
-        if not self.registry.has_capacity():
-            return self._refuse(
-                entry,
-                503,
-                {"detail": "too many rollouts queued; retry later"},
-                {"Retry-After": _RETRY_AFTER_S},
+            return await self._refuse(entry, unavailable)
+        tools_json = _TOOLS_JSON.dump_json(tools, exclude_none=True)
+        payload = init_body(rollout.rollout_id, tools_json)
+        # A free slot here needs no place in the shared queue (counted before any await, so a
+        # burst of inits cannot all see the same free slot).
+        registry = self.registry
+        queue = registry.active + registry.queued + self._admitting >= self.settings.max_concurrent
+        self._admitting += 1
+        try:
+            admitted = await self.state.accept(
+                LeasedRollout.of(rollout),
+                digest=str(digest),
+                replica=self.replica,
+                status=202,
+                body=payload,
+                lease_ttl_s=self.settings.lease_ttl_s,
+                queue=queue,
+                max_queued=self.settings.max_queued,
             )
-        payload = self.registry.accept(entry, _TOOLS_JSON.dump_json(tools, exclude_none=True))
-        assert self._tasks is not None  # _unavailable() checked it; no await since
+        except StateUnavailable as exc:
+            return await self._refuse(entry, self._state_down(rollout, exc))
+        finally:
+            self._admitting -= 1
+        if not admitted:
+            busy = {"detail": "too many rollouts queued; retry later"}
+            return await self._refuse(entry, _json(503, busy, {"Retry-After": _RETRY_AFTER_S}))
+        registry.accept(entry, tools_json)
+        if queue:
+            self._counted.add(entry.key)
+        assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
         self._tasks.start_soon(self._run, entry, tools)
         return Response(payload, status_code=202, media_type=_JSON)
+
+    async def _claim(self, rollout: RolloutRequest, digest: int) -> Response | None:
+        """Claim the init in the shared state: None when it is ours to decide (first of its key
+        anywhere); otherwise the answer: the first init's 202, a 409, or a 503 when the replica
+        deciding it takes longer than get_tools may."""
+        limit = self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S
+        deadline = anyio.current_time() + limit
+        pause = 0.01
+        while True:
+            claim = await self.state.claim_init(
+                rollout.dedup_key, rollout.rollout_id, str(digest), pending_ttl_s=limit
+            )
+            if claim.outcome is ClaimOutcome.CLAIMED:
+                return None
+            if claim.outcome is ClaimOutcome.CONFLICT:
+                return _json(409, {"detail": claim.detail})
+            if claim.outcome is ClaimOutcome.ANSWERED:
+                return Response(claim.body, status_code=claim.status, media_type=_JSON)
+            local = self.registry.lookup(rollout)
+            if local is not None and not isinstance(local, Conflict):
+                # Decided in this process: wait for it without polling the store.
+                status, answer = await local.init_answer()
+                if status != 202:  # refused: duplicates waiting meanwhile get the same answer
+                    return Response(answer, status_code=status, media_type=_JSON)
+                continue
+            if anyio.current_time() > deadline:
+                detail = "an init with this key is still being decided by another replica; retry"
+                return _json(503, {"detail": detail}, {"Retry-After": _RETRY_AFTER_S})
+            await anyio.sleep(pause)
+            pause = min(0.25, pause * 2)
+
+    def _state_down(self, rollout: RolloutRequest, exc: StateUnavailable) -> Response:
+        logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), exc)
+        return _json(503, {"detail": str(exc)}, {"Retry-After": _RETRY_AFTER_S})
 
     def _unavailable(self) -> Response | None:
         """The 503 to answer when no rollout can start now, or None."""
@@ -312,15 +465,13 @@ class RolloutServer:
             return None
         return _json(503, {"detail": detail}, {"Retry-After": _RETRY_AFTER_S})
 
-    def _refuse(
-        self,
-        entry: RolloutEntry,
-        status: int,
-        body: dict[str, Any],
-        headers: dict[str, str] | None = None,
-    ) -> Response:
-        response = _json(status, body, headers)
-        self.registry.release(entry, status, bytes(response.body))
+    async def _refuse(self, entry: RolloutEntry, response: Response) -> Response:
+        """Answer ``response`` and forget the init here and in the shared state."""
+        self.registry.release(entry, response.status_code, bytes(response.body))
+        try:
+            await self.state.release_init(entry.key, entry.rollout_id)
+        except StateUnavailable as exc:  # the claim lapses by itself after its pending TTL
+            logger.warning("rollout %s: claim not released: %s", loggable(entry.rollout_id), exc)
         return response
 
     async def _read_body(self, request: Request) -> bytes | Response:
@@ -360,7 +511,12 @@ class RolloutServer:
         response: RolloutResponse | None = None
         try:
             async with self._slots:
+                if entry.key in self._counted:
+                    self._counted.discard(entry.key)
+                    await self._unqueue(entry)
                 self.registry.start(entry)
+                if self.metrics is not None:
+                    self.metrics.started.inc()
                 queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
                 try:
                     response = await run_rollout(
@@ -371,6 +527,7 @@ class RolloutServer:
                         deadline_s=self.settings.rollout_timeout_s,
                         tracer=self.tracer,
                         control=entry.control,
+                        observer=self.metrics,
                     )
                 except Exception as exc:  # a toolkit bug must still end in one callback
                     _log_exception(request, "internal error")
@@ -385,11 +542,14 @@ class RolloutServer:
                 response.metrics = response.metrics.model_copy(
                     update={"queue_latency_ms": queued_ms}
                 )
+            if self.metrics is not None:
+                self.metrics.rollout_ended(response.status.value, response.finish_reason)
             self.registry.delivering(entry)
-            # A drain that gives up on this delivery cancels this scope: the result goes to the
-            # outbox at once, not when the process exits.
-            with anyio.CancelScope() as entry.delivery:
-                await self._deliver(entry, response)
+            if await self._still_ours(entry):
+                # A drain that gives up on this delivery cancels this scope: the result goes to
+                # the outbox at once, not when the process exits.
+                with anyio.CancelScope() as entry.delivery:
+                    await self._deliver(entry, response)
         except BaseException:
             if response is None:  # stopped before the agent ran: the result is still kept
                 cancelled = RolloutResponse(
@@ -399,10 +559,44 @@ class RolloutServer:
                     finish_reason="cancelled",
                     error_message="rollout cancelled (server stopped before it ran)",
                 )
-                self._to_outbox(request, cancelled, "server stopped before the rollout ran")
+                if self.metrics is not None:
+                    self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
+                await self._to_outbox(request, cancelled, "server stopped before the rollout ran")
             raise
         finally:
+            self._counted.discard(entry.key)
             self.registry.finish(entry)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self._release_lease(entry)
+
+    async def _unqueue(self, entry: RolloutEntry) -> None:
+        try:
+            await self.state.unqueue(self.replica)
+        except StateUnavailable as exc:  # the place is freed when this replica's heartbeat lapses
+            logger.warning("rollout %s: queue place not freed: %s", loggable(entry.rollout_id), exc)
+
+    async def _still_ours(self, entry: RolloutEntry) -> bool:
+        """Renew the lease before the callback; False if a peer already ended the rollout."""
+        try:
+            held = await self.state.hold(entry.key, self.settings.lease_ttl_s)
+        except StateUnavailable as exc:
+            # Nobody can take the rollout while the store is down: deliver.
+            logger.warning("rollout %s: lease not checked: %s", loggable(entry.rollout_id), exc)
+            return True
+        if not held:
+            logger.error(
+                "rollout %s: its lease lapsed (this replica stalled for over %g s) and another "
+                "replica already sent its ERROR callback; this result is not sent",
+                loggable(entry.rollout_id),
+                self.settings.lease_ttl_s,
+            )
+        return held
+
+    async def _release_lease(self, entry: RolloutEntry) -> None:
+        try:
+            await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
+        except StateUnavailable as exc:
+            logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
 
     async def _deliver(self, entry: RolloutEntry, response: RolloutResponse) -> None:
         assert self.client is not None
@@ -413,39 +607,170 @@ class RolloutServer:
                 request.server_url, response, api_key=request.api_key_value
             )
             entry.outcome = response.status.value
+            if self.metrics is not None:
+                self.metrics.callbacks.labels(outcome="delivered").inc()
         except TrainGateError as exc:
-            self._to_outbox(request, response, str(exc))
+            await self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down
             _log_exception(request, "callback could not be sent")
-            self._to_outbox(request, response, f"callback not sent: {type(exc).__name__}")
+            await self._to_outbox(request, response, f"callback not sent: {type(exc).__name__}")
         except BaseException as exc:  # cancelled mid-delivery (drain gave up, or a hard stop)
             reason = "shutdown: TrainGate did not accept it in time"
-            self._to_outbox(
-                request, response, f"delivery interrupted ({reason}): {type(exc).__name__}"
-            )
+            error = f"delivery interrupted ({reason}): {type(exc).__name__}"
+            await self._to_outbox(request, response, error)
             raise
 
-    def _to_outbox(self, request: RolloutRequest, response: RolloutResponse, error: str) -> None:
-        secret = request.api_key_value
-        error = scrub(error, secret)
+    async def _to_outbox(
+        self, request: RolloutRequest, response: RolloutResponse, error: str
+    ) -> None:
+        if self.metrics is not None:
+            self.metrics.callbacks.labels(outcome="outbox").inc()
+        await self._keep(
+            request.rollout_id, request.server_url, request.api_key_value, response, error
+        )
+
+    async def _keep(
+        self,
+        rollout_id: str,
+        server_url: str,
+        api_key: str | None,
+        response: RolloutResponse,
+        error: str,
+    ) -> None:
+        """Put an undeliverable callback in the state's outbox (a local file if that fails)."""
+        entry = OutboxEntry(
+            id="",
+            rollout_id=rollout_id,
+            server_url=server_url,
+            error=scrub(error, api_key),
+            written_at=time.time(),
+            response=scrub_data(wire(response), api_key),
+            api_key=api_key,
+        )
         try:
-            path = write_outbox(self.outbox_dir, request.server_url, response, error, secret)
+            with anyio.CancelScope(shield=True), anyio.fail_after(10):
+                where = await self.state.outbox_put(entry)
+        except (StateUnavailable, TimeoutError) as exc:
+            logger.error("rollout %s: outbox store unavailable (%s)", loggable(rollout_id), exc)
+            where = ""
         except Exception as exc:
-            logger.critical(
-                "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
-                "response follows: %s",
-                loggable(request.rollout_id),
-                error,
-                exc,
-                scrub(repr(response), secret),
-            )
-            return
+            logger.error("rollout %s: outbox not writable (%s)", loggable(rollout_id), exc)
+            where = ""
+        if not where:  # the last resort: this host's disk
+            try:
+                path = write_outbox(self.outbox_dir, server_url, response, entry.error, api_key)
+                where = str(path)
+            except Exception as exc:
+                logger.critical(
+                    "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
+                    "response follows: %s",
+                    loggable(rollout_id),
+                    entry.error,
+                    exc,
+                    scrub(repr(response), api_key),
+                )
+                return
         logger.error(
             "rollout %s: completion callback failed (%s); saved to %s",
-            loggable(request.rollout_id),
-            error,
-            path,
+            loggable(rollout_id),
+            entry.error,
+            where,
         )
+
+    # -- what replicas do for each other (shared state only) ------------------------------------
+
+    async def _renew_leases(self) -> None:
+        """Keep this replica's leases (and its heartbeat) fresh: a third of the TTL apart."""
+        ttl = self.settings.lease_ttl_s
+        failing = False
+        while True:
+            keys = [entry.key for entry in self.registry.unfinished()]
+            try:
+                await self.state.renew(self.replica, keys, ttl)
+            except StateUnavailable as exc:
+                if not failing:
+                    logger.error("cannot renew %d rollout lease(s): %s", len(keys), exc)
+                failing = True
+            else:
+                if failing:
+                    logger.warning("rollout state store reachable again")
+                failing = False
+            await anyio.sleep(ttl / 3)
+
+    async def _sweep_orphans(self) -> None:
+        """End the rollouts of replicas that died: each lapsed lease is claimed by one sweeper."""
+        interval = min(1.0, self.settings.lease_ttl_s / 5)
+        while True:
+            await anyio.sleep(interval * (0.75 + random.random() / 2))
+            if self.registry.draining:
+                continue
+            try:
+                orphans = await self.state.claim_orphans(100, self.settings.record_ttl_s)
+            except StateUnavailable:
+                continue
+            assert self._tasks is not None
+            for orphan in orphans:
+                self._tasks.start_soon(self._end_orphan, orphan)
+
+    async def _end_orphan(self, orphan: LeasedRollout) -> None:
+        assert self.client is not None
+        logger.warning(
+            "rollout %s: its replica stopped renewing its lease; sending the ERROR callback",
+            loggable(orphan.rollout_id),
+        )
+        response = RolloutResponse(
+            rollout_id=orphan.rollout_id,
+            status=RolloutStatus.ERROR,
+            final_messages=orphan.messages,
+            finish_reason="error",
+            error_message=(
+                "the server replica running this rollout stopped (no lease renewal for "
+                f"{self.settings.lease_ttl_s:g} s); the rollout was lost with it"
+            ),
+        )
+        try:
+            await self.client.complete_rollout(orphan.server_url, response, api_key=orphan.api_key)
+        except Exception as exc:
+            await self._keep(
+                orphan.rollout_id, orphan.server_url, orphan.api_key, response, str(exc)
+            )
+        except BaseException as exc:
+            error = f"delivery interrupted: {type(exc).__name__}"
+            await self._keep(orphan.rollout_id, orphan.server_url, orphan.api_key, response, error)
+            raise
+
+    async def _redeliver_outbox(self) -> None:
+        """Retry undeliverable callbacks kept in the shared outbox, with exponential backoff."""
+        assert self.client is not None
+        while True:
+            await anyio.sleep(0.5 + random.random())
+            if self.registry.draining:
+                continue
+            try:
+                due = await self.state.outbox_due(20, _OUTBOX_VISIBILITY_S)
+            except StateUnavailable:
+                continue
+            for entry in due:
+                await self.redeliver(entry)
+
+    async def redeliver(self, entry: OutboxEntry) -> bool:
+        """Try one outbox entry once more; True if TrainGate took it."""
+        assert self.client is not None
+        response = RolloutResponse.model_validate(entry.response)
+        try:
+            await self.client.complete_rollout(entry.server_url, response, api_key=entry.api_key)
+        except TrainGateError as exc:
+            refused = isinstance(exc, TrainGateHTTPError) and not (
+                exc.status_code == 429 or exc.status_code >= 500
+            )
+            delay = None if refused else min(_OUTBOX_MAX_DELAY_S, 5.0 * 2 ** (entry.attempts + 1))
+            with contextlib.suppress(StateUnavailable):
+                await self.state.outbox_retry(entry, delay, scrub(str(exc), entry.api_key))
+            return False
+        logger.info("rollout %s: outbox entry delivered", loggable(entry.rollout_id))
+        with contextlib.suppress(StateUnavailable):
+            await self.state.outbox_done(entry)
+        return True
 
 
 def _log_exception(request: RolloutRequest, what: str) -> None:

@@ -12,6 +12,9 @@ import asyncio
 import copy
 import gc
 import logging
+import logging.config
+import os
+import signal
 import socket
 from types import FrameType
 from typing import Any
@@ -20,8 +23,9 @@ import uvicorn
 
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
-from ..errors import ConfigError
+from ..errors import ConfigError, OsmosisError
 from .app import RolloutServer, create_app
+from .workers import die_with_parent, run_workers
 
 __all__ = ["bind_socket", "serve"]
 
@@ -55,13 +59,23 @@ def bind_socket(host: str, port: int) -> socket.socket:
 class _DrainingServer(uvicorn.Server):
     """A uvicorn server whose first exit signal drains rollouts before closing the socket."""
 
-    def __init__(self, config: uvicorn.Config, rollouts: RolloutServer) -> None:
+    def __init__(
+        self, config: uvicorn.Config, rollouts: RolloutServer, *, worker: bool = False
+    ) -> None:
         super().__init__(config)
         self._rollouts = rollouts
         self._signals = 0
         self._drain: asyncio.Task[None] | None = None
+        self._worker = worker
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self._worker:  # handlers are ours now: a dying supervisor means drain
+            die_with_parent()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._worker and sig == signal.SIGINT:
+            return  # a terminal's Ctrl-C: the supervisor forwards it as SIGTERM
         self._signals += 1
         if self._signals == 1:
             loop = asyncio.get_event_loop()
@@ -107,19 +121,55 @@ def serve(
     settings: ServerSettings | None = None,
     log_level: str = "info",
     sock: socket.socket | None = None,
+    workers: int = 1,
     **app_options: Any,
 ) -> None:
     """Serve ``agent_loop`` until SIGTERM/SIGINT; the Python twin of ``osmosis serve``.
 
     ``app_options`` are ``create_app`` keywords (or pass a resolved ``settings``); ``sock`` is an
-    already bound listening socket (see :func:`bind_socket`).
+    already bound listening socket (see :func:`bind_socket`). ``workers`` > 1 forks that many
+    server processes sharing the socket (POSIX only; see ``server/workers.py``); give them a
+    shared ``state`` (a Redis URL) so that idempotency and admission hold across them.
     """
     if settings is not None:
         host, port, log_level = settings.host, settings.port, settings.log_level
+        workers = settings.workers if workers == 1 else workers
+    listener = sock or bind_socket(host, port)
+    if workers > 1:
+        if not hasattr(os, "fork"):
+            raise ConfigError("--workers needs os.fork (Linux or macOS); run one process per core")
+
+        def child() -> None:
+            _serve_one(agent_loop, settings, app_options, log_level, listener, worker=True)
+
+        logging.config.dictConfig(_log_config(log_level))  # the supervisor's lines too
+        try:
+            code = run_workers(child, workers)
+        finally:
+            listener.close()
+        if code:
+            raise OsmosisError("the workers kept dying at start; the log above says why")
+        return
+    try:
+        _serve_one(agent_loop, settings, app_options, log_level, listener, worker=False)
+    finally:
+        listener.close()
+
+
+def _serve_one(
+    agent_loop: RolloutAgentLoop,
+    settings: ServerSettings | None,
+    app_options: dict[str, Any],
+    log_level: str,
+    listener: socket.socket,
+    *,
+    worker: bool,
+) -> None:
+    """One server process: the app, uvicorn on ``listener``, drain on the first signal."""
+    if settings is not None:
         app = create_app(agent_loop, settings=settings)
     else:
         app = create_app(agent_loop, **app_options)
-    listener = sock or bind_socket(host, port)
     config = uvicorn.Config(
         app,
         log_config=_log_config(log_level),
@@ -128,12 +178,9 @@ def serve(
         timeout_graceful_shutdown=5,
         access_log=log_level == "debug",
     )
-    server = _DrainingServer(config, app.state.rollout_server)
+    server = _DrainingServer(config, app.state.rollout_server, worker=worker)
     # Everything imported so far lives as long as the process: keep it out of the garbage
     # collector's full passes, which otherwise grow with it (see docs/benchmarks.md).
     gc.collect()
     gc.freeze()
-    try:
-        asyncio.run(server.serve(sockets=[listener]))
-    finally:
-        listener.close()
+    asyncio.run(server.serve(sockets=[listener]))

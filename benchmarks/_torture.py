@@ -1,0 +1,77 @@
+"""Shared by ``soak.py`` and ``fuzz_inits.py``: ``osmosis serve`` as a child process on 127.0.0.1.
+
+The child is a real server (uvicorn, its own lifespan, the default retry policy), so RSS and CPU
+are the server's alone; the TrainGate side runs in the benchmark's own event loop
+(``Harness(server_url=...)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+from _bench import ROOT, cpu_seconds, rss_bytes, stop_process
+
+SERVER_KEY = "torture-server-key-42"
+_LISTENING = re.compile(r"listening on\s+http://127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class Served:
+    """A running ``osmosis serve`` child."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    log: Path
+
+    def rss_mb(self) -> float:
+        """Its resident set size now, in MB."""
+        return rss_bytes(self.proc.pid) / 1e6
+
+    def peak_rss_mb(self) -> float:
+        """Its peak resident set size so far (VmHWM), in MB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1e3
+        return float("nan")
+
+    def cpu_s(self) -> float:
+        """Its CPU time so far (user + system), in seconds."""
+        return cpu_seconds(self.proc.pid)
+
+
+@contextlib.contextmanager
+def osmosis_serve(target: str, workdir: Path, *args: str, **env: str) -> Iterator[Served]:
+    """Run ``osmosis serve TARGET --port 0 --no-validate ARGS`` with ``OSMOSIS_*`` from ``env``."""
+    log = workdir / "server.log"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    environ.update({"OSMOSIS_API_KEY": SERVER_KEY, **{f"OSMOSIS_{k}": v for k, v in env.items()}})
+    command = [sys.executable, "-m", "osmosis_rollout", "serve", target, "--port", "0"]
+    command += ["--no-validate", "--outbox-dir", str(workdir / "outbox"), *args]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=environ
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := _LISTENING.search(log.read_text(errors="replace"))):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"osmosis serve did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{found.group(1)}"
+        while True:
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.05)
+        yield Served(proc, url, log)
+    finally:
+        stop_process(proc)

@@ -1,0 +1,235 @@
+"""Torture kit: hostile inits, a TrainGate that misbehaves on purpose, and the accounting.
+
+Used by ``tests/test_torture.py`` (short runs on every CI run) and by ``benchmarks/soak.py`` and
+``benchmarks/fuzz_inits.py`` (the long runs); usable against your own deployment too::
+
+    from osmosis_rollout.testing.torture import FaultyGate, hostile_inits, tally
+
+Everything is seeded, so a failing run can be replayed exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .traingate import MockTrainGate
+
+__all__ = ["FaultyGate", "Tally", "hostile_inits", "tally"]
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETED_PATH = "/v1/rollout/completed"
+
+#: Values that break a field's type, size or format in one way or another.
+_HOSTILE_VALUES: list[Any] = [
+    None,
+    True,
+    -1,
+    0,
+    2**64,
+    1e308,
+    "",
+    " \t",
+    "\u0000",
+    "line\nbreak",
+    "\u202eevil",
+    "x" * 300,
+    [],
+    {},
+    [None],
+    {"": None},
+    "../../etc/passwd",
+    "http://\u0000/",
+    "javascript:alert(1)",
+    "file:///etc/passwd",
+    "http://[::1",
+    "http://%00/",
+    "https://host:99999/",
+    "http://h/\u0001",
+    "ftp://x",
+]
+
+
+def _big_list(rng: random.Random, scale: int) -> list[Any]:
+    item: Any = rng.choice([1, "x", None, [], {"role": 1}])
+    return [item] * rng.randint(scale // 4, scale)
+
+
+def _field_value(rng: random.Random, scale: int) -> Any:
+    roll = rng.random()
+    if roll < 0.6:
+        return rng.choice(_HOSTILE_VALUES)
+    if roll < 0.8:
+        return _big_list(rng, scale)
+    if roll < 0.9:
+        return "y" * rng.randint(1, scale)
+    return {f"k{i}": rng.choice(_HOSTILE_VALUES) for i in range(rng.randint(1, 50))}
+
+
+def _raw_garbage(rng: random.Random, scale: int) -> bytes:
+    depth = rng.randint(100, 5000)
+    choices = [
+        b"",
+        b"{",
+        b"null",
+        b"[]",
+        b'"a string"',
+        b"12345",
+        b"NaN",
+        b'{"rollout_id": NaN}',
+        b'{"a": 1, "a": 2}',
+        b"\xff\xfe\x00garbage",
+        b"{" + b'"k":' * 100 + b"1",
+        b"[" * depth + b"]" * depth,
+        b'{"m":' + b"[" * depth + b"]" * depth + b"}",
+        b'{"rollout_id": "\\ud800"}',
+        bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 512))),
+        b"[" + b"1," * rng.randint(1, scale) + b"1]",
+    ]
+    return rng.choice(choices)
+
+
+def valid_init(rollout_id: str, server_url: str, api_key: str | None) -> dict[str, Any]:
+    """A well-formed init body the fuzzer mutates."""
+    body: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "server_url": server_url,
+        "messages": [{"role": "user", "content": "What is 3 + 4?"}],
+        "completion_params": {"temperature": 0.7, "max_tokens": 64},
+        "metadata": {"fuzz": True},
+    }
+    if api_key is not None:
+        body["api_key"] = api_key
+    return body
+
+
+def hostile_inits(
+    seed: int, count: int, *, server_url: str, api_key: str | None = None, scale: int = 20_000
+) -> Iterator[bytes]:
+    """``count`` init bodies, most of them hostile: fields of the wrong type, size or format,
+    huge lists (up to ``scale`` items), deep nesting, broken JSON, invalid UTF-8, lone
+    surrogates; about one in ten is valid (so the server also runs rollouts meanwhile)."""
+    rng = random.Random(seed)
+    fields = list(valid_init("r", server_url, api_key))
+    optional = ["tool_server_url", "max_turns", "max_tokens_total", "idempotency_key", "api_key"]
+    for i in range(count):
+        kind = rng.random()
+        body = valid_init(f"fuzz-{seed}-{i}", server_url, api_key)
+        if kind < 0.1:
+            pass
+        elif kind < 0.25:
+            yield _raw_garbage(rng, scale)
+            continue
+        elif kind < 0.35:
+            for name in rng.sample(fields, rng.randint(1, len(fields))):
+                body.pop(name, None)
+        else:
+            for name in rng.sample(fields + optional, rng.randint(1, 4)):
+                body[name] = _field_value(rng, scale)
+            if rng.random() < 0.2:
+                body["messages"] = [
+                    {"role": rng.choice(["user", 1, None]), "content": _field_value(rng, 50)}
+                    for _ in range(rng.randint(1, 200))
+                ]
+        yield json.dumps(body).encode()
+
+
+@dataclass
+class FaultyGate:
+    """An ASGI wrapper that answers about ``rate`` of the calls with a fault instead of passing
+    them on: chat 500 or 429 (retried), callback 500 (retried) or 400 (final: the outbox).
+    Every error body echoes the caller's bearer token, JSON-escaped, as careless servers do.
+    """
+
+    app: ASGIApp
+    rate: float = 0.1
+    seed: int = 0
+    injected: dict[str, int] = field(default_factory=dict)
+    _rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or self._rng.random() >= self.rate:
+            await self.app(scope, receive, send)
+            return
+        if path == CHAT_PATH:
+            status = self._rng.choice([500, 429])
+        elif path == COMPLETED_PATH:
+            status = self._rng.choice([500, 500, 400])
+        else:
+            await self.app(scope, receive, send)
+            return
+        await _drain_body(receive)
+        token = ""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                token = value.decode("latin-1").partition(" ")[2]
+        name = f"{path.rsplit('/', 1)[1]} {status}"
+        self.injected[name] = self.injected.get(name, 0) + 1
+        headers = {"Retry-After": "0"} if status == 429 else None
+        echo = {"detail": f"injected {status}", "token_seen": token}
+        await JSONResponse(echo, status, headers=headers)(scope, receive, send)
+
+
+async def _drain_body(receive: Receive) -> None:
+    more = True
+    while more:
+        message: Message = await receive()
+        more = bool(message.get("more_body", False)) and message["type"] == "http.request"
+
+
+@dataclass
+class Tally:
+    """What happened to a set of accepted rollouts."""
+
+    accepted: int = 0
+    delivered: int = 0
+    outboxed: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every accepted rollout ended exactly once."""
+        return not self.lost and not self.duplicated
+
+
+def outbox_ids(outbox: Path) -> list[str]:
+    """The ``rollout_id`` of every outbox file (one entry per file)."""
+    if not outbox.exists():
+        return []
+    ids = []
+    for path in outbox.glob("*.json"):
+        if path.name.startswith("."):  # a file being written (renamed into place when done)
+            continue
+        ids.append(json.loads(path.read_text(encoding="utf-8"))["response"]["rollout_id"])
+    return ids
+
+
+def tally(accepted: list[str], gate: MockTrainGate, outbox: Path) -> Tally:
+    """Each accepted rollout must end in exactly one accepted callback or one outbox file."""
+    saved: dict[str, int] = {}
+    for rid in outbox_ids(outbox):
+        saved[rid] = saved.get(rid, 0) + 1
+    result = Tally(accepted=len(accepted))
+    for rid in accepted:
+        record = gate.records.get(rid)
+        calls = len(record.completions) if record is not None else 0
+        ends = calls + saved.get(rid, 0)
+        result.delivered += calls
+        result.outboxed += saved.get(rid, 0)
+        if ends == 0:
+            result.lost.append(rid)
+        elif ends > 1:
+            result.duplicated.append(rid)
+    return result

@@ -1,0 +1,214 @@
+"""Several replicas on one Redis, as real ``osmosis serve`` processes on 127.0.0.1.
+
+A small recording TrainGate (uvicorn in a thread) counts every completion callback. The done-when
+scenarios of shared state: duplicates split between two replicas start one rollout; ``kill -9``
+of a replica under load loses nothing, its orphans getting their ERROR callback from the survivor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from osmosis_rollout.server.state import open_state
+
+from .support import serve_in_thread
+from .test_server_uvicorn import REPO, ServeProcess, clean_env, osmosis_serve
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+AGENT = f"{REPO / 'tests' / 'assets' / 'replica_agent.py'}:SleepAgent"
+LEASE_TTL_S = 3.0
+
+
+@dataclass
+class Callback:
+    """One completion callback as the gate received it."""
+
+    body: dict[str, Any]
+    at: float  # time.monotonic()
+
+
+@dataclass
+class RecordingGate:
+    """Records completion callbacks by rollout id (thread-safe: uvicorn runs in a thread)."""
+
+    callbacks: dict[str, list[Callback]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def completed(self, request: Request) -> Response:
+        body = await request.json()
+        with self.lock:
+            self.callbacks.setdefault(body["rollout_id"], []).append(
+                Callback(body, time.monotonic())
+            )
+        return Response(status_code=200)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/v1/rollout/completed", self.completed, methods=["POST"])])
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(len(v) for v in self.callbacks.values())
+
+
+@pytest.fixture
+def gate() -> Iterator[tuple[RecordingGate, str]]:
+    """A recording TrainGate and its URL."""
+    recorder = RecordingGate()
+    with serve_in_thread(recorder.app()) as url:
+        yield recorder, url
+
+
+@contextlib.contextmanager
+def replicas(tmp_path: Path, redis_url: str, count: int = 2) -> Iterator[list[ServeProcess]]:
+    """``count`` ``osmosis serve`` processes sharing ``redis_url``, each on its own port."""
+    with contextlib.ExitStack() as stack:
+        servers = [
+            stack.enter_context(
+                osmosis_serve(
+                    tmp_path / f"replica-{i}.log",
+                    AGENT,
+                    "--port",
+                    "0",
+                    "--no-validate",
+                    "--state",
+                    redis_url,
+                    "--lease-ttl",
+                    str(LEASE_TTL_S),
+                    "--outbox-dir",
+                    str(tmp_path / f"outbox-{i}"),
+                    env=clean_env(),
+                )
+            )
+            for i in range(count)
+        ]
+        yield servers
+
+
+def init(rollout_id: str, gate_url: str, sleep_s: float) -> dict[str, Any]:
+    """An init body for the sleeping agent."""
+    return {
+        "rollout_id": rollout_id,
+        "server_url": gate_url,
+        "messages": [{"role": "user", "content": f"task {rollout_id}"}],
+        "completion_params": {},
+        "metadata": {"sleep_s": sleep_s},
+        "api_key": "tg-key-for-replicas",
+    }
+
+
+async def wait_until(predicate: Any, timeout_s: float) -> None:
+    """Poll ``predicate`` (the callbacks arrive in another thread, with no event to wait on)."""
+    with anyio.fail_after(timeout_s):
+        while not predicate():  # noqa: ASYNC110 - polling another thread's state
+            await anyio.sleep(0.05)
+
+
+async def test_duplicates_split_between_two_replicas_start_one_rollout(
+    tmp_path: Path, redis_url: str, gate: tuple[RecordingGate, str]
+) -> None:
+    """50 concurrent copies of one init, alternating between two replicas: all get the same
+    202, one replica runs it, one callback arrives."""
+    recorder, gate_url = gate
+    body = init("dup-1", gate_url, 0.5)
+    with replicas(tmp_path, redis_url) as (a, b):
+        responses: list[httpx2.Response] = []
+        async with httpx2.AsyncClient(timeout=30) as http:
+
+            async def send(url: str) -> None:
+                responses.append(await http.post(f"{url}/v1/rollout/init", json=body))
+
+            async with anyio.create_task_group() as tasks:
+                for i in range(50):
+                    tasks.start_soon(send, (a if i % 2 else b).url)
+            await wait_until(lambda: recorder.count() >= 1, 20)
+            await anyio.sleep(1.0)  # a second run would call back about now
+            healths = [(await http.get(f"{s.url}/health")).json() for s in (a, b)]
+
+    assert [r.status_code for r in responses] == [202] * 50
+    assert len({r.content for r in responses}) == 1
+    [callback] = recorder.callbacks["dup-1"]
+    assert callback.body["status"] == "COMPLETED"
+    assert sum(h["completed_rollouts"] for h in healths) == 1
+    assert all(h["state"] == "redis" and h["state_reachable"] for h in healths)
+
+
+async def test_kill_9_of_a_replica_under_load_loses_nothing(
+    tmp_path: Path, redis_url: str, gate: tuple[RecordingGate, str]
+) -> None:
+    """200 rollouts over two replicas; replica B is killed with SIGKILL while they run. Every
+    rollout ends in exactly one callback (or stream entry); B's unfinished ones get an ERROR
+    callback from A once their lease lapses, within about one lease TTL."""
+    recorder, gate_url = gate
+    total = 200
+    with replicas(tmp_path, redis_url) as (a, b):
+        statuses: dict[str, int] = {}
+        async with httpx2.AsyncClient(timeout=30) as http:
+
+            async def send(i: int) -> None:
+                target = a if i % 2 else b
+                rid = f"load-{i}"
+                # B's rollouts outlive the kill; A's finish at various times around it.
+                sleep_s = 30.0 if target is b else 0.2 + (i % 10) * 0.3
+                response = await http.post(
+                    f"{target.url}/v1/rollout/init", json=init(rid, gate_url, sleep_s)
+                )
+                statuses[rid] = response.status_code
+
+            async with anyio.create_task_group() as tasks:
+                for i in range(total):
+                    tasks.start_soon(send, i)
+            os.kill(b.proc.pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            b.proc.wait(timeout=10)
+
+            state = open_state(redis_url, outbox_dir=tmp_path / "unused")
+            try:
+                with anyio.fail_after(LEASE_TTL_S * 4 + 20):
+                    while True:
+                        kept = {e.rollout_id for e in await state.outbox_list()}
+                        if len(set(recorder.callbacks) | kept) >= total:
+                            break
+                        await anyio.sleep(0.1)
+                await anyio.sleep(LEASE_TTL_S)  # a late duplicate would arrive about now
+                kept_ids = [e.rollout_id for e in await state.outbox_list()]
+            finally:
+                await state.close()
+
+    assert statuses == {f"load-{i}": 202 for i in range(total)}
+    with recorder.lock:
+        ended = {rid: len(calls) for rid, calls in recorder.callbacks.items()}
+        orphans = {
+            rid: calls[0]
+            for rid, calls in recorder.callbacks.items()
+            if calls[0].body["status"] == "ERROR"
+        }
+    for rid in kept_ids:
+        ended[rid] = ended.get(rid, 0) + 1
+    assert ended == {f"load-{i}": 1 for i in range(total)}  # exactly one end each
+    assert set(orphans) == {f"load-{i}" for i in range(0, total, 2)}  # B's, all unfinished
+    for callback in orphans.values():
+        assert callback.body["finish_reason"] == "error"
+        assert "stopped" in callback.body["error_message"]
+        assert callback.body["final_messages"][0]["content"].startswith("task ")
+        # The lease lapses at most LEASE_TTL_S after its last renewal; sweeps run every second.
+        assert callback.at - killed_at < 2 * LEASE_TTL_S + 2
+    survivors = [c[0].body for rid, c in recorder.callbacks.items() if rid not in orphans]
+    assert all(body["status"] == "COMPLETED" for body in survivors)
+    assert {body["extra_fields"]["pid"] for body in survivors} == {a.proc.pid}
