@@ -138,6 +138,15 @@ def command_test(
             show_default=False,
         ),
     ] = None,
+    token_check: Annotated[
+        bool,
+        typer.Option(
+            "--token-check",
+            help="With --llm-url (vLLM or llama.cpp): check through the server's own tokenizer "
+            "that each turn's prompt starts with the previous prompt plus the tokens the model "
+            "sampled; report token_drift where it does not.",
+        ),
+    ] = False,
 ) -> None:
     """Run an agent over a dataset through a mock TrainGate and report protocol findings.
 
@@ -170,6 +179,14 @@ def command_test(
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
         )
     _check_mode_flags(interactive, row=row, output=output, json_output=json_output)
+    if token_check and interactive:
+        fail("--token-check works only in batch mode, not with --interactive")
+    if token_check and not llm_url and llm.lower() != "openai":
+        fail(
+            "--token-check needs a real model: the mock LLM has no tokenizer",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --llm-url "
+            "http://127.0.0.1:8080/v1 --model NAME --token-check",
+        )
     if server is not None:
         _check_server_url(server)
     try:
@@ -241,6 +258,7 @@ def command_test(
                 verbose=verbose,
                 record=record,
                 target=target,
+                token_check=token_check,
             )
         )
     except OsmosisError as exc:
@@ -329,6 +347,7 @@ async def _run(
     verbose: bool = False,
     record: Path | None = None,
     target: str | None = None,
+    token_check: bool = False,
 ) -> int:
     import asyncio  # here, not at the top: `osmosis --help` imports this module
 
@@ -350,6 +369,9 @@ async def _run(
 
         err = stderr_console()
         report_console = err if json_output else stdout_console()
+        if token_check:
+            backend = await _with_token_check(backend)
+            err.print(f"token check: using {backend.engine.name}'s tokenizer endpoints")
         options = RunOptions(
             max_turns=max_turns,
             completion_params=completion_params,
@@ -409,6 +431,8 @@ async def _run(
                 with progress:
                     report = await run_batch(harness, rows, options, on_result=on_result)
             summary = summarise(report)
+            if token_check:
+                summary["token_check"] = backend.report.as_dict()
             if sink is not None:
                 sink.write(json.dumps(summary) + "\n")
             if recorder is not None:
@@ -445,6 +469,9 @@ async def _run(
                 "[dim]Rerun with --verbose to see the agents' tracebacks, or --debug-dir DIR to "
                 "keep a trace of every rollout.[/]"
             )
+        if token_check:
+            for line in backend.report.lines():
+                err.print(line, markup=False, highlight=False)
         in_flight = getattr(backend, "max_in_flight", 0)
         if in_flight > 1:
             err.print(
@@ -483,6 +510,17 @@ def _library_log_level(verbose: bool) -> Iterator[None]:
     finally:
         library_log.removeHandler(handler)
         library_log.setLevel(previous)
+
+
+async def _with_token_check(backend: Any) -> Any:
+    """Wrap the real backend in the token check; close it if no engine answers."""
+    from ..testing.token_check import TokenCheckBackend
+
+    try:
+        return await TokenCheckBackend.connect(backend)
+    except BaseException:
+        await backend.aclose()
+        raise
 
 
 @contextlib.asynccontextmanager
