@@ -189,8 +189,9 @@ class RolloutAgentLoop(ABC):
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name.strip():
             raise TypeError(
-                f"{cls.__module__}.{cls.__name__} must set a class attribute `name` to a "
-                f'non-empty string, e.g. `name = "{cls.__name__.lower()}"`'
+                f"Agent loop class {cls.__module__}.{cls.__name__} must define a 'name' class "
+                "attribute: set `name` to a non-empty string, e.g. "
+                f'`name = "{cls.__name__.lower()}"`'
             )
 
     @abstractmethod
@@ -334,9 +335,9 @@ class RolloutContext:
             self._started = time.perf_counter() - since if _start_time > 0 else None
         self._finished: float | None = None
         self._llm_ms = 0.0
-        self._tool_ms = float(_tool_latency_ms)
+        self._tool_latency_ms = float(_tool_latency_ms)
         self._llm_calls = 0
-        self._tool_calls = int(_num_tool_calls)
+        self._num_tool_calls = int(_num_tool_calls)
         self._prompt_tokens = 0
         self._response_tokens = 0
         self._max_context = 0
@@ -488,8 +489,8 @@ class RolloutContext:
 
     def record_tool_call(self, latency_ms: float = 0.0) -> None:
         """Count one tool call and add its latency (``tools.execute_tool_calls`` does this)."""
-        self._tool_calls += 1
-        self._tool_ms += max(0.0, float(latency_ms))
+        self._num_tool_calls += 1
+        self._tool_latency_ms += max(0.0, float(latency_ms))
         if self._observer is not None:
             self._observer.tool(max(0.0, float(latency_ms)) / 1000)
 
@@ -558,14 +559,18 @@ class RolloutContext:
         return RolloutMetrics(
             total_latency_ms=total,
             llm_latency_ms=llm.llm_latency_ms,
-            tool_latency_ms=round(self._tool_ms, 3),
+            tool_latency_ms=round(self._tool_latency_ms, 3),
             num_llm_calls=llm.num_llm_calls,
-            num_tool_calls=self._tool_calls,
+            num_tool_calls=self._num_tool_calls,
             prompt_tokens=llm.prompt_tokens,
             response_tokens=llm.response_tokens,
             max_context_tokens=self._max_context,
             **extra,
         )
+
+    def _build_metrics(self) -> RolloutMetrics:
+        """v1's name for :attr:`metrics`."""
+        return self.metrics
 
     def _client_metrics(self) -> RolloutMetrics | None:
         """The LLM side as a v1 client reports it (``get_metrics()``), when it does."""
