@@ -64,15 +64,20 @@ class Finding:
     rollout_id: str | None = None
     #: The LLM turn it was seen at (the number of chat calls so far), None before any.
     turn: int | None = None
+    #: Structured facts for results files (e.g. a ``replay_diverged`` finding's field and diff).
+    details: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for results files."""
-        return {
+        data: dict[str, Any] = {
             "code": self.code,
             "message": self.message,
             "rollout_id": self.rollout_id,
             "turn": self.turn,
         }
+        if self.details is not None:
+            data["details"] = self.details
+        return data
 
 
 @dataclass
@@ -81,6 +86,8 @@ class RolloutRecord:
 
     rollout_id: str
     api_key: str | None = None
+    #: The init this mock sent (None for a rollout registered with :meth:`MockTrainGate.expect`).
+    request: RolloutRequest | None = None
     tools: list[OpenAIFunctionToolSchema] = field(default_factory=list)
     #: Whether ``tools`` is what the server declared (from an init or ``expect(tools=...)``);
     #: only then are undeclared tool calls reported.
@@ -107,14 +114,26 @@ class RolloutRecord:
         """Names of the tools the server declared at init."""
         return {t.name for t in self.tools}
 
-    def add(self, code: str, message: str, *, turn: int | None = None) -> None:
+    def add(
+        self,
+        code: str,
+        message: str,
+        *,
+        turn: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         """Record a finding for this rollout, at ``turn`` (default: the last chat turn)."""
         turn = turn if turn is not None else len(self.chats) or None
-        self.findings.append(Finding(code, message, self.rollout_id, turn))
+        self.findings.append(Finding(code, message, self.rollout_id, turn, details))
 
 
 class LLMBackend(Protocol):
-    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones."""
+    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones.
+
+    A backend may also define ``rollout_completed(record, response)``: the mock calls it with
+    each rollout's first completion callback, before the rollout counts as done, so it can add
+    findings about the result (the replay backend compares it with the recording).
+    """
 
     async def complete(
         self, request: CompletionsRequest, record: RolloutRecord
@@ -232,6 +251,7 @@ class MockTrainGate:
         from ..protocol import wire_json
 
         record = RolloutRecord(rollout_id=request.rollout_id, api_key=request.api_key_value)
+        record.request = request
         self.records[request.rollout_id] = record
         headers = {"Content-Type": "application/json"}
         if server_key:
@@ -368,8 +388,11 @@ class MockTrainGate:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:
             self._check_tools_used(record, body)
-            self._check_replies(record)
+            self._check_replies(record, body.final_messages)
         record.completions.append(body)
+        observe = getattr(self.backend, "rollout_completed", None)
+        if observe is not None and len(record.completions) == 1:
+            observe(record, body)  # e.g. a replay compares the result with its recording
         record.done.set()
         return JSONResponse({"ok": True})
 
@@ -383,9 +406,10 @@ class MockTrainGate:
                 if name is not None and name not in declared:
                     record.add(UNKNOWN_TOOL, f"tool {name!r} was called but never declared")
 
-    def _check_replies(self, record: RolloutRecord) -> None:
+    def _check_replies(self, record: RolloutRecord, final: list[dict[str, Any]]) -> None:
         """What real models do that passes unnoticed: a last reply cut by ``max_tokens``, and
-        tool calls written as text (once per rollout: the first one says it all)."""
+        tool calls written as text that nothing ran (once per rollout: the first says it all).
+        An agent that parses such text itself and answers with a ``tool`` message is fine."""
         if record.replies and record.replies[-1].choices[0].finish_reason == "length":
             turn = len(record.replies)
             record.add(
@@ -400,7 +424,7 @@ class MockTrainGate:
             if reply.message.tool_calls:
                 continue
             found = find_text_tool_call(reply.message.content, record.tool_names)
-            if found is not None:
+            if found is not None and not _answered_by_tool(record, turn, final):
                 record.add(
                     TOOL_CALL_IN_TEXT,
                     f"turn {turn} wrote a call to tool {found.name!r} as text ({found.style}) "
@@ -409,6 +433,16 @@ class MockTrainGate:
                     "--jinja) or parse such text in the agent",
                 )
                 return
+
+
+def _answered_by_tool(record: RolloutRecord, turn: int, final: list[dict[str, Any]]) -> bool:
+    """Whether the message after turn ``turn``'s reply (in the next call's history, else in the
+    final messages) is a tool result: the agent ran the call it found in the text."""
+    if turn > len(record.chats):
+        return False
+    position = len(record.chats[turn - 1].messages) + 1
+    later = record.chats[turn].messages if turn < len(record.chats) else final
+    return position < len(later) and later[position].get("role") == "tool"
 
 
 def name_gate_urls(text: str | None, base_url: str) -> str | None:
