@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
+from . import telemetry
 from .errors import AgentDefinitionError
 from .protocol import (
     CompletionsRequest,
@@ -415,9 +416,11 @@ class RolloutContext:
         self._last_messages = list(history)
         started = time.perf_counter()
         try:
-            response = await self._backend.chat_completions(
-                request, request_id=f"{self.request.rollout_id}:{turn}"
-            )
+            with telemetry.llm_turn_span(self.request.rollout_id, turn) as span:
+                response = await self._backend.chat_completions(
+                    request, request_id=f"{self.request.rollout_id}:{turn}"
+                )
+                telemetry.end_turn(span, response.choices[0].finish_reason, response.usage)
         except BaseException as exc:
             self._llm_ms += (time.perf_counter() - started) * 1000
             self._llm_calls += 1

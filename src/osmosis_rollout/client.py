@@ -22,6 +22,7 @@ import anyio
 import httpx2
 from pydantic import ValidationError
 
+from . import telemetry
 from .errors import (
     ProtocolError,
     TrainGateError,
@@ -194,6 +195,7 @@ class TrainGateClient:
         headers = {"Content-Type": "application/json", "X-Request-Id": header_safe(request_id)}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        telemetry.inject_context(headers)  # W3C traceparent, when OpenTelemetry is installed
         policy = self.retry
         for attempt in range(policy.retries + 1):
             last = attempt == policy.retries

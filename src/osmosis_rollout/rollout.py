@@ -20,6 +20,7 @@ import anyio.lowlevel
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from . import telemetry
 from .agent import (
     ChatBackend,
     RolloutAgentLoop,
@@ -79,8 +80,35 @@ async def run_rollout(
     """Run ``agent`` on ``request`` and return the one completion callback body to send.
 
     ``llm`` is usually ``TrainGateClient.channel(request)``. ``tools`` are the ones already
-    returned at init (resolved here when omitted). Never raises for agent failures.
+    returned at init (resolved here when omitted). Never raises for agent failures. With
+    OpenTelemetry installed, the rollout is one span (see ``telemetry``).
     """
+    with telemetry.rollout_span(request.rollout_id, agent.name) as span:
+        response = await _run_rollout(
+            agent,
+            request,
+            llm,
+            tools=tools,
+            deadline_s=deadline_s,
+            tracer=tracer,
+            control=control,
+            observer=observer,
+        )
+        telemetry.end_rollout(span, response.status.value, response.finish_reason, response.reward)
+        return response
+
+
+async def _run_rollout(
+    agent: RolloutAgentLoop,
+    request: RolloutRequest,
+    llm: ChatBackend,
+    *,
+    tools: Sequence[OpenAIFunctionToolSchema] | None,
+    deadline_s: float | None,
+    tracer: Tracer | None,
+    control: RolloutControl | None,
+    observer: TurnObserver | None,
+) -> RolloutResponse:
     control = control or RolloutControl()
     trace = tracer.sink(request.rollout_id, secrets=[request.api_key_value]) if tracer else None
     if tools is None:

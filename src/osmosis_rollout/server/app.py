@@ -29,6 +29,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import telemetry
 from ..agent import RolloutAgentLoop, resolve_tools
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
@@ -415,7 +416,7 @@ class RolloutServer:
         if queue:
             self._counted.add(entry.key)
         assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
-        self._tasks.start_soon(self._run, entry, tools)
+        self._tasks.start_soon(self._run_traced, entry, tools)
         return Response(payload, status_code=202, media_type=_JSON)
 
     async def _claim(self, rollout: RolloutRequest, digest: int) -> Response | None:
@@ -503,6 +504,13 @@ class RolloutServer:
         )
 
     # -- one rollout's background life ----------------------------------------------------------
+
+    async def _run_traced(
+        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]
+    ) -> None:
+        """``_run`` in the rollout's OpenTelemetry span, so the callback joins its trace."""
+        with telemetry.rollout_span(entry.rollout_id, self.agent.name):
+            await self._run(entry, tools)
 
     async def _run(self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]) -> None:
         """Run the agent when a slot frees up, then send exactly one callback."""
