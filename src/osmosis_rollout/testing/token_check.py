@@ -233,7 +233,8 @@ class TokenCheckReport:
                 f"the tokenizer endpoint failed {self.render_errors} time(s), first: "
                 f"{self.first_render_error}"
                 if self.render_errors
-                else "the server returned no sampled token ids for them"
+                else "the server returned no sampled token ids for them (vLLM returns them "
+                "for `return_token_ids`, in recent versions; llama.cpp with `logprobs`)"
             )
             out.append(f"  {self.turns_skipped} turn(s) not compared: {why}")
         for cause, count in self.causes.most_common():
