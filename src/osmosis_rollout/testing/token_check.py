@@ -260,6 +260,16 @@ class TokenCheckBackend:
         return cls(inner, engine)
 
     @property
+    def base_url(self) -> str:
+        """The wrapped backend's URL (cassette headers describe the model with it)."""
+        return self.inner.base_url
+
+    @property
+    def model(self) -> str:
+        """The wrapped backend's model name."""
+        return self.inner.model
+
+    @property
     def max_in_flight(self) -> int:
         """See :attr:`OpenAICompatibleBackend.max_in_flight`."""
         return self.inner.max_in_flight
