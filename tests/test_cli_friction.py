@@ -343,10 +343,11 @@ class Slow(RolloutAgentLoop):
         return []
 
     async def run(self, ctx):
+        open(f"{MARKS}/{ctx.request.rollout_id}", "w").close()  # the test waits for two
         messages = list(ctx.request.messages)
         result = await ctx.chat(messages)
         messages.append(result.message)
-        await anyio.sleep(0.3)
+        await anyio.sleep(1.0)
         return ctx.complete(messages)
 """
 
@@ -358,7 +359,9 @@ def test_an_interrupted_json_run_prints_its_partial_summary(
     tmp_path: Path, signum: int, name: str
 ) -> None:
     """SIGTERM is handled like Ctrl-C; both leave the partial summary on stdout and in -o."""
-    (tmp_path / "slow.py").write_text(SLOW_AGENT)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "slow.py").write_text(f"MARKS = {str(marks)!r}\n{SLOW_AGENT}")
     out = tmp_path / "out.jsonl"
     osmosis = Path(sys.executable).parent / "osmosis"
     args = [str(osmosis), "test", f"{tmp_path}/slow.py:Slow", "-d", DATASET]
@@ -369,7 +372,7 @@ def test_an_interrupted_json_run_prints_its_partial_summary(
     )
     try:
         deadline = time.monotonic() + 60
-        while not (out.exists() and out.read_text().count("\n") >= 1):
+        while len(list(marks.iterdir())) < 2:  # row 1 finished, row 2 started
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no row finished in 60 s"
             time.sleep(0.05)
