@@ -8,6 +8,10 @@
 - ``sdk``: our ``serve()`` (``create_app`` under uvicorn) with :class:`TurnsAgent`.
 - ``baseline``: the least a rollout server can do: a bare Starlette endpoint that answers the init,
   then posts the same chat turns and one completion callback with a shared ``httpx2`` client.
+
+``--stack`` picks the server under the app: ``fast`` (uvicorn on uvloop + httptools, what
+``serve()`` uses when they are installed), ``h11`` (uvicorn on asyncio + h11, the pure-Python
+fallback) or ``granian`` (granian's Rust HTTP server, embedded in an asyncio loop).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import socket
 import sys
 import tempfile
@@ -200,37 +205,87 @@ def _announce(sock: socket.socket) -> None:
     print(f"PORT {sock.getsockname()[1]}", flush=True)
 
 
+#: uvicorn's (loop, http) for each ``--stack``.
+UVICORN_STACKS = {"fast": ("uvloop", "httptools"), "h11": ("asyncio", "h11")}
+STACKS = (*UVICORN_STACKS, "granian")
+
+
+def _serve_granian(app: Any, lifespan: bool) -> None:
+    """Serve ``app`` with granian's embedded server on a free 127.0.0.1 port until SIGTERM."""
+    from granian.constants import Interfaces
+    from granian.server.embed import Server
+
+    probe = _bound_socket()
+    port = probe.getsockname()[1]
+    probe.close()  # granian binds by address; the port stays free for it in practice
+
+    async def run() -> None:
+        server = Server(
+            app,
+            address=HOST,
+            port=port,
+            interface=Interfaces.ASGI if lifespan else Interfaces.ASGINL,
+            log_enabled=False,
+        )
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.stop)
+        task = asyncio.create_task(server.serve())
+        await asyncio.sleep(0.5)  # let it bind before the port is announced
+        print(f"PORT {port}", flush=True)
+        await task
+
+    asyncio.run(run())
+
+
 def main(argv: list[str]) -> None:
     """Serve one kind until SIGTERM."""
     parser = argparse.ArgumentParser()
     parser.add_argument("kind", choices=["standin", "sdk", "baseline"])
     parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--max-concurrent", type=int, default=100)
+    parser.add_argument("--stack", choices=STACKS, default="fast")
     args = parser.parse_args(argv)
-    sock = _bound_socket()
-    _announce(sock)
     if args.kind == "sdk":
-        from osmosis_rollout.server import serve
+        from osmosis_rollout.server import create_app, serve
 
+        options: dict[str, Any] = {
+            "max_concurrent": args.max_concurrent,
+            "shutdown_grace_s": 2.0,
+        }
         with tempfile.TemporaryDirectory() as outbox:
+            if args.stack == "granian":
+                app = create_app(TurnsAgent(args.turns), outbox_dir=outbox, **options)
+                _serve_granian(app, lifespan=True)
+                return
+            sock = _bound_socket()
+            _announce(sock)
+            loop, http = UVICORN_STACKS[args.stack]
             serve(
                 TurnsAgent(args.turns),
                 sock=sock,
                 log_level="warning",
-                max_concurrent=args.max_concurrent,
-                shutdown_grace_s=2.0,
                 outbox_dir=outbox,
+                loop=loop,
+                http=http,
+                **options,
             )
         return
     app: Any = StandIn() if args.kind == "standin" else baseline_app(args.turns)
+    if args.stack == "granian":
+        _serve_granian(app, lifespan=args.kind != "standin")
+        return
+    sock = _bound_socket()
+    _announce(sock)
+    loop, http = UVICORN_STACKS[args.stack]
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
         lifespan="off" if args.kind == "standin" else "on",
+        loop=loop,
+        http=http,
     )
     try:
-        asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+        uvicorn.Server(config).run(sockets=[sock])  # run() honours the loop (uvloop)
     finally:
         sock.close()
 
