@@ -5,7 +5,10 @@
 
 - ``standin``: a TrainGate stand-in that answers every chat turn and callback at once (raw ASGI
   under uvicorn, so it costs as little as a server can).
-- ``sdk``: our ``serve()`` (``create_app`` under uvicorn) with :class:`TurnsAgent`.
+- ``sdk``: our ``serve()`` (``create_app`` under uvicorn) with :class:`TurnsAgent`; with
+  ``--workers N`` and ``--state URL`` as ``osmosis serve`` takes them, and ``--http h11`` /
+  ``--loop uvloop`` to measure what ``uvicorn[standard]`` changes (the HTTP parser uvicorn picks
+  by itself, and the event loop ``serve()`` runs on).
 - ``baseline``: the least a rollout server can do: a bare Starlette endpoint that answers the init,
   then posts the same chat turns and one completion callback with a shared ``httpx2`` client.
 
@@ -147,6 +150,20 @@ class TurnsAgent(RolloutAgentLoop):
         return ctx.complete(messages, reward=1.0)
 
 
+class SleepAgent(RolloutAgentLoop):
+    """Sleeps ``metadata.sleep_s`` (work in flight), then completes; served by
+    ``bench_replica_kill.py`` as ``benchmarks/_servers.py:SleepAgent``."""
+
+    name = "bench-sleeper"
+
+    def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+        return [TOOL]
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        await asyncio.sleep(float(ctx.request.metadata.get("sleep_s", 0)))
+        return ctx.complete([*ctx.request.messages, {"role": "assistant", "content": "done"}])
+
+
 def baseline_app(turns: int) -> Starlette:
     """The minimal rollout server: answer the init, post the turns and the callback."""
     http: httpx2.AsyncClient | None = None
@@ -242,14 +259,23 @@ def main(argv: list[str]) -> None:
     parser.add_argument("kind", choices=["standin", "sdk", "baseline"])
     parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--max-concurrent", type=int, default=100)
-    parser.add_argument("--stack", choices=STACKS, default="fast")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--state", default="memory")
+    parser.add_argument("--stack", choices=STACKS, help="overrides --http and --loop")
+    parser.add_argument("--http", choices=["auto", "h11"], default="auto")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args(argv)
+    if args.stack is None or args.stack == "granian":
+        loop, http = args.loop, args.http
+    else:
+        loop, http = UVICORN_STACKS[args.stack]
     if args.kind == "sdk":
         from osmosis_rollout.server import create_app, serve
 
         options: dict[str, Any] = {
             "max_concurrent": args.max_concurrent,
             "shutdown_grace_s": 2.0,
+            "state": args.state,
         }
         with tempfile.TemporaryDirectory() as outbox:
             if args.stack == "granian":
@@ -258,12 +284,12 @@ def main(argv: list[str]) -> None:
                 return
             sock = _bound_socket()
             _announce(sock)
-            loop, http = UVICORN_STACKS[args.stack]
             serve(
                 TurnsAgent(args.turns),
                 sock=sock,
                 log_level="warning",
                 outbox_dir=outbox,
+                workers=args.workers,
                 loop=loop,
                 http=http,
                 **options,
@@ -275,7 +301,6 @@ def main(argv: list[str]) -> None:
         return
     sock = _bound_socket()
     _announce(sock)
-    loop, http = UVICORN_STACKS[args.stack]
     config = uvicorn.Config(
         app,
         log_level="warning",
