@@ -137,8 +137,10 @@ def test_server_with_a_key_can_be_tested_with_api_key() -> None:
             "--json",
             env={"OSMOSIS_API_KEY": "s3cret-server-key"},
         )
-    assert refused.exit_code == 1
-    assert "401" in refused.stdout
+    # without the key the run stops before any row, with one usage error naming the fix
+    assert refused.exit_code == 2, refused.stdout + refused.stderr
+    assert "requires a key and none was given" in refused.stderr
+    assert "--api-key KEY or the OSMOSIS_API_KEY" in refused.stderr
     assert passed.exit_code == 0, passed.stdout + passed.stderr
     assert "2/2" in passed.stdout
     assert from_env.exit_code == 0, from_env.stderr

@@ -254,7 +254,7 @@ def test_agent_can_also_be_a_pydantic_model() -> None:
 
 
 def test_a_concrete_agent_without_a_name_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match="name"):
+    with pytest.raises(TypeError, match="must define a 'name' class attribute"):
 
         class Nameless(RolloutAgentLoop):
             def get_tools(self, request: RolloutRequest) -> list[OpenAIFunctionToolSchema]:
@@ -555,3 +555,46 @@ def test_the_request_api_key_compares_with_a_plain_string_but_never_prints() -> 
     assert "sk-rollout-123" not in str(request.model_dump())
     assert request.api_key is not None
     assert request.api_key.get_secret_value() == "sk-rollout-123"
+
+
+def test_tool_counters_and_build_metrics_keep_v1s_private_names() -> None:
+    """v1 tests read and set ``ctx._num_tool_calls`` / ``ctx._tool_latency_ms`` directly."""
+    ctx = RolloutContext(request=make_request(), tools=[], llm=FakeLLM([]), _start_time=0)
+    assert (ctx._num_tool_calls, ctx._tool_latency_ms) == (0, 0.0)
+    ctx.record_tool_call(latency_ms=100.0)
+    ctx.record_tool_call(latency_ms=50.0)
+    assert (ctx._num_tool_calls, ctx._tool_latency_ms) == (2, 150.0)
+    ctx._tool_latency_ms = 200.0
+    ctx._num_tool_calls = 3
+    metrics = ctx._build_metrics()
+    assert (metrics.tool_latency_ms, metrics.num_tool_calls) == (200.0, 3)
+    assert metrics.total_latency_ms == 0  # _start_time=0: not measured, as in v1
+    assert (metrics.llm_latency_ms, metrics.prompt_tokens) == (12.0, 5)  # llm.get_metrics()
+
+
+def test_typed_parameters_still_read_as_attributes() -> None:
+    """v1 code reads ``tool.function.parameters.properties[...].enum``; dict access works too."""
+    parameters = calculator_tool().function.parameters
+    assert "operation" in parameters.properties
+    assert parameters.properties["operation"].enum == ["add", "subtract", "multiply", "divide"]
+    assert parameters["required"] == ["operation", "a", "b"]
+    assert parameters.required == ["operation", "a", "b"]
+    with pytest.raises(AttributeError):
+        parameters.no_such_keyword  # noqa: B018
+
+
+def test_request_validation_messages_read_as_v1s() -> None:
+    base: dict[str, Any] = {"server_url": "http://localhost:8080", "messages": []}
+    with pytest.raises(pydantic.ValidationError, match="cannot be empty or whitespace"):
+        RolloutRequest(rollout_id="   ", completion_params={}, **base)
+    assert len(RolloutRequest(rollout_id="a" * 256, completion_params={}, **base).rollout_id) == 256
+    with pytest.raises(pydantic.ValidationError, match="string_too_long"):
+        RolloutRequest(rollout_id="a" * 257, completion_params={}, **base)
+    with pytest.raises(pydantic.ValidationError, match="exceeds maximum"):
+        RolloutRequest(
+            rollout_id="r", completion_params={}, metadata={"data": "x" * (1 << 20)}, **base
+        )
+    from osmosis_rollout import CompletionsRequest
+
+    with pytest.raises(pydantic.ValidationError, match="cannot be empty or whitespace"):
+        CompletionsRequest(rollout_id="   ", messages=[])

@@ -220,3 +220,28 @@ def test_raise_if_invalid_lists_every_error() -> None:
     assert text.startswith(f"Agent loop validation failed with {len(result.errors)} error(s):")
     assert "\n  - [EMPTY_NAME] name: 'name' cannot be empty or whitespace only" in text
     assert caught.value.errors == result.errors
+
+
+def test_v1s_validator_module_names_and_constructors() -> None:
+    """v1 imported these from ``osmosis_ai.rollout.validator`` and built results by hand."""
+    from osmosis_rollout.validator import (
+        AgentLoopValidationError,
+        ValidationError,
+        ValidationResult,
+        validate_agent_loop,
+    )
+
+    assert validate_agent_loop(agent_with([TOOL])).valid
+    ok = ValidationResult(valid=True, agent_name="test", tool_count=2)
+    assert (bool(ok), ok.agent_name, ok.tool_count, ok.errors) == (True, "test", 2, [])
+    ok.raise_if_invalid()
+
+    assert str(ValidationError(code="TEST", message="Test error")) == "[TEST] Test error"
+    error = ValidationError(code="TEST", message="Test error", field="test_field")
+    assert str(error) == "[TEST] test_field: Test error"
+    bad = ValidationResult(valid=False, errors=[error], warnings=[ValidationError("W", "careful")])
+    assert bool(bad) is False
+    assert [w.code for w in bad.warnings] == ["W"]
+    with pytest.raises(AgentLoopValidationError, match=r"1 error\(s\)") as caught:
+        bad.raise_if_invalid()
+    assert len(caught.value.errors) == 1

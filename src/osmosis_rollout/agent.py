@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
+from . import telemetry
 from .errors import AgentDefinitionError
 from .protocol import (
     CompletionsRequest,
@@ -51,6 +52,14 @@ logger = logging.getLogger("osmosis_rollout.agent")
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 #: Keys an agent may not send per call: TrainGate knows the tools from the init response.
 _NEVER_SENT = frozenset({"tools", "tool_choice", "messages", "rollout_id"})
+
+
+class TurnObserver(Protocol):
+    """Told about each LLM turn and tool call as it ends (the server's Prometheus metrics)."""
+
+    def turn(self, latency_s: float, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+    def tool(self, latency_s: float) -> None: ...
 
 
 class ChatBackend(Protocol):
@@ -181,8 +190,9 @@ class RolloutAgentLoop(ABC):
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name.strip():
             raise TypeError(
-                f"{cls.__module__}.{cls.__name__} must set a class attribute `name` to a "
-                f'non-empty string, e.g. `name = "{cls.__name__.lower()}"`'
+                f"Agent loop class {cls.__module__}.{cls.__name__} must define a 'name' class "
+                "attribute: set `name` to a non-empty string, e.g. "
+                f'`name = "{cls.__name__.lower()}"`'
             )
 
     @abstractmethod
@@ -303,6 +313,7 @@ class RolloutContext:
         llm: ChatBackend | LLMClientProtocol,
         *,
         trace: Callable[[dict[str, Any]], None] | None = None,
+        observer: TurnObserver | None = None,
         _start_time: float | None = None,
         _tool_latency_ms: float = 0.0,
         _num_tool_calls: int = 0,
@@ -318,15 +329,16 @@ class RolloutContext:
 
             trace = file_sink(_debug_dir, request.rollout_id, secrets=[request.api_key_value])
         self._trace = trace
+        self._observer = observer
         self._started: float | None = time.perf_counter()
         if _start_time is not None:  # v1: a time.monotonic() reading; 0 means "not measured"
             since = time.monotonic() - _start_time
             self._started = time.perf_counter() - since if _start_time > 0 else None
         self._finished: float | None = None
         self._llm_ms = 0.0
-        self._tool_ms = float(_tool_latency_ms)
+        self._tool_latency_ms = float(_tool_latency_ms)
         self._llm_calls = 0
-        self._tool_calls = int(_num_tool_calls)
+        self._num_tool_calls = int(_num_tool_calls)
         self._prompt_tokens = 0
         self._response_tokens = 0
         self._max_context = 0
@@ -395,9 +407,11 @@ class RolloutContext:
         self._last_messages = list(history)
         started = time.perf_counter()
         try:
-            response = await self._backend.chat_completions(
-                request, request_id=f"{self.request.rollout_id}:{turn}"
-            )
+            with telemetry.llm_turn_span(self.request.rollout_id, turn) as span:
+                response = await self._backend.chat_completions(
+                    request, request_id=f"{self.request.rollout_id}:{turn}"
+                )
+                telemetry.end_turn(span, response.choices[0].finish_reason, response.usage)
         except BaseException as exc:
             self._llm_ms += (time.perf_counter() - started) * 1000
             self._llm_calls += 1
@@ -411,6 +425,10 @@ class RolloutContext:
         usage = response.usage
         if self._trace is not None:
             self._trace_turn(turn, history, delta_from, body, started, response=response)
+        if self._observer is not None:
+            self._observer.turn(
+                time.perf_counter() - started, usage.prompt_tokens, usage.completion_tokens
+            )
         self._prompt_tokens += usage.prompt_tokens
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
@@ -474,8 +492,10 @@ class RolloutContext:
 
     def record_tool_call(self, latency_ms: float = 0.0) -> None:
         """Count one tool call and add its latency (``tools.execute_tool_calls`` does this)."""
-        self._tool_calls += 1
-        self._tool_ms += max(0.0, float(latency_ms))
+        self._num_tool_calls += 1
+        self._tool_latency_ms += max(0.0, float(latency_ms))
+        if self._observer is not None:
+            self._observer.tool(max(0.0, float(latency_ms)) / 1000)
 
     def log_event(self, event_type: str, **data: Any) -> None:
         """Append ``{"event": event_type, "rollout_id": ..., **data}`` to the debug trace, if
@@ -542,14 +562,18 @@ class RolloutContext:
         return RolloutMetrics(
             total_latency_ms=total,
             llm_latency_ms=llm.llm_latency_ms,
-            tool_latency_ms=round(self._tool_ms, 3),
+            tool_latency_ms=round(self._tool_latency_ms, 3),
             num_llm_calls=llm.num_llm_calls,
-            num_tool_calls=self._tool_calls,
+            num_tool_calls=self._num_tool_calls,
             prompt_tokens=llm.prompt_tokens,
             response_tokens=llm.response_tokens,
             max_context_tokens=self._max_context,
             **extra,
         )
+
+    def _build_metrics(self) -> RolloutMetrics:
+        """v1's name for :attr:`metrics`."""
+        return self.metrics
 
     def _client_metrics(self) -> RolloutMetrics | None:
         """The LLM side as a v1 client reports it (``get_metrics()``), when it does."""

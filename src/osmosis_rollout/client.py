@@ -22,6 +22,7 @@ import anyio
 import httpx2
 from pydantic import ValidationError
 
+from . import telemetry
 from .errors import (
     ProtocolError,
     TrainGateError,
@@ -73,6 +74,8 @@ class ClientStats:
 
     requests: int = 0
     retries: int = 0
+    #: The part of ``retries`` that retried a completion callback.
+    callback_retries: int = 0
     failures: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
 
@@ -171,17 +174,28 @@ class TrainGateClient:
         """POST the completion callback; any 2xx is success."""
         url = f"{server_url}/v1/rollout/completed"
         await self._post(
-            url, wire_json(result), api_key=api_key, request_id=f"{result.rollout_id}:completed"
+            url,
+            wire_json(result),
+            api_key=api_key,
+            request_id=f"{result.rollout_id}:completed",
+            callback=True,
         )
 
     # -- retries ----------------------------------------------------------------------------
 
     async def _post(
-        self, url: str, content: bytes, *, api_key: str | None, request_id: str
+        self,
+        url: str,
+        content: bytes,
+        *,
+        api_key: str | None,
+        request_id: str,
+        callback: bool = False,
     ) -> httpx2.Response:
         headers = {"Content-Type": "application/json", "X-Request-Id": header_safe(request_id)}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        telemetry.inject_context(headers)  # W3C traceparent, when OpenTelemetry is installed
         policy = self.retry
         for attempt in range(policy.retries + 1):
             last = attempt == policy.retries
@@ -247,6 +261,7 @@ class TrainGateClient:
                     delay,
                 )
             self.stats.retries += 1
+            self.stats.callback_retries += callback
             await self._sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 

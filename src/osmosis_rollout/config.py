@@ -63,6 +63,8 @@ class ServerSettings(BaseModel):
     debug_dir: Path | None = None
     outbox_dir: Path | None = None
     log_level: LogLevel = "info"
+    #: Serve ``GET /metrics`` (Prometheus), behind the server key like every other route.
+    metrics: bool = True
     #: Where rollout state lives: "memory" (this process) or a Redis URL shared by replicas.
     state: str = "memory"
     #: A replica that stops renewing its rollouts' leases this long is taken for dead.

@@ -51,6 +51,8 @@ __all__ = [
     "RolloutRequest",
     "RolloutResponse",
     "RolloutStatus",
+    "SchemaDict",
+    "check_rollout_id",
     "describe_validation_error",
     "dump_secret",
     "first_divergence",
@@ -241,6 +243,38 @@ def _canonical_json(arguments: Any) -> Any:
         return ("object", repr(arguments))
 
 
+def check_rollout_id(value: str) -> str:
+    """A rollout id has a non-blank character (its length is a ``Field`` constraint)."""
+    if not value.strip():
+        raise ValueError(
+            "rollout_id cannot be empty or whitespace: send a non-empty id, not only whitespace"
+        )
+    return value
+
+
+class SchemaDict(dict[str, Any]):
+    """A JSON Schema as a dict whose keys also read as attributes, at every depth.
+
+    ``parameters["properties"]["a"]["enum"]`` is the way to read it; ``parameters.properties
+    ["a"].enum`` works too, because v1's typed parameter models were read that way. Keys that
+    are dict methods (``items``, ``keys``...) must be read with ``[...]``.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name not in self:
+            raise AttributeError(name)
+        return self[name]
+
+    @classmethod
+    def wrap(cls, value: Any) -> Any:
+        """``value`` with every dict in it (inside lists too) made a ``SchemaDict``."""
+        if isinstance(value, dict):
+            return cls({key: cls.wrap(item) for key, item in value.items()})
+        if isinstance(value, list):
+            return [cls.wrap(item) for item in value]
+        return value
+
+
 def wire(model: BaseModel) -> dict[str, Any]:
     """Dump a model as JSON-ready data for sending: nulls dropped, secrets revealed."""
     return model.model_dump(
@@ -296,6 +330,12 @@ class OpenAIFunctionSchema(BaseModel):
             return value.model_dump(mode="json", exclude_none=True)
         return value
 
+    @field_validator("parameters")
+    @classmethod
+    def _parameters_readable_as_attributes(cls, value: dict[str, Any]) -> dict[str, Any]:
+        wrapped: dict[str, Any] = SchemaDict.wrap(value)
+        return wrapped
+
 
 class OpenAIFunctionToolSchema(BaseModel):
     """An OpenAI function tool: ``{"type": "function", "function": {...}}``."""
@@ -348,7 +388,7 @@ class RolloutRequest(_Lenient):
     ``repr`` and in every dump except :func:`wire`.
     """
 
-    rollout_id: str
+    rollout_id: str = Field(max_length=MAX_ROLLOUT_ID_LENGTH)
     server_url: str
     # fail_fast: a body of a million bad messages is one error, not a million (memory).
     messages: list[Message] = Field(fail_fast=True)
@@ -363,11 +403,7 @@ class RolloutRequest(_Lenient):
     @field_validator("rollout_id")
     @classmethod
     def _check_rollout_id(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("rollout_id must not be empty or only whitespace")
-        if len(value) > MAX_ROLLOUT_ID_LENGTH:
-            raise ValueError(f"rollout_id must be at most {MAX_ROLLOUT_ID_LENGTH} characters")
-        return value
+        return check_rollout_id(value)
 
     @field_validator("server_url")
     @classmethod
@@ -441,7 +477,9 @@ class RolloutRequest(_Lenient):
         except (TypeError, ValueError):
             raise ValueError("metadata must be JSON-serialisable") from None
         if size > limit:
-            raise ValueError(f"metadata is {size} bytes serialised; the limit is {limit}")
+            raise ValueError(
+                f"metadata is {size} bytes serialised, which exceeds maximum; the limit is {limit}"
+            )
         return value
 
     @field_serializer("api_key")
@@ -492,13 +530,18 @@ class CompletionsRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str = "default"
-    rollout_id: str
+    rollout_id: str = Field(max_length=MAX_ROLLOUT_ID_LENGTH)
     messages: list[Message]
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
     stop: list[str] | None = Field(default=None, fail_fast=True)
     logprobs: bool | None = True
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _check_rollout_id(cls, value: str) -> str:
+        return check_rollout_id(value)
 
     @field_validator("stop", mode="before")
     @classmethod

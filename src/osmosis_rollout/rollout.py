@@ -20,7 +20,15 @@ import anyio.lowlevel
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, RolloutResult, resolve_tools
+from . import telemetry
+from .agent import (
+    ChatBackend,
+    RolloutAgentLoop,
+    RolloutContext,
+    RolloutResult,
+    TurnObserver,
+    resolve_tools,
+)
 from .errors import OsmosisError
 from .protocol import (
     Message,
@@ -67,12 +75,40 @@ async def run_rollout(
     deadline_s: float | None = None,
     tracer: Tracer | None = None,
     control: RolloutControl | None = None,
+    observer: TurnObserver | None = None,
 ) -> RolloutResponse:
     """Run ``agent`` on ``request`` and return the one completion callback body to send.
 
     ``llm`` is usually ``TrainGateClient.channel(request)``. ``tools`` are the ones already
-    returned at init (resolved here when omitted). Never raises for agent failures.
+    returned at init (resolved here when omitted). Never raises for agent failures. With
+    OpenTelemetry installed, the rollout is one span (see ``telemetry``).
     """
+    with telemetry.rollout_span(request.rollout_id, agent.name) as span:
+        response = await _run_rollout(
+            agent,
+            request,
+            llm,
+            tools=tools,
+            deadline_s=deadline_s,
+            tracer=tracer,
+            control=control,
+            observer=observer,
+        )
+        telemetry.end_rollout(span, response.status.value, response.finish_reason, response.reward)
+        return response
+
+
+async def _run_rollout(
+    agent: RolloutAgentLoop,
+    request: RolloutRequest,
+    llm: ChatBackend,
+    *,
+    tools: Sequence[OpenAIFunctionToolSchema] | None,
+    deadline_s: float | None,
+    tracer: Tracer | None,
+    control: RolloutControl | None,
+    observer: TurnObserver | None,
+) -> RolloutResponse:
     control = control or RolloutControl()
     trace = tracer.sink(request.rollout_id, secrets=[request.api_key_value]) if tracer else None
     if tools is None:
@@ -80,7 +116,7 @@ async def run_rollout(
             tools = await resolve_tools(agent, request)
         except Exception as exc:
             return _error_response(request, list(request.messages), f"get_tools failed: {exc}")
-    ctx = RolloutContext(request, tools, llm, trace=trace)
+    ctx = RolloutContext(request, tools, llm, trace=trace, observer=observer)
     control.context = ctx
     if trace is not None:
         ctx.log_event(

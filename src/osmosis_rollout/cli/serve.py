@@ -39,6 +39,7 @@ _FLAGS = {
     "debug_dir": "--debug-dir",
     "outbox_dir": "--outbox-dir",
     "log_level": "--log-level",
+    "metrics": "--no-metrics",
     "state": "--state",
     "lease_ttl_s": "--lease-ttl",
     "workers": "--workers",
@@ -123,6 +124,12 @@ def serve_command(
     no_validate: Annotated[
         bool, typer.Option("--no-validate", help="Skip the agent checks at start.")
     ] = False,
+    no_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--no-metrics", help="Do not serve GET /metrics (Prometheus; behind the key)."
+        ),
+    ] = False,
     reload: Annotated[
         bool, typer.Option("--reload", help="Restart when the agent's files change (development).")
     ] = False,
@@ -173,6 +180,7 @@ def serve_command(
         "debug_dir": debug_dir,
         "outbox_dir": outbox_dir,
         "log_level": log_level.lower() if log_level else None,
+        "metrics": False if no_metrics else None,
         "workers": workers,
         "state": state,
         "lease_ttl_s": lease_ttl,
@@ -247,6 +255,7 @@ def _print_banner(err: Any, target: str, name: str, settings: Any, generated: bo
     traces = settings.debug_dir or "off (use --debug-dir)"
     err.print(f"  debug traces  {traces}")
     err.print(f"  outbox        {settings.outbox_dir or '.osmosis/outbox'}")
+    err.print(f"  metrics       {'GET /metrics' if settings.metrics else 'off'}")
     err.print(
         f"  limits        {settings.max_concurrent} concurrent, "
         f"{settings.rollout_timeout_s:g} s per rollout"

@@ -111,6 +111,15 @@ def command_test(
     row: Annotated[
         int | None, typer.Option(min=1, help="With --interactive: start at this dataset row.")
     ] = None,
+    token_check: Annotated[
+        bool,
+        typer.Option(
+            "--token-check",
+            help="With --llm-url (vLLM or llama.cpp): check through the server's own tokenizer "
+            "that each turn's prompt starts with the previous prompt plus the tokens the model "
+            "sampled; report token_drift where it does not.",
+        ),
+    ] = False,
 ) -> None:
     """Run an agent over a dataset through a mock TrainGate and report protocol findings.
 
@@ -133,6 +142,14 @@ def command_test(
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
         )
     _check_mode_flags(interactive, row=row, output=output, json_output=json_output)
+    if token_check and interactive:
+        fail("--token-check works only in batch mode, not with --interactive")
+    if token_check and not llm_url and llm.lower() != "openai":
+        fail(
+            "--token-check needs a real model: the mock LLM has no tokenizer",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --llm-url "
+            "http://127.0.0.1:8080/v1 --model NAME --token-check",
+        )
     if server is not None:
         _check_server_url(server)
     completion_params: dict[str, Any] = {}
@@ -182,6 +199,7 @@ def command_test(
                 json_output=json_output,
                 debug_dir=debug_dir,
                 verbose=verbose,
+                token_check=token_check,
             )
         )
     except OsmosisError as exc:
@@ -262,6 +280,7 @@ async def _run(
     json_output: bool,
     debug_dir: Path | None,
     verbose: bool = False,
+    token_check: bool = False,
 ) -> int:
     import asyncio  # here, not at the top: `osmosis --help` imports this module
 
@@ -282,6 +301,9 @@ async def _run(
 
         err = stderr_console()
         report_console = err if json_output else stdout_console()
+        if token_check:
+            backend = await _with_token_check(backend)
+            err.print(f"token check: using {backend.engine.name}'s tokenizer endpoints")
         options = RunOptions(
             max_turns=max_turns,
             completion_params=completion_params,
@@ -330,6 +352,8 @@ async def _run(
                 with progress:
                     report = await run_batch(harness, rows, options, on_result=on_result)
             summary = summarise(report)
+            if token_check:
+                summary["token_check"] = backend.report.as_dict()
             if sink is not None:
                 sink.write(json.dumps(summary) + "\n")
         except asyncio.CancelledError:
@@ -356,6 +380,9 @@ async def _run(
                 "[dim]Rerun with --verbose to see the agents' tracebacks, or --debug-dir DIR to "
                 "keep a trace of every rollout.[/]"
             )
+        if token_check:
+            for line in backend.report.lines():
+                err.print(line, markup=False, highlight=False)
         in_flight = getattr(backend, "max_in_flight", 0)
         if in_flight > 1:
             err.print(
@@ -394,6 +421,17 @@ def _library_log_level(verbose: bool) -> Iterator[None]:
     finally:
         library_log.removeHandler(handler)
         library_log.setLevel(previous)
+
+
+async def _with_token_check(backend: Any) -> Any:
+    """Wrap the real backend in the token check; close it if no engine answers."""
+    from ..testing.token_check import TokenCheckBackend
+
+    try:
+        return await TokenCheckBackend.connect(backend)
+    except BaseException:
+        await backend.aclose()
+        raise
 
 
 @contextlib.asynccontextmanager

@@ -17,11 +17,19 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from ..errors import AgentLoopValidationError
 from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
 from ..validator.pipeline import validate_agent_loop_async
 from ..validator.result import Problem, Severity, ValidationResult
 
-__all__ = ["V1_CODES", "validate_agent_loop", "validation_request"]
+__all__ = [
+    "V1_CODES",
+    "AgentLoopValidationError",
+    "ValidationError",
+    "ValidationResult",
+    "validate_agent_loop",
+    "validation_request",
+]
 
 T = TypeVar("T")
 
@@ -55,6 +63,23 @@ _SAME_FINDING: dict[str, frozenset[str]] = {
 V1_CODES = frozenset().union(*_SAME_FINDING.values())
 
 _SEVERITY_RANK = {"warning": 0, "error": 1}
+
+
+class ValidationError(Problem):
+    """v1's ``ValidationError(code, message, field=None, details=None)``: a ``Problem`` found by
+    the dynamic checks, an error unless it is put in a result's ``warnings``."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        field: str | None = None,
+        details: dict[str, Any] | None = None,
+        **data: Any,
+    ) -> None:
+        data.setdefault("severity", "error")
+        data.setdefault("check", "dynamic")
+        super().__init__(code=code, message=message, location=field, details=details, **data)
 
 
 def validation_request() -> RolloutRequest:

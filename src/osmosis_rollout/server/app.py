@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -29,6 +29,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import telemetry
 from ..agent import RolloutAgentLoop, resolve_tools
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
@@ -60,6 +61,9 @@ from .state import (
     fingerprint,
     open_state,
 )
+
+if TYPE_CHECKING:
+    from .metrics import ServerMetrics
 
 __all__ = ["RolloutServer", "create_app"]
 
@@ -115,6 +119,7 @@ def create_app(
     client: TrainGateClient | None = None,
     on_startup: Hook | None = None,
     on_shutdown: Hook | None = None,
+    metrics: bool = True,
     state: str = "memory",
     lease_ttl_s: float = 30.0,
 ) -> Starlette:
@@ -137,17 +142,21 @@ def create_app(
             debug_dir=Path(debug_dir) if debug_dir is not None else None,
             outbox_dir=Path(outbox_dir) if outbox_dir is not None else None,
             max_metadata_bytes=max_metadata_bytes,
+            metrics=metrics,
             state=state,
             lease_ttl_s=lease_ttl_s,
         )
     server = RolloutServer(agent_loop, settings, client=client)
     server.hooks = (on_startup, on_shutdown)
+    routes = [
+        Route("/v1/rollout/init", server.counted_init, methods=["POST"]),
+        Route("/health", server.health, methods=["GET"]),
+        Route("/platform/health", server.platform_health, methods=["GET"]),
+    ]
+    if server.metrics is not None:
+        routes.append(Route("/metrics", server.metrics_page, methods=["GET"]))
     app = Starlette(
-        routes=[
-            Route("/v1/rollout/init", server.init, methods=["POST"]),
-            Route("/health", server.health, methods=["GET"]),
-            Route("/platform/health", server.platform_health, methods=["GET"]),
-        ],
+        routes=routes,
         lifespan=server.lifespan,
     )
     app.state.rollout_server = server
@@ -191,6 +200,14 @@ class RolloutServer:
         self.body_timeout_s = _BODY_TIMEOUT_S
         self.delivery_grace_s = _DELIVERY_GRACE_S
         self.hooks: tuple[Hook | None, Hook | None] = (None, None)  # on_startup, on_shutdown
+        self.metrics: ServerMetrics | None = None
+        if settings.metrics:
+            from .metrics import ServerMetrics
+
+            self.metrics = ServerMetrics(
+                self.registry,
+                client_stats=lambda: self.client.stats if self.client is not None else None,
+            )
 
     # -- lifespan -------------------------------------------------------------------------------
 
@@ -281,7 +298,39 @@ class RolloutServer:
             return _json(401, {"detail": "Invalid or missing API key"})
         return await self.health(request)
 
+    # -- GET /metrics --------------------------------------------------------------------------
+
+    async def metrics_page(self, request: Request) -> Response:
+        """Prometheus text exposition; behind the server key when there is one, like inits."""
+        if self._server_key is not None and not key_matches(
+            request.headers.get("authorization"), self._server_key
+        ):
+            return _json(401, {"detail": "Invalid or missing API key"})
+        assert self.metrics is not None  # the route exists only with metrics on
+        from .metrics import CONTENT_TYPE
+
+        # The outbox lives in the state (files, or a Redis stream): counted at scrape time; if
+        # the store does not answer, the gauge keeps its last value.
+        with contextlib.suppress(StateUnavailable, TimeoutError, OSError):
+            with anyio.fail_after(5):
+                self.metrics.outbox_size.set(len(await self.state.outbox_list()))
+        return Response(self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
     # -- POST /v1/rollout/init ------------------------------------------------------------------
+
+    async def counted_init(self, request: Request) -> Response:
+        """``init``, with every answer other than 202 counted by cause in the metrics."""
+        response = await self.init(request)
+        if self.metrics is not None and response.status_code != 202:
+            from .metrics import refusal_cause
+
+            cause = refusal_cause(
+                response.status_code,
+                draining=self.registry.draining,
+                running=self._tasks is not None,
+            )
+            self.metrics.rejected.labels(cause=cause).inc()
+        return response
 
     async def init(self, request: Request) -> Response:
         """Auth, validate, deduplicate, get tools, admit, start; see protocol.md section 1."""
@@ -367,7 +416,7 @@ class RolloutServer:
         if queue:
             self._counted.add(entry.key)
         assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
-        self._tasks.start_soon(self._run, entry, tools)
+        self._tasks.start_soon(self._run_traced, entry, tools)
         return Response(payload, status_code=202, media_type=_JSON)
 
     async def _claim(self, rollout: RolloutRequest, digest: int) -> Response | None:
@@ -456,6 +505,13 @@ class RolloutServer:
 
     # -- one rollout's background life ----------------------------------------------------------
 
+    async def _run_traced(
+        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]
+    ) -> None:
+        """``_run`` in the rollout's OpenTelemetry span, so the callback joins its trace."""
+        with telemetry.rollout_span(entry.rollout_id, self.agent.name):
+            await self._run(entry, tools)
+
     async def _run(self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]) -> None:
         """Run the agent when a slot frees up, then send exactly one callback."""
         request = entry.request
@@ -467,6 +523,8 @@ class RolloutServer:
                     self._counted.discard(entry.key)
                     await self._unqueue(entry)
                 self.registry.start(entry)
+                if self.metrics is not None:
+                    self.metrics.started.inc()
                 queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
                 try:
                     response = await run_rollout(
@@ -477,6 +535,7 @@ class RolloutServer:
                         deadline_s=self.settings.rollout_timeout_s,
                         tracer=self.tracer,
                         control=entry.control,
+                        observer=self.metrics,
                     )
                 except Exception as exc:  # a toolkit bug must still end in one callback
                     _log_exception(request, "internal error")
@@ -491,6 +550,8 @@ class RolloutServer:
                 response.metrics = response.metrics.model_copy(
                     update={"queue_latency_ms": queued_ms}
                 )
+            if self.metrics is not None:
+                self.metrics.rollout_ended(response.status.value, response.finish_reason)
             self.registry.delivering(entry)
             if await self._still_ours(entry):
                 # A drain that gives up on this delivery cancels this scope: the result goes to
@@ -506,6 +567,8 @@ class RolloutServer:
                     finish_reason="cancelled",
                     error_message="rollout cancelled (server stopped before it ran)",
                 )
+                if self.metrics is not None:
+                    self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
                 await self._to_outbox(request, cancelled, "server stopped before the rollout ran")
             raise
         finally:
@@ -552,6 +615,8 @@ class RolloutServer:
                 request.server_url, response, api_key=request.api_key_value
             )
             entry.outcome = response.status.value
+            if self.metrics is not None:
+                self.metrics.callbacks.labels(outcome="delivered").inc()
         except TrainGateError as exc:
             await self._to_outbox(request, response, str(exc))
         except Exception as exc:  # never let one delivery take the task group down
@@ -566,6 +631,8 @@ class RolloutServer:
     async def _to_outbox(
         self, request: RolloutRequest, response: RolloutResponse, error: str
     ) -> None:
+        if self.metrics is not None:
+            self.metrics.callbacks.labels(outcome="outbox").inc()
         await self._keep(
             request.rollout_id, request.server_url, request.api_key_value, response, error
         )

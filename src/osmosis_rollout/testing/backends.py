@@ -165,6 +165,23 @@ def _text(content: Any) -> str:
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 3] + "..."
 
 
+def _sampled_ids(choice: dict[str, Any]) -> list[int] | None:
+    """The token ids the model sampled, where an engine puts them: vLLM's
+    ``choices[0].token_ids`` (``return_token_ids``), or the ``id`` of each entry of
+    llama.cpp's ``choices[0].logprobs.content``."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        return ids
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if isinstance(content, list) and content:
+        found = [item.get("id") for item in content if isinstance(item, dict)]
+        ints = [i for i in found if isinstance(i, int)]
+        if len(ints) == len(content):
+            return ints
+    return None
+
+
 def _generation_abandoned(exc: httpx2.TransportError) -> bool:
     """A read timeout: the request was sent, so the server may still be generating the reply."""
     return isinstance(exc, httpx2.ReadTimeout)
@@ -220,6 +237,7 @@ class OpenAICompatibleBackend:
         sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
         forward_extensions: bool = False,
         default_max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         parts = urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -238,6 +256,8 @@ class OpenAICompatibleBackend:
         self.retry = retry or RetryPolicy(retries=3, base_delay_s=1.0, max_delay_s=20.0)
         self.forward_extensions = forward_extensions
         self.default_max_tokens = default_max_tokens
+        #: Merged into every request body (engine-specific switches, e.g. ``return_token_ids``).
+        self.extra_body: dict[str, Any] = dict(extra_body or {})
         #: The most turns that were with the server at once: above the server's own slots,
         #: part of the measured LLM time is queueing there, not generation.
         self.max_in_flight = 0
@@ -317,6 +337,7 @@ class OpenAICompatibleBackend:
         if request.max_tokens is None and self.default_max_tokens is not None:
             body["max_tokens"] = self.default_max_tokens
         body.update({k: v for k, v in (request.model_extra or {}).items() if k != "tools"})
+        body.update(self.extra_body)
         if record.tools:
             body["tools"] = [wire(tool) for tool in record.tools]
         if self.forward_extensions:
@@ -440,6 +461,8 @@ class OpenAICompatibleBackend:
         first = choices[0] if isinstance(choices, list) and choices else None
         if isinstance(first, dict):
             per_choice = first.get("logprobs")
+            if data.get("token_ids") is None:
+                data["token_ids"] = _sampled_ids(first)
             if data.get("logprobs") is None and isinstance(per_choice, dict):
                 data["logprobs"] = per_choice
             if data.get("usage") is None and isinstance(first.get("message"), dict):

@@ -20,6 +20,7 @@ import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from .. import telemetry
 from ..agent import RolloutContext
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
@@ -141,7 +142,9 @@ class Toolbox:
         started = time.perf_counter()
         error: str | None = None
         try:
-            content = await self._call(ctx, name, function.get("arguments"), time_limit)
+            tool = name if isinstance(name, str) else None
+            with telemetry.tool_span(ctx.request.rollout_id, tool, ctx.turns):
+                content = await self._call(ctx, name, function.get("arguments"), time_limit)
         except ToolError as exc:
             error = _shorten(str(exc))
             content = f"Error: {error}"

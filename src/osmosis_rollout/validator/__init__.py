@@ -11,12 +11,23 @@ from typing import Any
 from .pipeline import validate_agent_loop_async
 from .result import Problem, ValidationResult
 
-__all__ = ["Problem", "ValidationResult", "validate_agent_loop", "validate_agent_loop_async"]
+__all__ = [
+    "AgentLoopValidationError",
+    "Problem",
+    "ValidationError",
+    "ValidationResult",
+    "validate_agent_loop",
+    "validate_agent_loop_async",
+]
+
+#: v1's names (``osmosis_ai.rollout.validator``), from the compat view, which imports this
+#: package: so they are looked up on first use.
+_V1_NAMES = frozenset({"AgentLoopValidationError", "ValidationError", "validate_agent_loop"})
 
 
 def __getattr__(name: str) -> Any:
-    if name == "validate_agent_loop":  # lazily: the compat view imports this package
-        from ..compat.validation import validate_agent_loop
+    if name in _V1_NAMES:
+        from ..compat import validation
 
-        return validate_agent_loop
+        return getattr(validation, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from ..errors import AgentLoopValidationError
 
@@ -92,11 +92,30 @@ class ValidationResult(BaseModel):
     """Everything ``validate_agent_loop`` found; ``valid`` means "no errors" (warnings allowed)."""
 
     version: Literal[1] = 1
-    target: str
+    target: str = ""
     agent_name: str | None = None
     tools: int | None = None
     checks_run: list[Check] = Field(default_factory=list)
     problems: list[Problem] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_v1(cls, data: Any) -> Any:
+        """Also accept v1's constructor: ``ValidationResult(valid=..., errors=[...],
+        warnings=[...], agent_name=..., tool_count=...)``; ``valid`` is always computed."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data.pop("valid", None)
+        if "tool_count" in data:
+            data.setdefault("tools", data.pop("tool_count"))
+        problems = list(data.get("problems") or [])
+        for key, severity in (("errors", "error"), ("warnings", "warning")):
+            for item in data.pop(key, None) or []:
+                problem = item if isinstance(item, Problem) else Problem.model_validate(item)
+                problems.append(problem.model_copy(update={"severity": severity}))
+        data["problems"] = problems
+        return data
 
     @computed_field  # type: ignore[prop-decorator]
     @property
