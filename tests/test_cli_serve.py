@@ -118,6 +118,8 @@ def test_bad_flags_exit_2(runner: CliRunner, args: list[str]) -> None:
         pytest.param(["--port", "70000"], "port", id="port-range"),
         pytest.param(["--shutdown-grace", "-1"], "shutdown_grace_s", id="grace"),
         pytest.param(["--log-level", "loud"], "log_level", id="log-level"),
+        pytest.param(["--max-queued", "-1"], "max_queued", id="max-queued"),
+        pytest.param(["--record-ttl", "0"], "record_ttl_s", id="record-ttl"),
     ],
 )
 def test_invalid_flag_values_exit_2_naming_the_setting(

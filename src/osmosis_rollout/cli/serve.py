@@ -34,6 +34,8 @@ _FLAGS = {
     "port": "--port",
     "api_key": "--api-key",
     "max_concurrent": "--max-concurrent",
+    "max_queued": "--max-queued",
+    "record_ttl_s": "--record-ttl",
     "rollout_timeout_s": "--rollout-timeout",
     "shutdown_grace_s": "--shutdown-grace",
     "debug_dir": "--debug-dir",
@@ -107,6 +109,20 @@ def serve_command(
         float | None,
         typer.Option(help="Seconds before a rollout ends with ERROR/timeout. \\[default: 3600]"),
     ] = None,
+    max_queued: Annotated[
+        int | None,
+        typer.Option(
+            help="Rollouts accepted but waiting for a slot (cluster-wide with Redis); "
+            "beyond it inits get 503. \\[default: 10000]"
+        ),
+    ] = None,
+    record_ttl: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a finished rollout's record is kept, so a retried init gets the "
+            "same answer. \\[default: 3600]"
+        ),
+    ] = None,
     debug_dir: Annotated[
         Path | None, typer.Option(help="Write per-rollout JSONL traces here.")
     ] = None,
@@ -176,6 +192,8 @@ def serve_command(
         "api_key": api_key,
         "max_concurrent": max_concurrent,
         "rollout_timeout_s": rollout_timeout,
+        "max_queued": max_queued,
+        "record_ttl_s": record_ttl,
         "shutdown_grace_s": shutdown_grace,
         "debug_dir": debug_dir,
         "outbox_dir": outbox_dir,
