@@ -5,8 +5,9 @@ A span per rollout (``osmosis.rollout``), per LLM turn (``osmosis.llm_turn``) an
 with every call to TrainGate, so the trainer's spans join the rollout's trace. Only the API is
 used: the application chooses the SDK and exporter (or none, and every span is a no-op).
 
-Without the package everything here is a no-op: the import is tried once, on first use, and then
-each hook costs one function call. ``osmosis --help`` never imports OpenTelemetry.
+Without the package, or with it but no SDK tracer provider set up, everything here is a no-op:
+the import is tried once, on first use, and then each hook costs about a function call
+(``benchmarks/bench_telemetry.py``). ``osmosis --help`` never imports OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ __all__ = ["available", "inject_context", "llm_turn_span", "rollout_span", "tool
 _TRACER_NAME = "osmosis_rollout"
 #: The installed API as ``(trace, propagate)``, None when missing, False until first checked.
 _api: Any = False
+#: What every hook returns without the package: one reusable no-op context manager.
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 #: Tests (and applications that keep their own provider) may set this instead of the global one.
 tracer_provider: Any = None
 #: The rollout whose span is open in this context: nested openings of the same one are skipped.
@@ -41,6 +44,19 @@ def _load() -> Any:
     return _api
 
 
+def _active() -> Any:
+    """The API when spans would be recorded: installed, and a real tracer provider is set (here
+    or globally, checked on every call so one set up later still counts); else None."""
+    api = _load()
+    if api is None or tracer_provider is not None:
+        return api
+    trace = api[0]
+    noop = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    if isinstance(trace.get_tracer_provider(), noop):
+        return None  # no SDK: every span would be a no-op, so skip making them
+    return api
+
+
 def available() -> bool:
     """Whether ``opentelemetry-api`` is installed (spans are then made, if an SDK is set up)."""
     return _load() is not None
@@ -59,14 +75,18 @@ def _span(api: Any, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
         yield span
 
 
-@contextlib.contextmanager
-def rollout_span(rollout_id: str, agent: str) -> Iterator[Any]:
-    """The span of one rollout (yields it, or None); opened once even when nested."""
-    api = _load()
+def rollout_span(rollout_id: str, agent: str) -> contextlib.AbstractContextManager[Any]:
+    """The span of one rollout (entered, it gives the span, or None); opened once even when
+    nested: the server's span around the agent and its callback is the rollout's."""
+    api = _active()
     if api is None:
-        yield None
-        return
-    if _open_rollout.get() == rollout_id:  # the server's span, around the agent and callback
+        return _NO_SPAN
+    return _rollout_span(api, rollout_id, agent)
+
+
+@contextlib.contextmanager
+def _rollout_span(api: Any, rollout_id: str, agent: str) -> Iterator[Any]:
+    if _open_rollout.get() == rollout_id:
         yield api[0].get_current_span()
         return
     token = _open_rollout.set(rollout_id)
@@ -80,9 +100,9 @@ def rollout_span(rollout_id: str, agent: str) -> Iterator[Any]:
 
 def llm_turn_span(rollout_id: str, turn: int) -> contextlib.AbstractContextManager[Any]:
     """The span of one LLM turn (the chat call to TrainGate and its retries)."""
-    api = _load()
+    api = _active()
     if api is None:
-        return contextlib.nullcontext()
+        return _NO_SPAN
     return _span(api, "osmosis.llm_turn", {"osmosis.rollout_id": rollout_id, "osmosis.turn": turn})
 
 
@@ -90,9 +110,9 @@ def tool_span(
     rollout_id: str, tool: str | None, turn: int
 ) -> contextlib.AbstractContextManager[Any]:
     """The span of one tool call (``turn``: the LLM turn whose reply asked for it)."""
-    api = _load()
+    api = _active()
     if api is None:
-        return contextlib.nullcontext()
+        return _NO_SPAN
     attributes = {
         "osmosis.rollout_id": rollout_id,
         "osmosis.tool": tool or "?",
@@ -103,7 +123,7 @@ def tool_span(
 
 def inject_context(headers: MutableMapping[str, str]) -> None:
     """Add ``traceparent`` (and ``tracestate``) for the current span to outgoing headers."""
-    api = _load()
+    api = _active()
     if api is not None:
         api[1].inject(headers)
 
