@@ -136,6 +136,46 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a live process and its live children (``--workers``), from ``/proc``."""
+    total = cpu_seconds(pid)
+    with contextlib.suppress(OSError):
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                total += cpu_seconds(int(child))
+    return total
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A throwaway ``redis-server`` on a free 127.0.0.1 port, no persistence; its URL."""
+    import shutil
+    import socket
+    import tempfile
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as workdir:
+        command = [binary, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly"]
+        command += ["no", "--dir", workdir, "--logfile", f"{workdir}/redis.log"]
+        proc = subprocess.Popen(command, text=True)
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                with contextlib.suppress(OSError), socket.create_connection((HOST, port), 1):
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start")
+                time.sleep(0.05)
+            yield proc, f"redis://{HOST}:{port}/0"
+        finally:
+            stop_process(proc)
+
+
 def rss_bytes(pid: int | None = None) -> int:
     """Resident set size of a process (this one by default), from ``/proc`` (Linux)."""
     statm = Path(f"/proc/{pid or 'self'}/statm").read_text().split()

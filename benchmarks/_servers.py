@@ -5,7 +5,10 @@
 
 - ``standin``: a TrainGate stand-in that answers every chat turn and callback at once (raw ASGI
   under uvicorn, so it costs as little as a server can).
-- ``sdk``: our ``serve()`` (``create_app`` under uvicorn) with :class:`TurnsAgent`.
+- ``sdk``: our ``serve()`` (``create_app`` under uvicorn) with :class:`TurnsAgent`; with
+  ``--workers N`` and ``--state URL`` as ``osmosis serve`` takes them, and ``--http h11`` /
+  ``--loop uvloop`` to measure what ``uvicorn[standard]`` changes (the HTTP parser uvicorn picks
+  by itself, and the event loop ``serve()`` runs on).
 - ``baseline``: the least a rollout server can do: a bare Starlette endpoint that answers the init,
   then posts the same chat turns and one completion callback with a shared ``httpx2`` client.
 """
@@ -142,6 +145,20 @@ class TurnsAgent(RolloutAgentLoop):
         return ctx.complete(messages, reward=1.0)
 
 
+class SleepAgent(RolloutAgentLoop):
+    """Sleeps ``metadata.sleep_s`` (work in flight), then completes; served by
+    ``bench_replica_kill.py`` as ``benchmarks/_servers.py:SleepAgent``."""
+
+    name = "bench-sleeper"
+
+    def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+        return [TOOL]
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        await asyncio.sleep(float(ctx.request.metadata.get("sleep_s", 0)))
+        return ctx.complete([*ctx.request.messages, {"role": "assistant", "content": "done"}])
+
+
 def baseline_app(turns: int) -> Starlette:
     """The minimal rollout server: answer the init, post the turns and the callback."""
     http: httpx2.AsyncClient | None = None
@@ -206,7 +223,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("kind", choices=["standin", "sdk", "baseline"])
     parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--max-concurrent", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--state", default="memory")
+    parser.add_argument("--http", choices=["auto", "h11"], default="auto")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args(argv)
+    if args.http == "h11":  # what uvicorn picks when httptools is not installed
+        uvicorn.config.HTTP_PROTOCOLS["auto"] = uvicorn.config.HTTP_PROTOCOLS["h11"]
+    if args.loop == "uvloop":
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     sock = _bound_socket()
     _announce(sock)
     if args.kind == "sdk":
@@ -220,6 +247,8 @@ def main(argv: list[str]) -> None:
                 max_concurrent=args.max_concurrent,
                 shutdown_grace_s=2.0,
                 outbox_dir=outbox,
+                workers=args.workers,
+                state=args.state,
             )
         return
     app: Any = StandIn() if args.kind == "standin" else baseline_app(args.turns)

@@ -85,12 +85,22 @@ def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -
 class EngineStub(OpenAIStub):
     """vLLM or llama.cpp, as far as chat turns and their tokens go."""
 
-    def __init__(self, engine: str, sampled: list[str], *, parse_bare_json: bool = False) -> None:
+    def __init__(
+        self,
+        engine: str,
+        sampled: list[str],
+        *,
+        parse_bare_json: bool = False,
+        tokenize_fails_after: int | None = None,
+    ) -> None:
         if engine not in ("vllm", "llamacpp"):
             raise ValueError(f"unknown engine {engine!r}: vllm or llamacpp")
         self.engine = engine
         self.sampled = sampled
         self.parse_bare_json = parse_bare_json
+        #: Answer HTTP 500 to /tokenize once it has answered this many times.
+        self.tokenize_fails_after = tokenize_fails_after
+        self.tokenized = 0
         self.tokenizer = build_tokenizer()
         self.im_end = self.tokenizer.token_to_id("<|im_end|>")
         super().__init__(responder=self._reply)
@@ -170,6 +180,9 @@ class EngineStub(OpenAIStub):
     async def _tokenize(self, request: Request) -> Response:
         recorded = await self.record(request)
         body = recorded.body if isinstance(recorded.body, dict) else {}
+        self.tokenized += 1
+        if self.tokenize_fails_after is not None and self.tokenized > self.tokenize_fails_after:
+            return JSONResponse({"error": "tokenizer crashed"}, status_code=500)
         if self.engine == "vllm":
             if "messages" in body:
                 text = render(body["messages"], body.get("tools"))

@@ -294,6 +294,41 @@ def test_find_text_tool_call(content: str | None, found: tuple[str, str] | None)
     assert (None if result is None else (result.name, result.style)) == found
 
 
+class RunsTextCallsAgent(RolloutAgentLoop):
+    """Parses a tool call written as JSON text and answers it with a tool message."""
+
+    name = "runs-text-calls"
+
+    def get_tools(self, request: RolloutRequest) -> list[Any]:
+        return [HISTORY.ADD]
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages = list(ctx.request.messages)
+        first = await ctx.chat(messages)
+        messages.append(first.message)
+        call = json.loads(first.content or "{}")
+        total = call["arguments"]["a"] + call["arguments"]["b"]
+        messages.append({"role": "tool", "tool_call_id": "text-1", "content": str(total)})
+        ctx.record_tool_call()
+        second = await ctx.chat(messages)
+        messages.append(second.message)
+        return ctx.complete(messages, reward=1.0)
+
+
+async def test_a_text_call_the_agent_ran_itself_is_no_finding() -> None:
+    """An agent that parses text tool calls and answers them with a tool message passes."""
+    stub = OpenAIStub([text_tool_call("add", {"a": 1, "b": 2}), text("3")])
+    backend = stub_backend(stub)
+    async with backend, Harness(RunsTextCallsAgent(), backend=backend) as harness:
+        outcome = await harness.run(QUESTION, timeout_s=10)
+    assert outcome.findings == []
+    assert stub.bodies[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "text-1",
+        "content": "3",
+    }
+
+
 async def test_text_that_calls_no_declared_tool_is_no_finding() -> None:
     """JSON about an undeclared tool, or no tools at all, is just text."""
     stub = OpenAIStub([text_tool_call("multiply", {"a": 1}), text("3")])

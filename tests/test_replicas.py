@@ -42,6 +42,7 @@ class Callback:
 
     body: dict[str, Any]
     at: float  # time.monotonic()
+    authorization: str | None = None
 
 
 @dataclass
@@ -55,7 +56,7 @@ class RecordingGate:
         body = await request.json()
         with self.lock:
             self.callbacks.setdefault(body["rollout_id"], []).append(
-                Callback(body, time.monotonic())
+                Callback(body, time.monotonic(), request.headers.get("authorization"))
             )
         return Response(status_code=200)
 

@@ -470,3 +470,24 @@ async def test_an_undeliverable_callback_goes_to_the_stream_and_is_redelivered(
     assert len(s.raw.calls_to(COMPLETED)) == 5
     assert s.raw.calls_to(COMPLETED)[-1].headers["authorization"] == f"Bearer {TG_KEY}"
     assert left == []
+
+
+async def test_a_burst_of_inits_waits_for_redis_connections_instead_of_failing(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """300 inits at once on Redis: every one is accepted (a burst must queue for the store's
+    connections, not be refused as if the store were down), and each calls back once."""
+    async with serving(agents.ToolAgent(), tmp_path, state=redis_url) as s:
+        statuses: list[int] = []
+
+        async def send(i: int) -> None:
+            body = init_body(f"burst-{i}", metadata={"no_chat": True})
+            statuses.append((await s.init(body)).status_code)
+
+        async with anyio.create_task_group() as tasks:
+            for i in range(300):
+                tasks.start_soon(send, i)
+        await s.settle()
+
+    assert statuses == [202] * 300
+    assert all(len(s.completions(f"burst-{i}")) == 1 for i in range(300))

@@ -106,6 +106,20 @@ async def test_a_bare_json_call_re_rendered_in_tags_drifts_for_any_agent(engine:
     assert "'<tool_call>'" in finding.message
 
 
+async def test_a_failing_tokenizer_endpoint_skips_the_comparison_not_the_rollout() -> None:
+    """The check only observes: a tokenizer error mid-run is counted and shown, rows still pass."""
+    stub = EngineStub("vllm", [TAGGED_CALL, "The sum is 3."], tokenize_fails_after=2)
+    rows, backend = await check(stub, "CompactsArgumentsAgent")  # the probe, then turn 1
+    assert rows[0].status == "COMPLETED"
+    assert rows[0].findings == []
+    summary = backend.report.as_dict()
+    assert (summary["turns_compared"], summary["turns_skipped"]) == (0, 1)
+    assert summary["render_errors"] == 1
+    lines = "\n".join(backend.report.lines())
+    assert "the tokenizer endpoint failed 1 time(s), first: " in lines
+    assert "HTTP 500" in lines
+
+
 async def test_a_server_without_tokenizer_endpoints_is_a_clear_error() -> None:
     """Neither vLLM's nor llama.cpp's endpoints: one error naming both and what to do."""
     stub = OpenAIStub()

@@ -45,7 +45,7 @@ def _register() -> None:
     # Each module adds its command to `app`; imported here, not at their top, to avoid cycles.
     import importlib
 
-    for name in ("init", "validate", "test", "serve", "view"):
+    for name in ("init", "validate", "test", "serve", "view", "outbox"):
         try:
             importlib.import_module(f".{name}", __name__)
         except ModuleNotFoundError as exc:

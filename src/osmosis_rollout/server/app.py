@@ -33,7 +33,7 @@ from .. import telemetry
 from ..agent import RolloutAgentLoop, resolve_tools
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
-from ..errors import TrainGateError, TrainGateHTTPError
+from ..errors import TrainGateError
 from ..protocol import (
     DEFAULT_MAX_METADATA_BYTES,
     HealthResponse,
@@ -51,6 +51,7 @@ from ..tracing import Tracer
 from .auth import key_matches
 from .outbox import DEFAULT_OUTBOX_DIR, write_outbox
 from .registry import Conflict, RolloutEntry, RolloutRegistry, init_body
+from .replay import redeliver
 from .state import (
     BODY_CHANGED,
     ClaimOutcome,
@@ -81,7 +82,6 @@ _DELIVERY_GRACE_S = 15.0
 _PEER_DECISION_MARGIN_S = 5.0
 #: How long a replica trying an outbox entry hides it from its peers.
 _OUTBOX_VISIBILITY_S = 900.0
-_OUTBOX_MAX_DELAY_S = 600.0
 #: How long a client may take to send an init's body (a slow sender must not hold a connection).
 _BODY_TIMEOUT_S = 30.0
 #: A 422 lists at most this many validation errors (plus the total count), each message cut to
@@ -759,26 +759,12 @@ class RolloutServer:
             except StateUnavailable:
                 continue
             for entry in due:
-                await self.redeliver(entry)
-
-    async def redeliver(self, entry: OutboxEntry) -> bool:
-        """Try one outbox entry once more; True if TrainGate took it."""
-        assert self.client is not None
-        response = RolloutResponse.model_validate(entry.response)
-        try:
-            await self.client.complete_rollout(entry.server_url, response, api_key=entry.api_key)
-        except TrainGateError as exc:
-            refused = isinstance(exc, TrainGateHTTPError) and not (
-                exc.status_code == 429 or exc.status_code >= 500
-            )
-            delay = None if refused else min(_OUTBOX_MAX_DELAY_S, 5.0 * 2 ** (entry.attempts + 1))
-            with contextlib.suppress(StateUnavailable):
-                await self.state.outbox_retry(entry, delay, scrub(str(exc), entry.api_key))
-            return False
-        logger.info("rollout %s: outbox entry delivered", loggable(entry.rollout_id))
-        with contextlib.suppress(StateUnavailable):
-            await self.state.outbox_done(entry)
-        return True
+                try:
+                    outcome = await redeliver(self.state, self.client, entry)
+                except StateUnavailable:  # the entry reappears after its visibility timeout
+                    break
+                if outcome.delivered:
+                    logger.info("rollout %s: outbox entry delivered", loggable(entry.rollout_id))
 
 
 def _log_exception(request: RolloutRequest, what: str) -> None:

@@ -188,8 +188,8 @@ async def detect_engine(http: httpx2.AsyncClient, base_url: str, model: str) -> 
 
 @dataclass
 class _Turn:
-    prompt: list[int]
-    sampled: list[int] | None
+    prompt: list[int] | None  # None: the engine could not render it
+    sampled: list[int] | None  # None: the server returned no sampled ids
     tool_call: bool
 
 
@@ -204,6 +204,9 @@ class TokenCheckReport:
     drifted_rollouts: set[str] = field(default_factory=set)
     turns_with_drift: int = 0
     causes: Counter[str] = field(default_factory=Counter)
+    #: Tokenizer-endpoint failures during the run (they skip a comparison, never a rollout).
+    render_errors: int = 0
+    first_render_error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for the ``--output`` and ``--json`` summaries."""
@@ -214,6 +217,7 @@ class TokenCheckReport:
             "turns_compared": self.turns_compared,
             "turns_with_drift": self.turns_with_drift,
             "turns_skipped": self.turns_skipped,
+            "render_errors": self.render_errors,
             "causes": dict(self.causes.most_common()),
         }
 
@@ -225,10 +229,13 @@ class TokenCheckReport:
             f"(in {len(self.drifted_rollouts)} rollout(s))"
         ]
         if self.turns_skipped:
-            out.append(
-                f"  {self.turns_skipped} turn(s) not compared: the server returned no sampled "
-                "token ids for them"
+            why = (
+                f"the tokenizer endpoint failed {self.render_errors} time(s), first: "
+                f"{self.first_render_error}"
+                if self.render_errors
+                else "the server returned no sampled token ids for them"
             )
+            out.append(f"  {self.turns_skipped} turn(s) not compared: {why}")
         for cause, count in self.causes.most_common():
             out.append(f"  {count} x {cause}: {CAUSES[cause]}")
         return out
@@ -266,7 +273,13 @@ class TokenCheckBackend:
         """Render this turn's prompt, get the reply, compare with the previous turn."""
         index = len(record.replies)
         tools = [wire(tool) for tool in record.tools]
-        prompt = await self.engine.render(request.messages, tools)
+        prompt: list[int] | None = None
+        try:
+            prompt = await self.engine.render(request.messages, tools)
+        except LLMBackendError as exc:  # the check is an observer: the rollout goes on
+            self.report.render_errors += 1
+            if self.report.first_render_error is None:
+                self.report.first_render_error = str(exc).removeprefix("--token-check: ")
         reply = await self.inner.complete(request, record)
         turns = self._turns.setdefault(record.rollout_id, {})
         self.report.rollouts.add(record.rollout_id)
@@ -277,9 +290,9 @@ class TokenCheckBackend:
         return reply
 
     async def _compare(
-        self, record: RolloutRecord, turn: int, previous: _Turn, prompt: list[int]
+        self, record: RolloutRecord, turn: int, previous: _Turn, prompt: list[int] | None
     ) -> None:
-        if previous.sampled is None:
+        if previous.sampled is None or previous.prompt is None or prompt is None:
             self.report.turns_skipped += 1
             return
         self.report.turns_compared += 1

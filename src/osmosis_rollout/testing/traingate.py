@@ -368,7 +368,7 @@ class MockTrainGate:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:
             self._check_tools_used(record, body)
-            self._check_replies(record)
+            self._check_replies(record, body.final_messages)
         record.completions.append(body)
         record.done.set()
         return JSONResponse({"ok": True})
@@ -383,9 +383,10 @@ class MockTrainGate:
                 if name is not None and name not in declared:
                     record.add(UNKNOWN_TOOL, f"tool {name!r} was called but never declared")
 
-    def _check_replies(self, record: RolloutRecord) -> None:
+    def _check_replies(self, record: RolloutRecord, final: list[dict[str, Any]]) -> None:
         """What real models do that passes unnoticed: a last reply cut by ``max_tokens``, and
-        tool calls written as text (once per rollout: the first one says it all)."""
+        tool calls written as text that nothing ran (once per rollout: the first says it all).
+        An agent that parses such text itself and answers with a ``tool`` message is fine."""
         if record.replies and record.replies[-1].choices[0].finish_reason == "length":
             turn = len(record.replies)
             record.add(
@@ -400,7 +401,7 @@ class MockTrainGate:
             if reply.message.tool_calls:
                 continue
             found = find_text_tool_call(reply.message.content, record.tool_names)
-            if found is not None:
+            if found is not None and not _answered_by_tool(record, turn, final):
                 record.add(
                     TOOL_CALL_IN_TEXT,
                     f"turn {turn} wrote a call to tool {found.name!r} as text ({found.style}) "
@@ -409,6 +410,16 @@ class MockTrainGate:
                     "--jinja) or parse such text in the agent",
                 )
                 return
+
+
+def _answered_by_tool(record: RolloutRecord, turn: int, final: list[dict[str, Any]]) -> bool:
+    """Whether the message after turn ``turn``'s reply (in the next call's history, else in the
+    final messages) is a tool result: the agent ran the call it found in the text."""
+    if turn > len(record.chats):
+        return False
+    position = len(record.chats[turn - 1].messages) + 1
+    later = record.chats[turn].messages if turn < len(record.chats) else final
+    return position < len(later) and later[position].get("role") == "tool"
 
 
 def name_gate_urls(text: str | None, base_url: str) -> str | None:

@@ -236,6 +236,10 @@ return 1
 )
 
 
+#: Connections to Redis per server process (each call holds one for one round trip).
+_MAX_CONNECTIONS = 64
+
+
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (for banners, logs and /health)."""
     parts = urlsplit(url)
@@ -267,9 +271,16 @@ class RedisState(StateBackend):
         self.prefix = prefix
         self.first_retry_s = first_retry_s
         try:
-            self._redis = aioredis.Redis.from_url(
-                url, socket_connect_timeout=2.0, socket_timeout=5.0, retry_on_timeout=False
+            # A blocking pool: a burst of inits waits for a free connection (bounded, so Redis
+            # is not flooded) instead of failing with "too many connections".
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=_MAX_CONNECTIONS,
+                timeout=10.0,
+                socket_connect_timeout=2.0,
+                socket_timeout=5.0,
             )
+            self._redis = aioredis.Redis.from_pool(pool)
         except ValueError as exc:
             raise ConfigError(f"invalid state URL {redact_url(url)!r}: {exc}") from None
         register = self._redis.register_script
