@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -17,6 +21,7 @@ from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.server import create_app
 
 from .support import load_asset, serve_in_thread
+from .test_server_uvicorn import osmosis_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
@@ -145,3 +150,117 @@ def test_usage_errors_are_plain_error_lines_like_every_other_error(
     assert lines[1].startswith(f"Hint: usage: {usage}")
     assert lines[1].endswith("--help")
     assert "╭" not in err + out
+
+
+# --- item 3: serve says what it does --------------------------------------------------------------
+
+
+def test_serve_warns_at_start_and_logs_each_finished_rollout_with_why(tmp_path: Path) -> None:
+    """The static warnings `validate` prints appear at start; a rollout that ends ERROR because
+    run() returned None is one log line with id, status, finish reason, turns, time and why."""
+    forgetful = f"{ROOT}/tests/assets/val_no_result.py:ForgetfulAgent"
+    with osmosis_serve(tmp_path / "serve.log", forgetful, "--port", "0") as served:
+        code, out, err = invoke("test", "--server", served.url, "-d", DATASET, "--limit", "1")
+        assert code == 1, out + err
+        deadline = time.monotonic() + 20
+        while "rollout " not in served.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log = served.log.read_text()
+    assert "warning NO_RESULT_RETURNED" in log
+    line = next(line for line in log.splitlines() if "rollout " in line and " ERROR " in line)
+    assert re.search(r"rollout \S+ ERROR \(error\), 1 turn, \d+\.\d\d s: run\(\) returned", line)
+    assert "it must return ctx.complete(...)" in line
+
+
+@pytest.mark.anyio
+async def test_a_completed_rollout_is_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
+    from osmosis_rollout.testing import Harness, ScriptedBackend
+
+    agent = load_asset("tool_agent").ToolAgent()
+    with caplog.at_level(logging.INFO, logger="osmosis_rollout"):
+        async with Harness(agent, backend=ScriptedBackend([{"content": "done"}])) as harness:
+            outcome = await harness.run([{"role": "user", "content": "hi"}], rollout_id="r-7")
+    assert outcome.result is not None
+    assert outcome.result.status == "COMPLETED"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rollout r-7 ")]
+    assert len(lines) == 1
+    assert re.fullmatch(r"rollout r-7 COMPLETED \(stop\), 1 turn, \d+\.\d\d s", lines[0])
+
+
+# --- item 6: times that add up -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_parallel_tool_calls_count_their_wall_time_not_their_sum() -> None:
+    """Four 50 ms tools called at once: the rollout spent ~50 ms in tools, not 200."""
+    import anyio
+
+    from osmosis_rollout import RolloutAgentLoop
+    from osmosis_rollout.testing import Harness, ScriptedBackend
+    from osmosis_rollout.testing.runner import tool_wall_ms
+    from osmosis_rollout.tools import Toolbox
+
+    async def slow(x: int) -> int:
+        """Wait 50 ms.
+
+        Args:
+            x: Echoed back.
+        """
+        await anyio.sleep(0.05)
+        return x
+
+    class Parallel(RolloutAgentLoop):
+        name = "parallel"
+        toolbox = Toolbox([slow])
+
+        def get_tools(self, request: Any) -> list[Any]:
+            return self.toolbox.schemas
+
+        async def run(self, ctx: Any) -> Any:
+            messages = list(ctx.request.messages)
+            reply = await ctx.chat(messages)
+            messages.append(reply.message)
+            messages.extend(await self.toolbox.execute(ctx, reply.tool_calls))
+            return ctx.complete(messages)
+
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "slow", "arguments": '{"x": 1}'}}
+        for i in range(4)
+    ]
+    async with Harness(Parallel(), backend=ScriptedBackend([{"tool_calls": calls}])) as harness:
+        outcome = await harness.run([{"role": "user", "content": "go"}])
+    assert outcome.result is not None
+    metrics = outcome.result.metrics
+    assert metrics is not None
+    assert metrics.num_tool_calls == 4
+    assert metrics.tool_latency_ms >= 200  # the sum, kept for TrainGate as v1 sent it
+    wall = tool_wall_ms(metrics)
+    assert 50 <= wall <= metrics.total_latency_ms  # never more than the rollout's own time
+    assert wall < metrics.tool_latency_ms
+
+
+def test_repl_metrics_show_paused_apart_from_llm_and_tool_wall_time() -> None:
+    from rich.console import Console
+
+    from osmosis_rollout.protocol import RolloutMetrics
+    from osmosis_rollout.repl.views import metrics_table
+
+    metrics = RolloutMetrics(
+        total_latency_ms=6000,
+        llm_latency_ms=5700,  # as the agent measured it: 5650 ms of it was you at the prompt
+        tool_latency_ms=40,
+        num_llm_calls=2,
+        num_tool_calls=4,
+        tool_wall_ms=10,
+    )
+    console = Console(width=100, record=True, no_color=True)
+    console.print(metrics_table(metrics, paused_ms=5650, model_ms=18))
+    rows = {line.split()[0]: line.strip() for line in console.export_text().splitlines() if line}
+    cells = {name: row.split()[1:3] for name, row in rows.items()}
+    assert cells["paused"] == ["5.65", "s"]  # a row of its own, not indented under llm
+    assert cells["llm"] == ["50", "ms"]  # 5700 - 5650: the LLM calls without the pauses
+    assert cells["model"] == ["18", "ms"]
+    assert cells["tool"] == ["10", "ms"]
+    assert rows["tool"].endswith("wall time; 40 ms summed over parallel calls")
+    assert cells["other"] == ["290", "ms"]  # 6000 - 5700 - 10
+    assert not any(line.startswith("  paused") for line in console.export_text().splitlines())

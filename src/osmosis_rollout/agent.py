@@ -9,6 +9,7 @@ guards the one rule that keeps training data sound: the history sent to the LLM 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import json
@@ -16,7 +17,7 @@ import logging
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -337,6 +338,8 @@ class RolloutContext:
         self._finished: float | None = None
         self._llm_ms = 0.0
         self._tool_latency_ms = float(_tool_latency_ms)
+        self._tool_wall_ms = float(_tool_latency_ms)
+        self._tool_batches = 0  # > 0 while a Toolbox batch runs: its wall time is counted once
         self._llm_calls = 0
         self._num_tool_calls = int(_num_tool_calls)
         self._prompt_tokens = 0
@@ -494,8 +497,23 @@ class RolloutContext:
         """Count one tool call and add its latency (``tools.execute_tool_calls`` does this)."""
         self._num_tool_calls += 1
         self._tool_latency_ms += max(0.0, float(latency_ms))
+        if not self._tool_batches:  # alone, one call's latency is also wall time
+            self._tool_wall_ms += max(0.0, float(latency_ms))
         if self._observer is not None:
             self._observer.tool(max(0.0, float(latency_ms)) / 1000)
+
+    @contextlib.contextmanager
+    def _tool_batch(self) -> Iterator[None]:
+        """Time concurrent tool calls as the wall time they took together: four 10 ms calls run
+        at once are 10 ms of the rollout's time, not 40 (``tool_latency_ms`` keeps the sum)."""
+        self._tool_batches += 1
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._tool_batches -= 1
+            if not self._tool_batches:
+                self._tool_wall_ms += (time.perf_counter() - started) * 1000
 
     def log_event(self, event_type: str, **data: Any) -> None:
         """Append ``{"event": event_type, "rollout_id": ..., **data}`` to the debug trace, if
@@ -557,6 +575,8 @@ class RolloutContext:
         extra: dict[str, Any] = {}
         if self.append_only_violations:
             extra["append_only_violations"] = len(self.append_only_violations)
+        if self._num_tool_calls:
+            extra["tool_wall_ms"] = round(self._tool_wall_ms, 3)
         total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
         llm = self._client_metrics() or _LLMView(self).get_metrics()
         return RolloutMetrics(

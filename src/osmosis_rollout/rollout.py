@@ -210,7 +210,24 @@ async def _run_rollout(
             final_from=final_from,
             final_messages=final_tail,
         )
+    _log_finished(response)
     return response
+
+
+def _log_finished(response: RolloutResponse) -> None:
+    """One line per finished rollout: what an operator watching ``osmosis serve`` needs (id,
+    status, finish reason, turns, time) and, for an ``ERROR``, why."""
+    metrics = response.metrics
+    turns = metrics.num_llm_calls if metrics is not None else 0
+    seconds = (metrics.total_latency_ms if metrics is not None else 0.0) / 1000
+    line = (
+        f"rollout {loggable(response.rollout_id)} {response.status.value} "
+        f"({response.finish_reason}), {turns} turn{'s' if turns != 1 else ''}, {seconds:.2f} s"
+    )
+    if response.status is RolloutStatus.ERROR:
+        logger.warning("%s: %s", line, response.error_message)
+    else:
+        logger.info("%s", line)
 
 
 def _final_delta(seen: list[Message], final: list[Message]) -> tuple[int, list[Message]]:

@@ -227,10 +227,15 @@ def _validate_or_exit(target: Any) -> None:
     from ..validator import validate_agent_loop_async
 
     result = run_async(validate_agent_loop_async(target, dry_run=False))
-    if not result.valid:
-        from rich.markup import escape
+    from rich.markup import escape
 
-        err = stderr_console()
+    err = stderr_console()
+    for problem in result.warnings:
+        # What `osmosis validate` would warn about (a blocking call in run, a run that can
+        # return nothing): serving anyway is allowed, serving silently is not.
+        where = escape(problem.location or "")
+        err.print(f"[yellow]warning[/] {problem.code} {where} {escape(problem.message)}")
+    if not result.valid:
         err.print("[bold red]The agent did not pass validation:[/]")
         for problem in result.errors:
             where = escape(problem.location or "")

@@ -533,7 +533,6 @@ class _Repl:
                 title="Metrics so far",
             )
         )
-        self.say("[dim]The turn shown counts as llm time once the agent gets its reply.[/]")
 
     def context(self, rollout_id: str) -> RolloutContext | None:
         """The running rollout's context, when the server runs in this process."""

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..render import format_ms
-from ..testing.runner import RowInput, RowResult
+from ..testing.runner import RowInput, RowResult, tool_wall_ms
 from .commands import COMMANDS
 from .stepper import Turn
 
@@ -171,10 +171,13 @@ def metrics_table(
     in_flight_ms: float = 0.0,
     title: str = "Metrics",
 ) -> Table:
-    """Calls, tokens and the latency split; pauses at the prompt are shown apart.
+    """Calls, tokens and where the time went: ``total`` = paused + llm + tool + other.
 
-    ``in_flight_ms`` is the turn still waiting at the prompt: the agent counts it as LLM time
-    only once it gets the reply, so it is shown on its own instead of inflating "other".
+    The agent measures a turn from its request to the reply, so its ``llm`` time includes the
+    time you spent at the prompt; here ``paused`` is taken out of ``llm`` and shown on its own,
+    so neither reads as part of the other. ``in_flight_ms`` is the turn still waiting at the
+    prompt (model time + pause), which the agent adds to ``llm`` only once it gets the reply.
+    ``tool`` is wall time: parallel calls count once (their sum is noted when it differs).
     """
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     table.add_column(style="bold")
@@ -185,15 +188,16 @@ def metrics_table(
     table.add_row("tokens", f"{metrics.prompt_tokens} / {metrics.response_tokens}", "in / out")
     table.add_row("max context", str(metrics.max_context_tokens), "tokens")
     table.add_row("total", format_ms(metrics.total_latency_ms), "since the agent started")
-    table.add_row("llm", format_ms(metrics.llm_latency_ms), "as the agent measured it")
+    table.add_row("paused", format_ms(paused_ms), "you, at this prompt")
+    llm = max(0.0, metrics.llm_latency_ms + in_flight_ms - paused_ms)
+    table.add_row("llm", format_ms(llm), "LLM calls, your pauses excluded")
     table.add_row("  model", format_ms(model_ms), "the LLM backend itself")
-    table.add_row("  paused", format_ms(paused_ms), "you, at this prompt")
-    if in_flight_ms:
-        table.add_row("turn shown", format_ms(in_flight_ms), "not yet in llm: still paused")
-    table.add_row("tool", format_ms(metrics.tool_latency_ms), "")
-    other = (
-        metrics.total_latency_ms - metrics.llm_latency_ms - metrics.tool_latency_ms - in_flight_ms
-    )
+    tool = tool_wall_ms(metrics)
+    summed = metrics.tool_latency_ms
+    parallel = summed > tool + 0.5
+    note = f"wall time; {format_ms(summed)} summed over parallel calls" if parallel else ""
+    table.add_row("tool", format_ms(tool), note)
+    other = metrics.total_latency_ms - metrics.llm_latency_ms - in_flight_ms - tool
     table.add_row("other", format_ms(max(0.0, other)), "agent code and the SDK")
     return table
 

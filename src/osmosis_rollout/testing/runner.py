@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from ..errors import OsmosisError
-from ..protocol import Message
+from ..protocol import Message, RolloutMetrics
 from .harness import Harness, RolloutOutcome, ServerUnreachable
 from .traingate import Finding, name_gate_urls
 
@@ -154,10 +154,16 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
         m = result.metrics
         row.turns, row.tool_calls = m.num_llm_calls, m.num_tool_calls
         row.prompt_tokens, row.response_tokens = m.prompt_tokens, m.response_tokens
-        row.llm_ms, row.tool_ms = m.llm_latency_ms, m.tool_latency_ms
+        row.llm_ms, row.tool_ms = m.llm_latency_ms, tool_wall_ms(m)
         row.latency_ms = m.total_latency_ms
         row.metrics = m.model_dump()
     return row
+
+
+def tool_wall_ms(metrics: RolloutMetrics) -> float:
+    """The rollout time spent in tools: wall time (parallel calls once), not their sum."""
+    wall = (metrics.model_extra or {}).get("tool_wall_ms")
+    return float(wall) if isinstance(wall, int | float) else metrics.tool_latency_ms
 
 
 async def run_batch(

@@ -126,9 +126,10 @@ class Toolbox:
         async def run(index: int, call: Mapping[str, Any] | BaseModel) -> None:
             results[index] = await self._run_one(ctx, _as_dict(call), timeout)
 
-        async with anyio.create_task_group() as group:
-            for index, call in enumerate(tool_calls):
-                group.start_soon(run, index, call)
+        with ctx._tool_batch():
+            async with anyio.create_task_group() as group:
+                for index, call in enumerate(tool_calls):
+                    group.start_soon(run, index, call)
         return results
 
     async def _run_one(
