@@ -598,3 +598,25 @@ def test_request_validation_messages_read_as_v1s() -> None:
 
     with pytest.raises(pydantic.ValidationError, match="cannot be empty or whitespace"):
         CompletionsRequest(rollout_id="   ", messages=[])
+
+
+async def test_chat_stream_prefers_a_streaming_client_and_falls_back_to_chat() -> None:
+    class Streaming(FakeLLM):
+        def __init__(self) -> None:
+            super().__init__([{"role": "assistant", "content": "unused"}])
+            self.streamed = 0
+
+        async def chat_completions_stream(self, messages: list[Any], **kwargs: Any) -> str:
+            self.streamed += 1
+            return "streamed"
+
+    streaming = Streaming()
+    ctx = RolloutContext(request=make_request(), tools=[], llm=streaming)
+    assert await ctx.chat_stream(messages=[{"role": "user", "content": "hi"}]) == "streamed"
+    assert (streaming.streamed, streaming.calls) == (1, [])
+
+    plain = FakeLLM([{"role": "assistant", "content": "ok"}])
+    ctx = RolloutContext(request=make_request(), tools=[], llm=plain)
+    result = await ctx.chat_stream([{"role": "user", "content": "hi"}], temperature=0.5)
+    assert result.content == "ok"
+    assert len(plain.calls) == 1

@@ -392,6 +392,15 @@ class RolloutContext:
         self.finish_reasons.append(reason if isinstance(reason, str) else None)
         return result
 
+    async def chat_stream(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
+        """v1's streaming turn. The protocol has no streaming, so it is :meth:`chat`; a v1-style
+        client that has ``chat_completions_stream`` is called through that, as v1 did."""
+        stream = getattr(self._client, "chat_completions_stream", None)
+        if self._client is None or not callable(stream):
+            return await self.chat(messages, **params)
+        self._last_messages = [_as_message(m) for m in messages]
+        return await stream(messages, **self._call_params(params))  # type: ignore[no-any-return]
+
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
         """Run one LLM turn on the full history ``messages``.
 

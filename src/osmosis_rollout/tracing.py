@@ -28,6 +28,7 @@ __all__ = [
     "clip_text",
     "file_sink",
     "safe_trace_name",
+    "secret_free_json",
 ]
 
 logger = logging.getLogger("osmosis_rollout.tracing")
@@ -85,14 +86,21 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def _encode(event: dict[str, Any], secrets: list[str]) -> str:
-    record: Any = {"v": TRACE_VERSION, "ts": round(time.time(), 6), **_redact(event)}
-    for secret in secrets:  # before encoding, then after (default=str may reveal more)
-        record = scrub_data(record, secret)
-    line = json.dumps(record, default=str, ensure_ascii=False)
-    for secret in secrets:
+def secret_free_json(record: dict[str, Any], secrets: Iterable[str] = ()) -> str:
+    """One JSON line of ``record`` with secrets removed: values under secret-looking keys and
+    every form of each string in ``secrets`` become ``**********`` (debug traces, cassettes)."""
+    hidden = [s for s in secrets if s]
+    data: Any = _redact(record)
+    for secret in hidden:  # before encoding, then after (default=str may reveal more)
+        data = scrub_data(data, secret)
+    line = json.dumps(data, default=str, ensure_ascii=False)
+    for secret in hidden:
         line = scrub(line, secret)
     return line
+
+
+def _encode(event: dict[str, Any], secrets: list[str]) -> str:
+    return secret_free_json({"v": TRACE_VERSION, "ts": round(time.time(), 6), **event}, secrets)
 
 
 def file_sink(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from . import app
 from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stderr_console, stdout_console
@@ -21,6 +22,7 @@ from ._target import TARGET_HELP
 
 @app.command("test")
 def command_test(
+    context: typer.Context,
     target: Annotated[
         str | None, typer.Argument(help=TARGET_HELP, metavar="TARGET", show_default=False)
     ] = None,
@@ -111,6 +113,31 @@ def command_test(
     row: Annotated[
         int | None, typer.Option(min=1, help="With --interactive: start at this dataset row.")
     ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            help="Record every LLM request and reply, tool result and final result of the run "
+            "into this cassette (JSON Lines), to replay it offline with --replay.",
+            show_default=False,
+        ),
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            help="Serve the replies recorded in this cassette instead of a model (offline), and "
+            "report each request or result that differs as replay_diverged. Without --dataset "
+            "the recorded rows run.",
+            show_default=False,
+        ),
+    ] = None,
+    replay_mode: Annotated[
+        str | None,
+        typer.Option(
+            help="With --replay: [bold]strict[/] (default) stops a row at its first divergence; "
+            "[bold]lenient[/] answers it with the nearest recorded turn and says so.",
+            show_default=False,
+        ),
+    ] = None,
     token_check: Annotated[
         bool,
         typer.Option(
@@ -136,7 +163,17 @@ def command_test(
         )
     if server is not None and target is not None:
         fail("give either TARGET (run it in-process) or --server URL, not both")
-    if dataset is None and not interactive:
+    from ._cassettes import check_flags
+
+    check_flags(
+        record=record,
+        replay=replay,
+        replay_mode=replay_mode,
+        llm=llm,
+        llm_url=llm_url,
+        interactive=interactive,
+    )
+    if dataset is None and not interactive and replay is None:
         fail(
             "--dataset is required (or use --interactive)",
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
@@ -152,14 +189,34 @@ def command_test(
         )
     if server is not None:
         _check_server_url(server)
-    completion_params: dict[str, Any] = {}
-    if temperature is not None:
-        completion_params["temperature"] = temperature
-    if max_tokens is not None:
-        completion_params["max_tokens"] = max_tokens
     try:
-        backend = _make_backend(llm, llm_url, model, seed, timeout_s=llm_timeout)
-        rows = _load_rows(dataset, limit=limit, offset=offset) if dataset else []
+        if replay is not None:
+            from ._cassettes import cassette_note, recorded_settings, replay_backend
+
+            backend = replay_backend(replay, replay_mode)
+            note = cassette_note(backend)
+            if note:
+                stderr_console().print(f"[yellow]Warning:[/] {escape(note)}", soft_wrap=True)
+            explicit = {
+                name for name in ("max_turns", "temperature", "max_tokens") if _given(context, name)
+            }
+            given = {"max_turns": max_turns, "temperature": temperature, "max_tokens": max_tokens}
+            settings = recorded_settings(backend, given, explicit)
+            max_turns, temperature = settings["max_turns"], settings["temperature"]
+            max_tokens = settings["max_tokens"]
+        else:
+            backend = _make_backend(llm, llm_url, model, seed, timeout_s=llm_timeout)
+        completion_params: dict[str, Any] = {}
+        if temperature is not None:
+            completion_params["temperature"] = temperature
+        if max_tokens is not None:
+            completion_params["max_tokens"] = max_tokens
+        if dataset:
+            rows = _load_rows(dataset, limit=limit, offset=offset)
+        elif replay is not None:
+            rows = backend.rows()[offset : offset + limit if limit else None]
+        else:
+            rows = []
         if row is not None and rows and not any(r.index == row for r in rows):
             first, last = rows[0].index, rows[-1].index
             fail(f"--row {row} is not in the dataset rows loaded ({first}-{last})")
@@ -199,6 +256,8 @@ def command_test(
                 json_output=json_output,
                 debug_dir=debug_dir,
                 verbose=verbose,
+                record=record,
+                target=target,
                 token_check=token_check,
             )
         )
@@ -219,6 +278,12 @@ def _check_mode_flags(
     if interactive and (output is not None or json_output):
         flag = "--output" if output is not None else "--json"
         fail(f"{flag} works only in batch mode, not with --interactive")
+
+
+def _given(context: typer.Context, name: str) -> bool:
+    """Whether an option came from the command line or the environment, not its default."""
+    source = context.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _check_server_url(url: str) -> None:
@@ -280,6 +345,8 @@ async def _run(
     json_output: bool,
     debug_dir: Path | None,
     verbose: bool = False,
+    record: Path | None = None,
+    target: str | None = None,
     token_check: bool = False,
 ) -> int:
     import asyncio  # here, not at the top: `osmosis --help` imports this module
@@ -298,6 +365,7 @@ async def _run(
         from ..render import results_table, summary_table
         from ..testing.harness import Harness
         from ..testing.runner import BatchReport, RowResult, RunOptions, run_batch, summarise
+        from ..testing.traingate import MockTrainGate
 
         err = stderr_console()
         report_console = err if json_output else stdout_console()
@@ -310,6 +378,15 @@ async def _run(
             timeout_s=timeout_s,
             concurrency=concurrency,
         )
+        gate = MockTrainGate(backend)
+        recorder = None
+        if record is not None:
+            from ._cassettes import make_recorder
+
+            secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), server_key) if s]
+            recorder = make_recorder(
+                record, gate, options, agent=target, backend=backend, secrets=secrets
+            )
         sink: IO[str] | None = _open_output(output) if output else None
         counts = {"passed": 0, "failed": 0}
         finished: list[RowResult] = []
@@ -334,6 +411,8 @@ async def _run(
             finished.append(result)
             counts["passed" if result.passed else "failed"] += 1
             progress.update(task, advance=1, passed=counts["passed"], failed=counts["failed"])
+            if recorder is not None:
+                recorder.row_finished(result)
             writer.add(result)
 
         try:
@@ -341,7 +420,7 @@ async def _run(
                 _closing(backend),
                 Harness(
                     agent,
-                    backend=backend,
+                    gate=gate,
                     server_url=server,
                     server_key=server_key,
                     rollout_timeout_s=timeout_s,
@@ -356,6 +435,8 @@ async def _run(
                 summary["token_check"] = backend.report.as_dict()
             if sink is not None:
                 sink.write(json.dumps(summary) + "\n")
+            if recorder is not None:
+                recorder.close(complete=True)
         except asyncio.CancelledError:
             # Ctrl-C: the rows that finished are already in the file; a closing summary marks it
             # as partial, so a half-written results file is never mistaken for a whole run.
@@ -373,8 +454,16 @@ async def _run(
         finally:
             if sink is not None:
                 sink.close()
+            if recorder is not None:
+                recorder.close(complete=False)  # no-op after a finished run
         report_console.print(results_table(report.rows))
         report_console.print(summary_table(summary))
+        if hasattr(backend, "cassette"):
+            from ._cassettes import print_divergences
+
+            print_divergences(report_console, report.rows)
+        if recorder is not None:
+            err.print(f"cassette of {recorder.rows_written} row(s) written to {recorder.path}")
         if summary["errors"] and not verbose:
             err.print(
                 "[dim]Rerun with --verbose to see the agents' tracebacks, or --debug-dir DIR to "

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import LLMBackendError
-from ..protocol import CompletionsRequest, CompletionsResponse, Message
+from ..protocol import CompletionsRequest, CompletionsResponse, Message, RolloutResponse
 from ..testing.traingate import LLMBackend, RolloutRecord
 
 __all__ = ["SteppingBackend", "Turn", "TurnTimes", "Waiting"]
@@ -105,6 +105,12 @@ class SteppingBackend:
         if turn is not None and turn.waiting:
             assert turn.decision is not None
             turn.decision.set_exception(_abandoned_error())
+
+    def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
+        """Hand the completion on to a wrapped backend that checks results (a replay)."""
+        observe = getattr(self.inner, "rollout_completed", None)
+        if observe is not None:
+            observe(record, response)
 
     async def complete(
         self, request: CompletionsRequest, record: RolloutRecord

@@ -6,8 +6,10 @@ Import from here in your own pytest suite::
 """
 
 from .backends import MockLLMBackend, OpenAICompatibleBackend
+from .cassette import read_cassette
 from .datasets import DatasetRow, load_dataset
 from .harness import Harness, RolloutOutcome
+from .replay import ReplayBackend, ReplayReport
 from .traingate import (
     Finding,
     LLMBackend,
@@ -25,9 +27,12 @@ __all__ = [
     "MockLLMBackend",
     "MockTrainGate",
     "OpenAICompatibleBackend",
+    "ReplayBackend",
+    "ReplayReport",
     "RolloutOutcome",
     "RolloutRecord",
     "ScriptedBackend",
     "completion_from_message",
     "load_dataset",
+    "read_cassette",
 ]

@@ -64,15 +64,20 @@ class Finding:
     rollout_id: str | None = None
     #: The LLM turn it was seen at (the number of chat calls so far), None before any.
     turn: int | None = None
+    #: Structured facts for results files (e.g. a ``replay_diverged`` finding's field and diff).
+    details: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for results files."""
-        return {
+        data: dict[str, Any] = {
             "code": self.code,
             "message": self.message,
             "rollout_id": self.rollout_id,
             "turn": self.turn,
         }
+        if self.details is not None:
+            data["details"] = self.details
+        return data
 
 
 @dataclass
@@ -81,6 +86,8 @@ class RolloutRecord:
 
     rollout_id: str
     api_key: str | None = None
+    #: The init this mock sent (None for a rollout registered with :meth:`MockTrainGate.expect`).
+    request: RolloutRequest | None = None
     tools: list[OpenAIFunctionToolSchema] = field(default_factory=list)
     #: Whether ``tools`` is what the server declared (from an init or ``expect(tools=...)``);
     #: only then are undeclared tool calls reported.
@@ -107,14 +114,26 @@ class RolloutRecord:
         """Names of the tools the server declared at init."""
         return {t.name for t in self.tools}
 
-    def add(self, code: str, message: str, *, turn: int | None = None) -> None:
+    def add(
+        self,
+        code: str,
+        message: str,
+        *,
+        turn: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         """Record a finding for this rollout, at ``turn`` (default: the last chat turn)."""
         turn = turn if turn is not None else len(self.chats) or None
-        self.findings.append(Finding(code, message, self.rollout_id, turn))
+        self.findings.append(Finding(code, message, self.rollout_id, turn, details))
 
 
 class LLMBackend(Protocol):
-    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones."""
+    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones.
+
+    A backend may also define ``rollout_completed(record, response)``: the mock calls it with
+    each rollout's first completion callback, before the rollout counts as done, so it can add
+    findings about the result (the replay backend compares it with the recording).
+    """
 
     async def complete(
         self, request: CompletionsRequest, record: RolloutRecord
@@ -232,6 +251,7 @@ class MockTrainGate:
         from ..protocol import wire_json
 
         record = RolloutRecord(rollout_id=request.rollout_id, api_key=request.api_key_value)
+        record.request = request
         self.records[request.rollout_id] = record
         headers = {"Content-Type": "application/json"}
         if server_key:
@@ -370,6 +390,9 @@ class MockTrainGate:
             self._check_tools_used(record, body)
             self._check_replies(record, body.final_messages)
         record.completions.append(body)
+        observe = getattr(self.backend, "rollout_completed", None)
+        if observe is not None and len(record.completions) == 1:
+            observe(record, body)  # e.g. a replay compares the result with its recording
         record.done.set()
         return JSONResponse({"ok": True})
 

@@ -1,0 +1,475 @@
+"""``ReplayBackend``: answer an agent with a cassette's recorded replies, offline, and say exactly
+where its behaviour left the recording.
+
+Each rollout is matched to its recorded row by its input (the init's messages and metadata). At
+every turn the agent's request must equal the recorded one: the same messages, sampling
+parameters and tools. The first difference becomes a ``replay_diverged`` finding naming the row,
+the turn, the message and field, with a short diff. In ``strict`` mode the row then stops (the
+model "fails"); in ``lenient`` mode the backend answers with the nearest recorded turn and says so
+in the finding. When a rollout completes, its status, finish reason, reward and final messages
+are compared with the recording too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ConfigError, LLMBackendError
+from ..protocol import REDACTED, CompletionsRequest, CompletionsResponse, Message, RolloutResponse
+from .cassette import Cassette, CassetteRow, read_cassette, request_params
+from .runner import RowInput, RunOptions
+from .traingate import RolloutRecord
+
+if TYPE_CHECKING:
+    from ..agent import RolloutAgentLoop
+    from .runner import RowResult
+
+__all__ = ["REPLAY_DIVERGED", "Divergence", "ReplayBackend", "ReplayMode", "ReplayReport"]
+
+#: The finding code of a replay that left its recording.
+REPLAY_DIVERGED = "replay_diverged"
+ReplayMode = Literal["strict", "lenient"]
+_MODES = ("strict", "lenient")
+_DIFF_LINES = 12
+_DIFF_LINE_CHARS = 160
+_EXCERPT = 60
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a replayed rollout first left its recording.
+
+    ``field`` is a path into the request or result (``messages[2].content``, ``temperature``,
+    ``tools[0].function.description``, ``turn``, ``reward``, ``final_messages[5].content``);
+    ``message`` is the index of the differing message when the difference is in one.
+    """
+
+    row: int
+    turn: int | None
+    field: str
+    recorded: Any
+    replayed: Any
+    message: int | None = None
+    note: str = ""
+
+    def summary(self) -> str:
+        """One line: row, turn, field and both values in short."""
+        where = f"row {self.row}" + (f", turn {self.turn}" if self.turn is not None else "")
+        if self.note:
+            what = self.note
+        else:
+            before, after = _excerpts(self.recorded, self.replayed)
+            what = f"{self.field} differs from the recording: recorded {before}, now {after}"
+        return f"{where}: {what}"
+
+    def diff(self) -> str:
+        """A short unified diff of the recorded and the replayed value."""
+        return short_diff(self.recorded, self.replayed)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding's ``details`` in results files."""
+        return {
+            "row": self.row,
+            "turn": self.turn,
+            "field": self.field,
+            "message_index": self.message,
+            "diff": self.diff(),
+        }
+
+
+@dataclass
+class _Replay:
+    """One rollout being replayed: its recorded row and what has happened so far."""
+
+    row: CassetteRow
+    requests: list[list[Message]]
+    diverged: bool = False
+    lenient_answers: int = 0
+
+
+@dataclass
+class ReplayReport:
+    """What :meth:`ReplayBackend.replay` found: every row's result, in cassette order."""
+
+    rows: list[RowResult]
+    stopped_early: str | None = None
+    divergences: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Every row completed as recorded, with no findings."""
+        return bool(self.rows) and all(r.passed for r in self.rows) and not self.stopped_early
+
+    def explain(self) -> str:
+        """A readable account of every row that did not pass, for an assertion message."""
+        lines = []
+        for r in self.rows:
+            if r.passed:
+                continue
+            error = f" ({r.error_message})" if r.error_message else ""
+            lines.append(f"row {r.index}: {r.status}{error}")
+            for f in r.findings:
+                lines.append(f"  {f.code}: {f.message}")
+                diff = (f.details or {}).get("diff")
+                if diff:
+                    lines.extend("    " + line for line in diff.splitlines())
+        if self.stopped_early:
+            lines.append(f"stopped early: {self.stopped_early}")
+        return "\n".join(lines) or "no rows replayed"
+
+
+class ReplayBackend:
+    """An LLM backend that serves a cassette's recorded replies instead of a model.
+
+    ``ReplayBackend(path)`` reads the cassette (a :class:`~.cassette.CassetteError` says what is
+    wrong with it). Use it as any backend (``Harness(agent, backend=ReplayBackend(path))``), or
+    replay the whole cassette in one line: ``report = await ReplayBackend(path).replay(agent)``
+    then ``assert report.passed, report.explain()``.
+    """
+
+    def __init__(self, cassette: str | Path | Cassette, *, mode: ReplayMode = "strict") -> None:
+        if mode not in _MODES:
+            raise ConfigError(f"unknown replay mode {mode!r}; choose strict or lenient")
+        self.cassette = cassette if isinstance(cassette, Cassette) else read_cassette(cassette)
+        self.mode: ReplayMode = mode
+        self._unbound: dict[str, deque[CassetteRow]] = {}
+        for row in self.cassette.rows:
+            key = _input_key(row.input.messages, row.input.metadata)
+            self._unbound.setdefault(key, deque()).append(row)
+        self._live: dict[str, _Replay] = {}
+
+    # -- what to run ------------------------------------------------------------------------
+
+    def rows(self) -> list[RowInput]:
+        """The recorded rows as runner input: the same messages and metadata, in row order."""
+        return [
+            RowInput(index=r.row, messages=r.input.messages, metadata=r.input.metadata)
+            for r in sorted(self.cassette.rows, key=lambda r: r.row)
+        ]
+
+    def options(self, *, timeout_s: float = 300.0, concurrency: int = 8) -> RunOptions:
+        """The run options the cassette was recorded with."""
+        recorded = self.cassette.header.options
+        return RunOptions(
+            max_turns=recorded.max_turns,
+            max_tokens_total=recorded.max_tokens_total,
+            completion_params=dict(recorded.completion_params),
+            timeout_s=timeout_s,
+            concurrency=concurrency,
+        )
+
+    async def replay(self, agent: RolloutAgentLoop, *, concurrency: int = 8) -> ReplayReport:
+        """Replay every recorded row through a :class:`~.harness.Harness` (the real server and
+        mock TrainGate, in process) and report each row's result and findings."""
+        from .harness import Harness
+        from .runner import run_batch
+
+        options = self.options(concurrency=concurrency)
+        async with Harness(agent, backend=self, max_concurrent=concurrency) as harness:
+            report = await run_batch(harness, self.rows(), options)
+        return ReplayReport(rows=report.rows, stopped_early=report.stopped_early)
+
+    # -- the LLM backend --------------------------------------------------------------------
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        """The recorded reply to this turn, once the request is checked against the recording."""
+        replay = self._bind(record)
+        index = len(record.replies)
+        turns = replay.row.turns
+        if index < len(turns):
+            recorded = replay.requests[index]
+            if request.messages == recorded and (index or self._same_tools(replay, record)):
+                params = request_params(request)
+                if params == turns[index].request.params:
+                    return turns[index].reply
+            divergence = self._request_divergence(replay, record, request, index)
+            if divergence is None:  # equal but for redacted secrets
+                return turns[index].reply
+        elif replay.row.llm_error is not None and index == len(turns):
+            error = replay.row.llm_error
+            raise LLMBackendError(
+                f"(recorded) {error.message}", kind=error.kind, status_code=error.status_code
+            )
+        else:
+            divergence = Divergence(
+                row=replay.row.row,
+                turn=index + 1,
+                field="turn",
+                recorded=len(turns),
+                replayed=index + 1,
+                note=f"the agent asked for turn {index + 1}; the recording ended after "
+                f"{len(turns)} turn(s)",
+            )
+        return self._diverged(replay, record, request, divergence)
+
+    def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
+        """Compare a rollout's result with the recording (called by the mock TrainGate)."""
+        replay = self._bind(record)
+        if replay.diverged or response.finish_reason == "cancelled":
+            return  # already reported, or stopped from outside (Ctrl-C at the REPL, shutdown)
+        divergence = _result_divergence(replay, record, response)
+        if divergence is not None:
+            replay.diverged = True
+            _add_finding(record, divergence)
+
+    # -- matching ---------------------------------------------------------------------------
+
+    def _bind(self, record: RolloutRecord) -> _Replay:
+        """The recorded row this rollout replays, chosen at its first call by its input."""
+        replay = self._live.get(record.rollout_id)
+        if replay is not None:
+            return replay
+        init = record.request
+        messages = init.messages if init is not None else []
+        metadata = init.metadata if init is not None else {}
+        queue = self._unbound.get(_input_key(messages, metadata))
+        if queue:
+            row = queue.popleft()
+        elif self.mode == "lenient" and self.cassette.rows:
+            row = _nearest_row(self.cassette.rows, messages, metadata)
+        else:
+            raise LLMBackendError(
+                f"rollout {record.rollout_id!r}: no row of the cassette {self.cassette.path} "
+                "starts with these messages and metadata (a changed dataset?). Record the "
+                "cassette again, or replay without --dataset to run the recorded rows",
+                kind="replay_unknown_row",
+            )
+        replay = _Replay(row=row, requests=row.request_messages())
+        self._live[record.rollout_id] = replay
+        return replay
+
+    def _same_tools(self, replay: _Replay, record: RolloutRecord) -> bool:
+        return [_wire_tool(t) for t in record.tools] == replay.row.tools
+
+    def _request_divergence(
+        self, replay: _Replay, record: RolloutRecord, request: CompletionsRequest, index: int
+    ) -> Divergence | None:
+        row = replay.row.row
+        found = first_difference(replay.requests[index], request.messages)
+        if found is not None:
+            path, recorded, replayed = found
+            message = int(path[1 : path.index("]")])
+            return Divergence(row, index + 1, f"messages{path}", recorded, replayed, message)
+        found = first_difference(replay.row.turns[index].request.params, request_params(request))
+        if found is not None:
+            path, recorded, replayed = found
+            return Divergence(row, index + 1, path.lstrip("."), recorded, replayed)
+        if index == 0:
+            tools = [_wire_tool(t) for t in record.tools]
+            found = first_difference(replay.row.tools, tools)
+            if found is not None:
+                path, recorded, replayed = found
+                return Divergence(row, 1, f"tools{path}", recorded, replayed)
+        return None
+
+    def _diverged(
+        self,
+        replay: _Replay,
+        record: RolloutRecord,
+        request: CompletionsRequest,
+        divergence: Divergence,
+    ) -> CompletionsResponse:
+        """Report the divergence; stop the row (strict) or answer by nearest match (lenient)."""
+        first = not replay.diverged
+        replay.diverged = True
+        if self.mode == "strict":
+            if first:
+                _add_finding(record, divergence)
+            raise LLMBackendError(
+                f"stopped at turn {divergence.turn}: the agent's request differs from the "
+                "recording (--replay-mode lenient goes on)",
+                kind="replay_diverged",
+            )
+        turns = replay.row.turns
+        if not turns:
+            if first:
+                _add_finding(record, divergence)
+            raise LLMBackendError(
+                f"replay diverged: {divergence.summary()}; row {replay.row.row} has no recorded "
+                "turn to answer with",
+                kind="replay_diverged",
+            )
+        chosen = _nearest_turn(replay.requests, request.messages, len(record.replies))
+        replay.lenient_answers += 1
+        if first:
+            note = (
+                f"; answered with recorded turn {chosen + 1} (nearest match, --replay-mode lenient)"
+            )
+            _add_finding(record, divergence, note)
+        return turns[chosen].reply
+
+
+def _add_finding(record: RolloutRecord, divergence: Divergence, note: str = "") -> None:
+    record.add(
+        REPLAY_DIVERGED,
+        divergence.summary() + note,
+        turn=divergence.turn,
+        details=divergence.as_dict(),
+    )
+
+
+def _wire_tool(tool: Any) -> dict[str, Any]:
+    from ..protocol import wire
+
+    return wire(tool)
+
+
+def _input_key(messages: list[Message], metadata: dict[str, Any]) -> str:
+    return json.dumps([messages, metadata], sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _nearest_row(
+    rows: list[CassetteRow], messages: list[Message], metadata: dict[str, Any]
+) -> CassetteRow:
+    """Lenient mode, unknown input: the recorded row whose input text is most alike."""
+    key = _input_key(messages, metadata)
+
+    def likeness(row: CassetteRow) -> float:
+        other = _input_key(row.input.messages, row.input.metadata)
+        return difflib.SequenceMatcher(None, key, other, autojunk=False).quick_ratio()
+
+    return max(rows, key=likeness)
+
+
+def _nearest_turn(requests: list[list[Message]], messages: list[Message], index: int) -> int:
+    """The recorded turn whose messages share the longest prefix with ``messages``; ties go to
+    the turn closest to ``index``."""
+
+    def score(i: int) -> tuple[int, int]:
+        common = 0
+        for recorded, live in zip(requests[i], messages, strict=False):
+            if recorded != live:
+                break
+            common += 1
+        return common, -abs(i - index)
+
+    return max(range(len(requests)), key=score)
+
+
+def _result_divergence(
+    replay: _Replay, record: RolloutRecord, response: RolloutResponse
+) -> Divergence | None:
+    row = replay.row
+    recorded = row.result
+    turns = len(record.replies)
+    if turns < len(row.turns):
+        return Divergence(
+            row.row,
+            turns or None,
+            "turns",
+            len(row.turns),
+            turns,
+            note=f"the agent finished after {turns} turn(s); the recording made {len(row.turns)}",
+        )
+    if response.status.value != recorded.status:
+        return Divergence(row.row, None, "status", recorded.status, response.status.value)
+    if response.finish_reason != recorded.finish_reason:
+        return Divergence(
+            row.row, None, "finish_reason", recorded.finish_reason, response.finish_reason
+        )
+    if not _same_reward(recorded.reward, response.reward):
+        return Divergence(row.row, None, "reward", recorded.reward, response.reward)
+    final = row.final_messages()
+    if response.final_messages != final:
+        found = first_difference(final, response.final_messages)
+        if found is not None:
+            path, before, after = found
+            message = int(path[1 : path.index("]")])
+            return Divergence(row.row, None, f"final_messages{path}", before, after, message)
+    return None
+
+
+def _same_reward(recorded: float | None, replayed: float | None) -> bool:
+    if recorded is None or replayed is None:
+        return recorded is replayed
+    return math.isclose(recorded, replayed, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def first_difference(recorded: Any, replayed: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first place two JSON values differ: ``(path, recorded, replayed)``, or None.
+
+    A recorded ``**********`` (a secret scrubbed at recording) matches any string. A missing
+    list item or key is reported with ``None`` on the side that lacks it.
+    """
+    if recorded == REDACTED and isinstance(replayed, str):
+        return None
+    if isinstance(recorded, dict) and isinstance(replayed, dict):
+        for key in [*recorded, *(k for k in replayed if k not in recorded)]:
+            a, b = recorded.get(key, _MISSING), replayed.get(key, _MISSING)
+            if a is _MISSING or b is _MISSING:
+                return (
+                    f"{path}.{key}",
+                    None if a is _MISSING else a,
+                    None if b is _MISSING else b,
+                )
+            found = first_difference(a, b, f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(recorded, list) and isinstance(replayed, list):
+        for i in range(max(len(recorded), len(replayed))):
+            if i >= len(recorded) or i >= len(replayed):
+                return (
+                    f"{path}[{i}]",
+                    recorded[i] if i < len(recorded) else None,
+                    replayed[i] if i < len(replayed) else None,
+                )
+            found = first_difference(recorded[i], replayed[i], f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if recorded == replayed and type(recorded) is type(replayed):
+        return None
+    pair = (recorded, replayed)
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
+    if numbers and recorded == replayed:
+        return None  # 1 and 1.0 are the same JSON number
+    return (path, recorded, replayed)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _excerpts(recorded: Any, replayed: Any) -> tuple[str, str]:
+    """Both values in short, cut around where they start to differ."""
+    texts = [
+        " ".join((v if isinstance(v, str) else json.dumps(v, default=str)).split())
+        for v in (recorded, replayed)
+    ]
+    same = 0
+    for a, b in zip(*texts, strict=False):
+        if a != b:
+            break
+        same += 1
+    start = max(0, same - _EXCERPT // 3)
+    shown = []
+    for value, text in zip((recorded, replayed), texts, strict=True):
+        part = text[start : start + _EXCERPT]
+        part = ("..." if start else "") + part + ("..." if len(text) > start + _EXCERPT else "")
+        shown.append(repr(part) if isinstance(value, str) else part)
+    return shown[0], shown[1]
+
+
+def short_diff(recorded: Any, replayed: Any) -> str:
+    """At most a dozen lines of unified diff, each cut at 160 characters."""
+    before, after = _text(recorded).splitlines(), _text(replayed).splitlines()
+    lines = list(difflib.unified_diff(before, after, "recorded", "replay", n=1, lineterm=""))
+    cut = [
+        line if len(line) <= _DIFF_LINE_CHARS else line[: _DIFF_LINE_CHARS - 3] + "..."
+        for line in lines[:_DIFF_LINES]
+    ]
+    if len(lines) > _DIFF_LINES:
+        cut.append(f"... ({len(lines) - _DIFF_LINES} more diff lines)")
+    return "\n".join(cut)
