@@ -155,7 +155,7 @@ async def test_kill_9_of_a_replica_under_load_loses_nothing(
 ) -> None:
     """200 rollouts over two replicas; replica B is killed with SIGKILL while they run. Every
     rollout ends in exactly one callback (or stream entry); B's unfinished ones get an ERROR
-    callback from A once their lease lapses, within about one lease TTL."""
+    callback from A once their lease lapses, within the lease TTL."""
     recorder, gate_url = gate
     total = 200
     with replicas(tmp_path, redis_url) as (a, b):
@@ -208,8 +208,8 @@ async def test_kill_9_of_a_replica_under_load_loses_nothing(
         assert callback.body["finish_reason"] == "error"
         assert "stopped" in callback.body["error_message"]
         assert callback.body["final_messages"][0]["content"].startswith("task ")
-        # The lease lapses at most LEASE_TTL_S after its last renewal; sweeps run every second.
-        assert callback.at - killed_at < 2 * LEASE_TTL_S + 2
+        # Within the lease TTL (plus the callback's own delivery on a loaded machine).
+        assert callback.at - killed_at < 1.5 * LEASE_TTL_S
     survivors = [c[0].body for rid, c in recorder.callbacks.items() if rid not in orphans]
     assert all(body["status"] == "COMPLETED" for body in survivors)
     assert {body["extra_fields"]["pid"] for body in survivors} == {a.proc.pid}

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import httpx2
 import pytest
 
@@ -491,3 +493,33 @@ async def test_a_burst_of_inits_waits_for_redis_connections_instead_of_failing(
 
     assert statuses == [202] * 300
     assert all(len(s.completions(f"burst-{i}")) == 1 for i in range(300))
+
+
+async def test_a_replica_that_stalled_past_its_lease_does_not_send_a_second_callback(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """An agent blocks the event loop longer than the lease TTL: renewals stop, and a peer (a
+    thread with its own connection) claims the orphan meanwhile, as a live replica would. When
+    the server wakes it must not send its own result: the rollout ends once, by the peer."""
+    claimed: list[LeasedRollout] = []
+
+    async def peer() -> None:
+        state = open_state(redis_url, outbox_dir=tmp_path / "peer")
+        try:
+            with anyio.move_on_after(10):
+                while not claimed:
+                    claimed.extend(await state.claim_orphans(10, record_ttl_s=60))
+                    await anyio.sleep(0.02)
+        finally:
+            await state.close()
+
+    sweeping = threading.Thread(target=anyio.run, args=(peer,), daemon=True)
+    async with serving(agents.Blocking(), tmp_path, state=redis_url, lease_ttl_s=0.5) as s:
+        response = await s.init(init_body(metadata={"block_s": 1.5}))
+        sweeping.start()
+        await s.settle()
+        await anyio.to_thread.run_sync(sweeping.join, 10)
+
+    assert response.status_code == 202
+    assert [o.rollout_id for o in claimed] == ["r-1"]
+    assert s.raw.calls_to(COMPLETED) == []  # the peer's ERROR is the rollout's one callback

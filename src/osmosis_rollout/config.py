@@ -67,7 +67,7 @@ class ServerSettings(BaseModel):
     metrics: bool = True
     #: Where rollout state lives: "memory" (this process) or a Redis URL shared by replicas.
     state: str = "memory"
-    #: A replica that stops renewing its rollouts' leases this long is taken for dead.
+    #: At most this long after a replica dies, a peer ends each of its rollouts with ERROR.
     lease_ttl_s: float = Field(30.0, gt=0)
     workers: int = Field(1, ge=1, le=512)
 

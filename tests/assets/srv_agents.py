@@ -105,3 +105,21 @@ class Broken(RolloutAgentLoop):
 
     async def run(self, ctx: RolloutContext) -> RolloutResult:
         raise AssertionError("never started")
+
+
+class Blocking(RolloutAgentLoop):
+    """Blocks its event loop for ``metadata.block_s`` in a thread-less sleep (a badly written
+    agent), first yielding once so the init is answered, then completes."""
+
+    name = "srv-blocking"
+
+    def get_tools(self, request: RolloutRequest) -> list:
+        return []
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        import time
+
+        await anyio.sleep(0.05)
+        time.sleep(float(ctx.request.metadata.get("block_s", 0)))
+        await anyio.sleep(0.3)  # the peer's sweep runs now
+        return ctx.complete([*ctx.request.messages, {"role": "assistant", "content": "late"}])

@@ -11,12 +11,14 @@ import typer
 
 from . import app
 from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stderr_console, stdout_console
+from ._group import OsmosisGroup
 
 if TYPE_CHECKING:
     from ..server.state import StateBackend
 
 outbox_app = typer.Typer(
     name="outbox",
+    cls=OsmosisGroup,
     help="List or replay the completion callbacks a server could not deliver.",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -28,7 +30,7 @@ StateOption = Annotated[
     typer.Option(
         "--state",
         help="The server's state: memory (the outbox files) or redis://host:port/db (the "
-        "shared stream). Also OSMOSIS_STATE or [tool.osmosis.serve] state. \\[default: memory]",
+        "shared stream). Also OSMOSIS_STATE or \\[tool.osmosis.serve] state. \\[default: memory]",
         show_default=False,
     ),
 ]
@@ -129,7 +131,7 @@ def replay_command(
         list[str] | None,
         typer.Argument(
             help="Entry ids or rollout ids to send (default: all).",
-            metavar="[ID]...",
+            metavar="ID",
             show_default=False,
         ),
     ] = None,

@@ -153,8 +153,8 @@ def serve_command(
     lease_ttl: Annotated[
         float | None,
         typer.Option(
-            help="With Redis: seconds without renewal before a replica's rollouts are ended "
-            "by a peer with an ERROR callback. \\[default: 30]"
+            help="With Redis: at most this many seconds after a replica dies, a peer sends "
+            "each of its rollouts' ERROR callback. \\[default: 30]"
         ),
     ] = None,
 ) -> None:

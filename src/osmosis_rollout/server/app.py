@@ -194,6 +194,13 @@ class RolloutServer:
         self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._admitting = 0  # inits between the admission check and registry.accept
         self._counted: set[str] = set()  # keys holding a place in the shared queue
+        #: When each lease held here was last extended (monotonic, taken before the call): a
+        #: lease extended less than half a TTL ago cannot have lapsed, so no check is needed.
+        self._leased_at: dict[str, float] = {}
+        # ``lease_ttl_s`` is the promise: a dead replica's rollouts get their ERROR within it.
+        # So a lease runs for 70% of it (renewed every fifth), and sweeps come every tenth (at
+        # most a second apart): death -> lapse -> sweep takes at most about 0.7 + 0.125 of it.
+        self._lease_s = 0.7 * settings.lease_ttl_s
         self._slots = anyio.Semaphore(settings.max_concurrent)
         self._tasks: anyio.abc.TaskGroup | None = None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
@@ -394,6 +401,7 @@ class RolloutServer:
         registry = self.registry
         queue = registry.active + registry.queued + self._admitting >= self.settings.max_concurrent
         self._admitting += 1
+        leased_at = time.monotonic()
         try:
             admitted = await self.state.accept(
                 LeasedRollout.of(rollout),
@@ -401,7 +409,7 @@ class RolloutServer:
                 replica=self.replica,
                 status=202,
                 body=payload,
-                lease_ttl_s=self.settings.lease_ttl_s,
+                lease_ttl_s=self._lease_s,
                 queue=queue,
                 max_queued=self.settings.max_queued,
             )
@@ -413,6 +421,8 @@ class RolloutServer:
             busy = {"detail": "too many rollouts queued; retry later"}
             return await self._refuse(entry, _json(503, busy, {"Retry-After": _RETRY_AFTER_S}))
         registry.accept(entry, tools_json)
+        if self.state.shared:
+            self._leased_at[entry.key] = leased_at
         if queue:
             self._counted.add(entry.key)
         assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
@@ -573,6 +583,7 @@ class RolloutServer:
             raise
         finally:
             self._counted.discard(entry.key)
+            self._leased_at.pop(entry.key, None)
             self.registry.finish(entry)
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await self._release_lease(entry)
@@ -585,8 +596,11 @@ class RolloutServer:
 
     async def _still_ours(self, entry: RolloutEntry) -> bool:
         """Renew the lease before the callback; False if a peer already ended the rollout."""
+        leased_at = self._leased_at.get(entry.key)
+        if leased_at is None or time.monotonic() - leased_at < self._lease_s / 2:
+            return True  # memory, or a lease too fresh to have lapsed: no round trip
         try:
-            held = await self.state.hold(entry.key, self.settings.lease_ttl_s)
+            held = await self.state.hold(entry.key, self._lease_s)
         except StateUnavailable as exc:
             # Nobody can take the rollout while the store is down: deliver.
             logger.warning("rollout %s: lease not checked: %s", loggable(entry.rollout_id), exc)
@@ -596,7 +610,7 @@ class RolloutServer:
                 "rollout %s: its lease lapsed (this replica stalled for over %g s) and another "
                 "replica already sent its ERROR callback; this result is not sent",
                 loggable(entry.rollout_id),
-                self.settings.lease_ttl_s,
+                self._lease_s,
             )
         return held
 
@@ -688,13 +702,19 @@ class RolloutServer:
     # -- what replicas do for each other (shared state only) ------------------------------------
 
     async def _renew_leases(self) -> None:
-        """Keep this replica's leases (and its heartbeat) fresh: a third of the TTL apart."""
-        ttl = self.settings.lease_ttl_s
+        """Keep this replica's leases (and its heartbeat) fresh, a fifth of the TTL apart."""
+        ttl = self._lease_s
         failing = False
         while True:
             keys = [entry.key for entry in self.registry.unfinished()]
+            renewing_at = time.monotonic()
             try:
                 await self.state.renew(self.replica, keys, ttl)
+                for key in keys:
+                    # Extended only if it had not lapsed (and been swept) before this call.
+                    last = self._leased_at.get(key)
+                    if last is not None and renewing_at - last < ttl / 2:
+                        self._leased_at[key] = renewing_at
             except StateUnavailable as exc:
                 if not failing:
                     logger.error("cannot renew %d rollout lease(s): %s", len(keys), exc)
@@ -703,11 +723,11 @@ class RolloutServer:
                 if failing:
                     logger.warning("rollout state store reachable again")
                 failing = False
-            await anyio.sleep(ttl / 3)
+            await anyio.sleep(self.settings.lease_ttl_s / 5)
 
     async def _sweep_orphans(self) -> None:
         """End the rollouts of replicas that died: each lapsed lease is claimed by one sweeper."""
-        interval = min(1.0, self.settings.lease_ttl_s / 5)
+        interval = min(1.0, self.settings.lease_ttl_s / 10)
         while True:
             await anyio.sleep(interval * (0.75 + random.random() / 2))
             if self.registry.draining:
@@ -732,8 +752,8 @@ class RolloutServer:
             final_messages=orphan.messages,
             finish_reason="error",
             error_message=(
-                "the server replica running this rollout stopped (no lease renewal for "
-                f"{self.settings.lease_ttl_s:g} s); the rollout was lost with it"
+                "the server replica running this rollout stopped (it no longer renewed its "
+                "lease); the rollout was lost with it"
             ),
         )
         try:
