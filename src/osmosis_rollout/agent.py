@@ -64,7 +64,10 @@ class TurnObserver(Protocol):
 
 
 class ChatBackend(Protocol):
-    """What a context needs to run one LLM turn; ``client.RolloutChannel`` implements it."""
+    """What a context needs to run one LLM turn; ``client.RolloutChannel`` implements it.
+
+    The context tells a backend from a v1-style client (``chat_completions(messages, **kw)``)
+    by the ``request_id`` parameter, so implementations must name it."""
 
     async def chat_completions(
         self, request: CompletionsRequest, *, request_id: str
