@@ -264,3 +264,25 @@ def test_repl_metrics_show_paused_apart_from_llm_and_tool_wall_time() -> None:
     assert rows["tool"].endswith("wall time; 40 ms summed over parallel calls")
     assert cells["other"] == ["290", "ms"]  # 6000 - 5700 - 10
     assert not any(line.startswith("  paused") for line in console.export_text().splitlines())
+
+
+# --- item 11: smaller ones ------------------------------------------------------------------------
+
+
+def test_q_at_a_turn_prompt_says_you_left_not_ctrl_c() -> None:
+    """Piped commands work without a terminal warning; `q` names itself as the reason."""
+    osmosis = Path(sys.executable).parent / "osmosis"
+    proc = subprocess.run(
+        [str(osmosis), "test", CALCULATOR, "-i", "-d", DATASET, "--row", "1"],
+        input="q\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "error: rollout cancelled (you left the REPL)" in output
+    assert "Ctrl-C at the REPL" not in output
+    assert "not a terminal" not in output

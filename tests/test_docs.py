@@ -26,7 +26,14 @@ Modes a marker may give:
 - ``file PATH``: write the block to ``PATH`` in the sandbox for later blocks. A ``test_*.py`` file
   is then run with pytest; another ``.py`` file is imported as a module.
 - ``background [port=N]``: a bash block that serves (``osmosis serve ...``) runs in the
-  background until the page ends; the test waits until it listens on port N (default 9000).
+  background until the page ends; the test waits until it listens on port N (default 9000). A
+  ``console`` block with one ``$ command`` works the same, and what the command printed by the
+  end of the page (after SIGTERM) must match the lines under it.
+- ``output [loose] [stdin="..."]``: ``stdin`` is what the console's commands read, as a user
+  would type it (``osmosis test -i``; Python string escapes). ``loose`` compares output whose
+  values are random (the mock model's arguments, ids, token counts): every number and hex id
+  counts as ``#`` and runs of spaces or of rule characters as one. ``$ cd DIR`` in a console
+  block moves the page's working folder for the blocks after it.
 - ``synopsis``: a usage summary with ``[optional]`` parts: every ``--option`` of each ``osmosis
   COMMAND`` line must be an option of that command.
 - ``transcript``: output, a session or input shown for reading, not run. Prefer an ``output``
@@ -45,6 +52,7 @@ compared line by line after stripping trailing spaces and replacing every durati
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -83,7 +91,7 @@ DEFAULT_MODE = {
 }
 ALLOWED = {
     "run": {"python", "bash", "sh", "shell"},
-    "background": {"bash", "sh", "shell"},
+    "background": {"bash", "sh", "shell", "console"},
     "output": {"console"},
     "parse": {"json", "toml"},
 }
@@ -91,6 +99,9 @@ ALLOWED = {
 _MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<mode>[a-z-]+)\s*(?P<args>.*?)\s*-->$")
 _TIME = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s)\b")
 _DEFINES_TESTS = re.compile(r"^(?:async\s+)?def\s+test_", re.MULTILINE)
+_HEX_OR_NUMBER = re.compile(
+    r"(?<![\w.])-?(?:\d+(?:\.\d+)?(?:e-?\d+)?|[0-9a-f]*\d[0-9a-f]*)(?!\w|\.\d)"
+)
 _OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 
@@ -155,6 +166,40 @@ def parse_blocks(page: Path, text: str | None = None) -> list[Block]:
     return blocks
 
 
+_OPTIONS = re.compile(
+    r'\s*(?:(?P<flag>loose)|port=(?P<port>900\d)|stdin=(?P<stdin>"(?:[^"\\]|\\.)*"))'
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The arguments of an ``output`` or ``background`` marker."""
+
+    loose: bool = False
+    port: int = 9000
+    stdin: str | None = None
+
+
+def parse_options(block: Block) -> Options:
+    """``loose``, ``port=900N`` and ``stdin="..."`` (Python string escapes), in any order."""
+    found: dict[str, object] = {}
+    rest = block.args
+    while rest.strip():
+        match = _OPTIONS.match(rest)
+        if match is None:
+            raise DocsError(
+                f'{block.where}: {block.mode} takes loose, port=900N, stdin="...", not {rest!r}'
+            )
+        if match["flag"]:
+            found["loose"] = True
+        elif match["port"]:
+            found["port"] = int(match["port"])
+        else:
+            found["stdin"] = str(ast.literal_eval(match["stdin"]))
+        rest = rest[match.end() :]
+    return Options(**found)  # type: ignore[arg-type]
+
+
 def _name(page: Path) -> str:
     return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else page.name
 
@@ -174,25 +219,38 @@ def _marker_before(lines: list[str], fence_index: int) -> tuple[str | None, str]
 # --- console output ------------------------------------------------------------------------------
 
 
-def normalize(text: str) -> list[str]:
-    """Lines without trailing spaces, durations replaced by ``<time>``, no trailing blank lines."""
+def normalize(text: str, *, loose: bool = False) -> list[str]:
+    """Lines without trailing spaces, durations replaced by ``<time>``, no trailing blank lines.
+
+    ``loose`` also replaces every number and hex id by ``#`` and collapses runs of spaces and of
+    rule characters, for output whose values are random but whose shape and words are not.
+    """
     lines = [_TIME.sub("<time>", line).rstrip() for line in text.splitlines()]
+    if loose:
+        lines = [_loosen(line) for line in lines]
     while lines and not lines[-1]:
         lines.pop()
     return lines
 
 
-def output_matches(expected: str, actual: str) -> bool:
+def _loosen(line: str) -> str:
+    line = _HEX_OR_NUMBER.sub("#", line)
+    line = re.sub(r"#(?:[^\w\s]*#)+", "#", line)  # 276/163, 1.5e-3, -38.28: one value
+    line = re.sub(r"([─━])\1+", r"\1", line)
+    return re.sub(r" {2,}", " ", line)
+
+
+def output_matches(expected: str, actual: str, *, loose: bool = False) -> bool:
     """``actual`` matches ``expected``, where a ``...`` line is any lines, ``...`` any text."""
     parts: list[str] = []
-    for line in normalize(expected):
+    for line in normalize(expected, loose=loose):
         if line.strip() == "...":
             parts.append(r"(?:[^\n]*\n)*?")
         else:
             pieces = [re.escape(piece) for piece in line.split("...")]
             parts.append("[^\n]*".join(pieces) + r"\n")
     pattern = "".join(parts)
-    subject = "".join(f"{line}\n" for line in normalize(actual))
+    subject = "".join(f"{line}\n" for line in normalize(actual, loose=loose))
     return re.fullmatch(pattern, subject) is not None
 
 
@@ -341,6 +399,8 @@ class Sandbox:
             OSMOSIS_PORT=str(self.port),
         )
         self.background: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.cwd = self.dir  # `$ cd DIR` in a console block moves it for the blocks after
+        self.expected_logs: list[tuple[Block, str, Path, bool]] = []
         self.counter = 0
 
     def bash_script(self, text: str) -> str:
@@ -356,14 +416,16 @@ class Sandbox:
             output = re.sub(rf"\b{real}\b", str(shown), output)
         return output
 
-    def shell(self, text: str, *, timeout: float = BLOCK_TIMEOUT_S) -> tuple[int, str]:
+    def shell(
+        self, text: str, *, timeout: float = BLOCK_TIMEOUT_S, stdin: str | None = None
+    ) -> tuple[int, str]:
         """Run bash text in the sandbox: (exit status, stdout and stderr together)."""
         try:
             proc = subprocess.run(
                 ["bash", "-euo", "pipefail", "-c", self.bash_script(text)],
-                cwd=self.dir,
+                cwd=self.cwd,
                 env=self.env,
-                stdin=subprocess.DEVNULL,
+                input=(stdin or "").encode(),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 timeout=timeout,
@@ -438,29 +500,39 @@ class Sandbox:
             raise DocsError(f"{block.where}: `{command}` exited {status}:\n{output}")
 
     def _mode_output(self, block: Block) -> None:
+        options = parse_options(block)
         try:
             steps = console_steps(block.text)
         except DocsError as exc:
             raise DocsError(f"{block.where}: {exc}") from None
         for command, expected in steps:
-            _, actual = self.shell(command)
-            if not output_matches(expected, actual):
+            words = command.split()
+            if words[:1] == ["cd"] and len(words) == 2 and not expected:
+                self.cwd = (self.cwd / words[1]).resolve()
+                continue
+            _, actual = self.shell(command, stdin=options.stdin)
+            if not output_matches(expected, actual, loose=options.loose):
                 raise DocsError(
                     f"{block.where}: the output of `{command}` differs from the page.\n"
                     f"--- the page shows:\n{expected}\n--- the command printed:\n{actual}"
                 )
 
     def _mode_background(self, block: Block) -> None:
-        match = re.fullmatch(r"(?:port=(900\d))?", block.args)
-        if match is None:
-            raise DocsError(f"{block.where}: background takes `port=9000`..`port=9009`")
-        shown = int(match[1] or 9000)
+        options = parse_options(block)
+        shown = options.port
         port = self.ports[shown]
         log = self.tools / f"background_{len(self.background)}.log"
+        command = block.text
+        if block.lang == "console":  # one `$ command`; its output is compared when the page ends
+            steps = console_steps(block.text)
+            if len(steps) != 1:
+                raise DocsError(f"{block.where}: a background console block has one command")
+            command, expected = steps[0]
+            self.expected_logs.append((block, expected, log, options.loose))
         with log.open("wb") as sink:
             proc = subprocess.Popen(
-                ["bash", "-euo", "pipefail", "-c", self.bash_script(block.text)],
-                cwd=self.dir,
+                ["bash", "-euo", "pipefail", "-c", self.bash_script(command)],
+                cwd=self.cwd,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
@@ -488,6 +560,17 @@ class Sandbox:
         for proc, _ in self.background:
             stop_process(proc)
 
+    def finish(self) -> None:
+        """End the page: stop the servers, then compare what background consoles printed."""
+        self.close()
+        for block, expected, log, loose in self.expected_logs:
+            actual = self.docs_ports(log.read_text(errors="replace"))
+            if not output_matches(expected, actual, loose=loose):
+                raise DocsError(
+                    f"{block.where}: the server's output differs from the page.\n"
+                    f"--- the page shows:\n{expected}\n--- the command printed:\n{actual}"
+                )
+
 
 @contextlib.contextmanager
 def sandbox(base: Path) -> Iterator[Sandbox]:
@@ -509,6 +592,7 @@ def test_every_block_of_the_page_runs(page: Path, tmp_path: Path) -> None:
     with sandbox(tmp_path) as box:
         for block in blocks:
             box.run_block(block)
+        box.finish()
 
 
 def test_a_block_neither_run_nor_marked_fails() -> None:

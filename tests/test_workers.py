@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,8 +14,9 @@ import anyio.to_thread
 import httpx2
 import pytest
 
+from .support import free_port
 from .test_replicas import AGENT, RecordingGate, gate, init, wait_until
-from .test_server_uvicorn import ServeProcess, clean_env, osmosis_serve
+from .test_server_uvicorn import ServeProcess, clean_env, osmosis_serve, stop_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -108,3 +111,29 @@ def test_memory_state_with_workers_warns_about_idempotency(tmp_path: Path) -> No
     assert "workers       2 processes" in output
     assert "each worker keeps its own idempotency" in " ".join(output.split())
     assert "--state redis://" in output
+
+
+def test_an_unreachable_redis_at_start_is_said_in_the_banner(tmp_path: Path) -> None:
+    """The server starts (Redis may come up later) but says inits get 503 until it answers."""
+    log = tmp_path / "server.log"
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    command = [sys.executable, "-m", "osmosis_rollout", "serve", AGENT, "--port", "0"]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [*command, "--no-validate", "--state", url],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=clean_env(),
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while "listening on" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text(errors="replace")
+            assert time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.05)
+    finally:
+        stop_process(proc)
+    output = " ".join(log.read_text(errors="replace").split())
+    assert "the state store does not answer now: inits get 503" in output
+    assert "Traceback" not in output

@@ -224,10 +224,11 @@ def _log_finished(response: RolloutResponse) -> None:
         f"rollout {loggable(response.rollout_id)} {response.status.value} "
         f"({response.finish_reason}), {turns} turn{'s' if turns != 1 else ''}, {seconds:.2f} s"
     )
+    # INFO, not WARNING, even for an ERROR: `osmosis serve` shows it at its default level, and
+    # `osmosis test -i`, which reports the outcome itself, does not get it twice.
     if response.status is RolloutStatus.ERROR:
-        logger.warning("%s: %s", line, response.error_message)
-    else:
-        logger.info("%s", line)
+        line = f"{line}: {response.error_message}"
+    logger.info("%s", line)
 
 
 def _final_delta(seen: list[Message], final: list[Message]) -> tuple[int, list[Message]]:

@@ -192,10 +192,10 @@ def serve_command(
         settings, generated = decide_auth(settings, no_auth=no_auth)
         if reload and settings.workers > 1:
             fail("--reload runs one process: drop --workers (or the workers setting) to use it")
+        state_answers = True
         if settings.state != "memory":
-            from ..server.state import open_state
-
-            open_state(settings.state, outbox_dir=Path("."))  # a missing extra fails here, once
+            # A missing extra or a bad URL fails here, once; an unreachable store is only said.
+            state_answers = run_async(_state_answers(settings.state))
         agent = _load_and_check(chosen, validate=not no_validate)
         from ..server import bind_socket, serve
 
@@ -205,10 +205,10 @@ def serve_command(
             # uvicorn's reloader binds the port itself: free it, but only after a busy port has
             # failed here with one clear line and --port 0 has become a real port.
             sock.close()
-            _print_banner(err, chosen, agent.name, settings, generated)
+            _print_banner(err, chosen, agent.name, settings, generated, state_answers)
             _serve_with_reload(chosen, settings)
             return
-        _print_banner(err, chosen, agent.name, settings, generated)
+        _print_banner(err, chosen, agent.name, settings, generated, state_answers)
         serve(agent, settings=settings, sock=sock)
     except OsmosisError as exc:
         fail(str(exc))
@@ -245,7 +245,19 @@ def _validate_or_exit(target: Any) -> None:
         raise typer.Exit(EXIT_PROBLEMS)
 
 
-def _print_banner(err: Any, target: str, name: str, settings: Any, generated: bool) -> None:
+async def _state_answers(url: str) -> bool:
+    from ..server.state import open_state
+
+    state = open_state(url, outbox_dir=Path("."))
+    try:
+        return await state.ping()
+    finally:
+        await state.close()  # the workers open their own connections
+
+
+def _print_banner(
+    err: Any, target: str, name: str, settings: Any, generated: bool, state_answers: bool = True
+) -> None:
     from rich.markup import escape
 
     err.print(f"[bold]osmosis serve[/]  agent [cyan]{escape(name)}[/] from {escape(target)}")
@@ -274,6 +286,11 @@ def _print_banner(err: Any, target: str, name: str, settings: Any, generated: bo
             f"  state         {escape(redact_url(settings.state))} "
             f"(shared; leases {settings.lease_ttl_s:g} s)"
         )
+        if not state_answers:
+            err.print(
+                "  [yellow]warning[/]       the state store does not answer now: inits get 503 "
+                "and /health says degraded until it does"
+            )
     if settings.workers > 1:
         err.print(f"  workers       {settings.workers} processes")
         if settings.state == "memory":

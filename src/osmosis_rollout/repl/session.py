@@ -87,6 +87,8 @@ async def run_repl(
     console writing to a ``StringIO``. Returns the exit code (0).
     """
     in_terminal = session is None and sys.stdout.isatty()
+    if session is None:
+        _accept_piped_input()
     session = session or PromptSession(history=InMemoryHistory())
     console = console or Console(highlight=False)
     events: asyncio.Queue[Turn | Waiting | _Ended] = asyncio.Queue()
@@ -405,12 +407,12 @@ class _Repl:
                 return
             except EOFError:
                 self.quitting = True
-                self.interrupt(active)
+                self.interrupt(active, reason="Ctrl-D at the REPL")
                 return
             if turn.waiting:
                 await self.paused_command(active, turn, parse_command(line))
             if self.quitting:  # `q`, or Ctrl-D at a prompt opened by `edit` or `new`
-                self.interrupt(active)
+                self.interrupt(active, reason="you left the REPL")
                 return
 
     async def paused_command(self, active: _Active, turn: Turn, cmd: Command) -> None:
@@ -435,7 +437,7 @@ class _Repl:
             if start is not None:
                 self.queued = start
                 self.say(f"Cancelling this rollout to start {start.label}.")
-                self.interrupt(active)
+                self.interrupt(active, reason=f"you started {start.label}")
         elif cmd.name == "quit":
             self.quitting = True
         elif cmd.name == "help":
@@ -473,8 +475,9 @@ class _Repl:
 
     # -- cancelling ------------------------------------------------------------------------------
 
-    def interrupt(self, active: _Active) -> None:
-        """Ctrl-C: cancel the rollout; a second one stops waiting for it."""
+    def interrupt(self, active: _Active, reason: str = "Ctrl-C at the REPL") -> None:
+        """Ctrl-C (or ``q``, Ctrl-D, ``row``/``new``): cancel the rollout, saying why in its
+        ERROR/cancelled result; a second Ctrl-C stops waiting for it."""
         if active.task.done():
             return
         if active.cancel_requested:
@@ -482,7 +485,7 @@ class _Repl:
             active.task.cancel()
             return
         active.cancel_requested = True
-        if self.harness.cancel(active.rollout_id, reason="Ctrl-C at the REPL"):
+        if self.harness.cancel(active.rollout_id, reason=reason):
             self.say(
                 f"[yellow]Cancelling rollout {active.rollout_id}[/]; the server sends its "
                 "ERROR/cancelled callback."
@@ -608,3 +611,13 @@ def _metrics_from(record: RolloutRecord) -> RolloutMetrics:
         response_tokens=sum(u.completion_tokens for u in usages),
         max_context_tokens=max((u.prompt_tokens for u in usages), default=0),
     )
+
+
+def _accept_piped_input() -> None:
+    """Commands piped in (``printf 'n\\nq\\n' | osmosis test -i``: a script, a docs test) are
+    supported, so prompt_toolkit's "Input is not a terminal" warning is not printed for them."""
+    with contextlib.suppress(Exception):  # prompt_toolkit internals: never fail the session
+        from prompt_toolkit.input.vt100 import Vt100Input
+
+        if not sys.stdin.isatty():
+            Vt100Input._fds_not_a_terminal.add(sys.stdin.fileno())

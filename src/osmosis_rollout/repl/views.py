@@ -177,7 +177,7 @@ def metrics_table(
     time you spent at the prompt; here ``paused`` is taken out of ``llm`` and shown on its own,
     so neither reads as part of the other. ``in_flight_ms`` is the turn still waiting at the
     prompt (model time + pause), which the agent adds to ``llm`` only once it gets the reply.
-    ``tool`` is wall time: parallel calls count once (their sum is noted when it differs).
+    ``tool`` is wall time: parallel calls count once (their sum is noted after it).
     """
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     table.add_column(style="bold")
@@ -194,8 +194,8 @@ def metrics_table(
     table.add_row("  model", format_ms(model_ms), "the LLM backend itself")
     tool = tool_wall_ms(metrics)
     summed = metrics.tool_latency_ms
-    parallel = summed > tool + 0.5
-    note = f"wall time; {format_ms(summed)} summed over parallel calls" if parallel else ""
+    several = metrics.num_tool_calls > 1
+    note = f"wall time; {format_ms(summed)} summed over parallel calls" if several else ""
     table.add_row("tool", format_ms(tool), note)
     other = metrics.total_latency_ms - metrics.llm_latency_ms - in_flight_ms - tool
     table.add_row("other", format_ms(max(0.0, other)), "agent code and the SDK")

@@ -143,6 +143,13 @@ def serve(
             _serve_one(agent_loop, settings, app_options, log_level, listener, worker=True)
 
         logging.config.dictConfig(_log_config(log_level))  # the supervisor's lines too
+        state = settings.state if settings is not None else app_options.get("state", "memory")
+        if state == "memory":
+            logger.warning(
+                "%d workers with the memory state: each keeps its own idempotency records, so a "
+                "retried init that reaches another worker starts a second rollout; use Redis",
+                workers,
+            )
         try:
             code = run_workers(child, workers)
         finally:
