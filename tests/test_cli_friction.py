@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -286,3 +287,42 @@ def test_q_at_a_turn_prompt_says_you_left_not_ctrl_c() -> None:
     assert "error: rollout cancelled (you left the REPL)" in output
     assert "Ctrl-C at the REPL" not in output
     assert "not a terminal" not in output
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A package `osm_fr_pkg` in the working folder: one agent and one plain function."""
+    monkeypatch.syspath_prepend(str(tmp_path / "unused"))  # sys.path restored afterwards
+    monkeypatch.chdir(tmp_path)
+    before = set(sys.modules)
+    pkg = tmp_path / "osm_fr_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = (ROOT / "tests/assets/docs_sandbox/agent.py").read_text()
+    (pkg / "agent.py").write_text(source)
+    yield pkg
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("target", ["osm_fr_pkg.agent", "osm_fr_pkg/agent.py"])
+def test_a_target_without_class_suggests_the_one_agent_defined(package: Path, target: str) -> None:
+    code, _, err = invoke("validate", target)
+    assert code == 2
+    assert f"did you mean {target}:MyAgent?" in err
+
+
+def test_a_function_target_says_it_is_a_function_and_names_the_agents(package: Path) -> None:
+    code, out, _ = invoke("validate", "osm_fr_pkg.agent:add", "--json")
+    assert code == 1
+    message = json.loads(out)["problems"][0]["message"]
+    assert message.startswith("add is a function, not an agent")
+    assert message.endswith("agents defined there: MyAgent")
+    assert "class add(" not in message
+
+
+def test_piped_tables_have_no_trailing_spaces() -> None:
+    code, out, err = invoke("test", CALCULATOR, "-d", DATASET, "--limit", "2")
+    assert code == 0, out + err
+    assert "Rollouts" in out
+    assert [line for line in out.splitlines() if line.endswith(" ")] == []

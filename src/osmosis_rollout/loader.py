@@ -8,6 +8,7 @@ importer, a missing dependency *inside* the user's module is reported as that de
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import importlib.machinery
@@ -73,8 +74,41 @@ def parse_target(target: str) -> tuple[str, str]:
     valid_attr = bool(attr) and all(part.isidentifier() for part in attr.split("."))
     valid_module = bool(module) and (is_file_target(module) or bool(_MODULE_NAME.match(module)))
     if not (sep and valid_attr and valid_module):
-        raise AgentLoadError(f"target {target!r} {_FORMAT_HINT}", code="TARGET_INVALID")
+        raise AgentLoadError(
+            f"target {target!r} {_FORMAT_HINT}{_suggest_attr(target.strip(), sep)}",
+            code="TARGET_INVALID",
+        )
     return module, attr
+
+
+def _suggest_attr(target: str, sep: str) -> str:
+    """For ``pkg.mod`` or ``agent.py`` without ``:Attr``: the agents its source defines (read
+    with ``ast``, nothing imported), e.g. "; did you mean pkg.mod:MyAgent?"."""
+    if sep or not (is_file_target(target) or _MODULE_NAME.match(target)):
+        return ""
+    source = find_source(target)
+    if source is None:
+        return ""
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return ""
+    names = [
+        node.name for node in tree.body if isinstance(node, ast.ClassDef) and _is_agent_class(node)
+    ]
+    if len(names) == 1:
+        return f"; did you mean {target}:{names[0]}?"
+    if names:
+        return f"; agents defined there: {', '.join(names)}"
+    return ""
+
+
+def _is_agent_class(node: ast.ClassDef) -> bool:
+    for base in node.bases:
+        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+        if name == "RolloutAgentLoop":
+            return True
+    return False
 
 
 def display_path(path: Path) -> str:
@@ -146,6 +180,20 @@ def agent_from_object(obj: Any, label: str) -> RolloutAgentLoop:
     """An agent from a loaded object: an instance as is, a subclass instantiated with no args."""
     if isinstance(obj, RolloutAgentLoop):
         return obj
+    if inspect.isroutine(obj):
+        module = inspect.getmodule(obj)
+        agents = _agent_names(module) if module is not None else []
+        fix = (
+            f"agents defined there: {', '.join(agents)}"
+            if agents
+            else "write `class MyAgent(RolloutAgentLoop)` with `async def run(self, ctx)` and "
+            "name that class in the target"
+        )
+        raise AgentLoadError(
+            f"{label} is a function, not an agent: the target must name a RolloutAgentLoop "
+            f"subclass or instance; {fix}",
+            code="NOT_A_SUBCLASS",
+        )
     if not (isinstance(obj, type) and issubclass(obj, RolloutAgentLoop)):
         raise AgentLoadError(
             f"{label} is not a RolloutAgentLoop subclass or instance (it is "
@@ -337,16 +385,21 @@ def _suggest(name: str, owner: Any, module: ModuleType) -> str:
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
     if close:
         return f"; did you mean {', '.join(close)}?"
-    agents = sorted(
+    agents = _agent_names(module)
+    if agents:
+        return f"; agents defined there: {', '.join(agents)}"
+    return "; it defines no RolloutAgentLoop subclass"
+
+
+def _agent_names(module: ModuleType) -> list[str]:
+    """The RolloutAgentLoop subclasses a module defines or imports, sorted."""
+    return sorted(
         n
         for n, value in vars(module).items()
         if isinstance(value, type)
         and issubclass(value, RolloutAgentLoop)
         and value is not RolloutAgentLoop
     )
-    if agents:
-        return f"; agents defined there: {', '.join(agents)}"
-    return "; it defines no RolloutAgentLoop subclass"
 
 
 def _describe(obj: Any) -> str:

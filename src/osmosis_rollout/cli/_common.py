@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Coroutine
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -17,8 +18,35 @@ EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def stdout_console() -> Console:
-    """The console for results (stdout)."""
-    return Console(highlight=False)
+    """The console for results (stdout). Piped, its lines carry no trailing spaces (Rich pads
+    table cells to the column width), so ``osmosis test ... | diff`` and ``grep 'x$'`` work."""
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, file=cast(TextIO, _RstripLines(sys.stdout)))
+
+
+class _RstripLines(io.TextIOBase):
+    """A text stream that drops the spaces at the end of every line written through it."""
+
+    def __init__(self, target: TextIO) -> None:
+        self._target = target
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            self._target.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._target.write(self._pending)
+            self._pending = ""
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return False
 
 
 def stderr_console() -> Console:
