@@ -11,6 +11,10 @@
   by itself, and the event loop ``serve()`` runs on).
 - ``baseline``: the least a rollout server can do: a bare Starlette endpoint that answers the init,
   then posts the same chat turns and one completion callback with a shared ``httpx2`` client.
+
+``--stack`` picks the server under the app: ``fast`` (uvicorn on uvloop + httptools, what
+``serve()`` uses when they are installed), ``h11`` (uvicorn on asyncio + h11, the pure-Python
+fallback) or ``granian`` (granian's Rust HTTP server, embedded in an asyncio loop).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import socket
 import sys
 import tempfile
@@ -217,6 +222,37 @@ def _announce(sock: socket.socket) -> None:
     print(f"PORT {sock.getsockname()[1]}", flush=True)
 
 
+#: uvicorn's (loop, http) for each ``--stack``.
+UVICORN_STACKS = {"fast": ("uvloop", "httptools"), "h11": ("asyncio", "h11")}
+STACKS = (*UVICORN_STACKS, "granian")
+
+
+def _serve_granian(app: Any, lifespan: bool) -> None:
+    """Serve ``app`` with granian's embedded server on a free 127.0.0.1 port until SIGTERM."""
+    from granian.constants import Interfaces
+    from granian.server.embed import Server
+
+    probe = _bound_socket()
+    port = probe.getsockname()[1]
+    probe.close()  # granian binds by address; the port stays free for it in practice
+
+    async def run() -> None:
+        server = Server(
+            app,
+            address=HOST,
+            port=port,
+            interface=Interfaces.ASGI if lifespan else Interfaces.ASGINL,
+            log_enabled=False,
+        )
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.stop)
+        task = asyncio.create_task(server.serve())
+        await asyncio.sleep(0.5)  # let it bind before the port is announced
+        print(f"PORT {port}", flush=True)
+        await task
+
+    asyncio.run(run())
+
+
 def main(argv: list[str]) -> None:
     """Serve one kind until SIGTERM."""
     parser = argparse.ArgumentParser()
@@ -225,41 +261,56 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-concurrent", type=int, default=100)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--state", default="memory")
+    parser.add_argument("--stack", choices=STACKS, help="overrides --http and --loop")
     parser.add_argument("--http", choices=["auto", "h11"], default="auto")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     args = parser.parse_args(argv)
-    if args.http == "h11":  # what uvicorn picks when httptools is not installed
-        uvicorn.config.HTTP_PROTOCOLS["auto"] = uvicorn.config.HTTP_PROTOCOLS["h11"]
-    if args.loop == "uvloop":
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    sock = _bound_socket()
-    _announce(sock)
+    if args.stack is None or args.stack == "granian":
+        loop, http = args.loop, args.http
+    else:
+        loop, http = UVICORN_STACKS[args.stack]
     if args.kind == "sdk":
-        from osmosis_rollout.server import serve
+        from osmosis_rollout.server import create_app, serve
 
+        options: dict[str, Any] = {
+            "max_concurrent": args.max_concurrent,
+            "shutdown_grace_s": 2.0,
+            "state": args.state,
+        }
         with tempfile.TemporaryDirectory() as outbox:
+            if args.stack == "granian":
+                app = create_app(TurnsAgent(args.turns), outbox_dir=outbox, **options)
+                _serve_granian(app, lifespan=True)
+                return
+            sock = _bound_socket()
+            _announce(sock)
             serve(
                 TurnsAgent(args.turns),
                 sock=sock,
                 log_level="warning",
-                max_concurrent=args.max_concurrent,
-                shutdown_grace_s=2.0,
                 outbox_dir=outbox,
                 workers=args.workers,
-                state=args.state,
+                loop=loop,
+                http=http,
+                **options,
             )
         return
     app: Any = StandIn() if args.kind == "standin" else baseline_app(args.turns)
+    if args.stack == "granian":
+        _serve_granian(app, lifespan=args.kind != "standin")
+        return
+    sock = _bound_socket()
+    _announce(sock)
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
         lifespan="off" if args.kind == "standin" else "on",
+        loop=loop,
+        http=http,
     )
     try:
-        asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+        uvicorn.Server(config).run(sockets=[sock])  # run() honours the loop (uvloop)
     finally:
         sock.close()
 

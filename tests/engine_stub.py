@@ -92,6 +92,7 @@ class EngineStub(OpenAIStub):
         *,
         parse_bare_json: bool = False,
         tokenize_fails_after: int | None = None,
+        returns_ids: bool = True,
     ) -> None:
         if engine not in ("vllm", "llamacpp"):
             raise ValueError(f"unknown engine {engine!r}: vllm or llamacpp")
@@ -101,6 +102,8 @@ class EngineStub(OpenAIStub):
         #: Answer HTTP 500 to /tokenize once it has answered this many times.
         self.tokenize_fails_after = tokenize_fails_after
         self.tokenized = 0
+        #: False: an older engine that ignores the request for sampled ids.
+        self.returns_ids = returns_ids
         self.tokenizer = build_tokenizer()
         self.im_end = self.tokenizer.token_to_id("<|im_end|>")
         super().__init__(responder=self._reply)
@@ -129,9 +132,9 @@ class EngineStub(OpenAIStub):
         ids = [*self.encode(raw), self.im_end]
         message = self._parse(raw, turn)
         choice_extra: dict[str, Any] = {}
-        if self.engine == "vllm" and body.get("return_token_ids"):
+        if self.returns_ids and self.engine == "vllm" and body.get("return_token_ids"):
             choice_extra["token_ids"] = ids
-        if self.engine == "llamacpp" and body.get("logprobs"):
+        if self.returns_ids and self.engine == "llamacpp" and body.get("logprobs"):
             entries = [
                 {
                     "id": i,

@@ -233,6 +233,49 @@ async def test_tool_rollout_end_to_end_matches_the_protocol_field_by_field(
     assert "queue_latency_ms" in metrics
 
 
+async def test_serve_runs_on_uvloop_and_httptools_and_says_so(served: ServeProcess) -> None:
+    """The fast stack is what serves rollouts (not just what the banner claims): the agent
+    runs on uvloop's event loop, and the banner names the stack."""
+    gate, raw = recording_gate()
+    async with Harness(server_url=served.url, gate=gate, server_key=SERVER_KEY) as harness:
+        outcome = await harness.run(
+            [{"role": "user", "content": "hi"}],
+            rollout_id="loop-1",
+            metadata={"no_chat": True, "report_loop": True},
+        )
+
+    assert outcome.init_status == 202
+    [callback] = raw.calls_to(COMPLETED)
+    assert callback.json()["final_messages"][-1]["content"] == "uvloop"
+    assert "http          uvicorn on uvloop + httptools" in served.output()
+
+
+async def test_without_uvloop_and_httptools_serve_falls_back_to_pure_python(
+    tmp_path: Path,
+) -> None:
+    """Where the compiled parts cannot be imported, the same server runs on asyncio + h11."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    for module in ("uvloop", "httptools"):
+        (blocked / f"{module}.py").write_text("raise ImportError('not on this machine')\n")
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")]))
+    args = [AGENT, "--port", "0", "--no-validate", "--outbox-dir", str(tmp_path / "outbox")]
+    gate, raw = recording_gate()
+    with osmosis_serve(tmp_path / "server.log", *args, env=env) as server:
+        async with Harness(server_url=server.url, gate=gate) as harness:
+            outcome = await harness.run(
+                [{"role": "user", "content": "hi"}],
+                rollout_id="loop-2",
+                metadata={"no_chat": True, "report_loop": True},
+            )
+        output = server.output()
+
+    assert outcome.init_status == 202
+    [callback] = raw.calls_to(COMPLETED)
+    assert callback.json()["final_messages"][-1]["content"].startswith("asyncio")
+    assert "http          uvicorn on asyncio + h11 (pure-Python fallback)" in output
+
+
 async def test_platform_health_and_auth_use_the_key_from_the_environment(
     served: ServeProcess,
 ) -> None:

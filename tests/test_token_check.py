@@ -120,6 +120,18 @@ async def test_a_failing_tokenizer_endpoint_skips_the_comparison_not_the_rollout
     assert "HTTP 500" in lines
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_server_that_returns_no_sampled_ids_is_said_so(engine: str) -> None:
+    """Without sampled ids nothing can be compared: counted as skipped, and the summary says
+    which request field the engine needs."""
+    stub = EngineStub(engine, [TAGGED_CALL, "The sum is 3."], returns_ids=False)
+    rows, backend = await check(stub, "CompactsArgumentsAgent")
+    assert rows[0].findings == []
+    summary = backend.report.as_dict()
+    assert (summary["turns_compared"], summary["turns_skipped"]) == (0, 1)
+    assert "no sampled token ids" in "\n".join(backend.report.lines())
+
+
 async def test_a_server_without_tokenizer_endpoints_is_a_clear_error() -> None:
     """Neither vLLM's nor llama.cpp's endpoints: one error naming both and what to do."""
     stub = OpenAIStub()

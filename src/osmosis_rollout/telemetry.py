@@ -5,9 +5,8 @@ A span per rollout (``osmosis.rollout``), per LLM turn (``osmosis.llm_turn``) an
 with every call to TrainGate, so the trainer's spans join the rollout's trace. Only the API is
 used: the application chooses the SDK and exporter (or none, and every span is a no-op).
 
-Without the package, or with it but no SDK tracer provider set up, everything here is a no-op:
-the import is tried once, on first use, and then each hook costs about a function call
-(``benchmarks/bench_telemetry.py``). ``osmosis --help`` never imports OpenTelemetry.
+Without the package everything here is a no-op: the import is tried once, on first use, and then
+each hook costs one function call. ``osmosis --help`` never imports OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -22,8 +21,6 @@ __all__ = ["available", "inject_context", "llm_turn_span", "rollout_span", "tool
 _TRACER_NAME = "osmosis_rollout"
 #: The installed API as ``(trace, propagate)``, None when missing, False until first checked.
 _api: Any = False
-#: What every hook returns without the package: one reusable no-op context manager.
-_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 #: Tests (and applications that keep their own provider) may set this instead of the global one.
 tracer_provider: Any = None
 #: The rollout whose span is open in this context: nested openings of the same one are skipped.
@@ -40,20 +37,19 @@ def _load() -> Any:
         except ImportError:
             _api = None
         else:
-            _api = (trace, propagate)
+            _api = (trace, propagate, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
     return _api
 
 
-def _active() -> Any:
-    """The API when spans would be recorded: installed, and a real tracer provider is set (here
-    or globally, checked on every call so one set up later still counts); else None."""
+def _recording() -> Any:
+    """The API when a span made now could be recorded, else None: without an SDK provider
+    (none set, or a no-op one) every span is a no-op, and skipping it saves ~0.1 ms a rollout.
+    Checked at each call, so a provider set after the server started is used at once."""
     api = _load()
     if api is None or tracer_provider is not None:
         return api
-    trace = api[0]
-    noop = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-    if isinstance(trace.get_tracer_provider(), noop):
-        return None  # no SDK: every span would be a no-op, so skip making them
+    if isinstance(api[0].get_tracer_provider(), api[2]):
+        return None
     return api
 
 
@@ -75,18 +71,14 @@ def _span(api: Any, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
         yield span
 
 
-def rollout_span(rollout_id: str, agent: str) -> contextlib.AbstractContextManager[Any]:
-    """The span of one rollout (entered, it gives the span, or None); opened once even when
-    nested: the server's span around the agent and its callback is the rollout's."""
-    api = _active()
-    if api is None:
-        return _NO_SPAN
-    return _rollout_span(api, rollout_id, agent)
-
-
 @contextlib.contextmanager
-def _rollout_span(api: Any, rollout_id: str, agent: str) -> Iterator[Any]:
-    if _open_rollout.get() == rollout_id:
+def rollout_span(rollout_id: str, agent: str) -> Iterator[Any]:
+    """The span of one rollout (yields it, or None); opened once even when nested."""
+    api = _recording()
+    if api is None:
+        yield None
+        return
+    if _open_rollout.get() == rollout_id:  # the server's span, around the agent and callback
         yield api[0].get_current_span()
         return
     token = _open_rollout.set(rollout_id)
@@ -100,9 +92,9 @@ def _rollout_span(api: Any, rollout_id: str, agent: str) -> Iterator[Any]:
 
 def llm_turn_span(rollout_id: str, turn: int) -> contextlib.AbstractContextManager[Any]:
     """The span of one LLM turn (the chat call to TrainGate and its retries)."""
-    api = _active()
+    api = _recording()
     if api is None:
-        return _NO_SPAN
+        return contextlib.nullcontext()
     return _span(api, "osmosis.llm_turn", {"osmosis.rollout_id": rollout_id, "osmosis.turn": turn})
 
 
@@ -110,9 +102,9 @@ def tool_span(
     rollout_id: str, tool: str | None, turn: int
 ) -> contextlib.AbstractContextManager[Any]:
     """The span of one tool call (``turn``: the LLM turn whose reply asked for it)."""
-    api = _active()
+    api = _recording()
     if api is None:
-        return _NO_SPAN
+        return contextlib.nullcontext()
     attributes = {
         "osmosis.rollout_id": rollout_id,
         "osmosis.tool": tool or "?",
@@ -123,7 +115,7 @@ def tool_span(
 
 def inject_context(headers: MutableMapping[str, str]) -> None:
     """Add ``traceparent`` (and ``tracestate``) for the current span to outgoing headers."""
-    api = _active()
+    api = _load()
     if api is not None:
         api[1].inject(headers)
 

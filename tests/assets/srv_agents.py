@@ -2,9 +2,11 @@
 
 ``ToolAgent`` is driven by the init's ``metadata`` so one served agent covers every scenario:
 ``sleep_s`` (wait before the first turn, to be in flight at SIGTERM), ``raise_after_tools``
-and ``hang_after_tools`` (fail or hang after the first tool turn), ``no_chat`` (finish at once).
+and ``hang_after_tools`` (fail or hang after the first tool turn), ``no_chat`` (finish at once;
+with ``report_loop`` the answer names the event loop's module: ``uvloop`` or ``asyncio...``).
 """
 
+import asyncio
 import json
 
 import anyio
@@ -46,7 +48,10 @@ class ToolAgent(RolloutAgentLoop):
         if meta.get("sleep_s"):
             await anyio.sleep(float(meta["sleep_s"]))
         if meta.get("no_chat"):
-            messages.append({"role": "assistant", "content": "nothing to ask"})
+            answer = "nothing to ask"
+            if meta.get("report_loop"):
+                answer = type(asyncio.get_running_loop()).__module__
+            messages.append({"role": "assistant", "content": answer})
             return ctx.complete(messages, reward=0.5)
         for turn in range(ctx.request.max_turns):
             params = {"temperature": 0.2} if turn == 1 else {}  # a per-call override

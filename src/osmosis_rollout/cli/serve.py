@@ -262,6 +262,11 @@ def _print_banner(
 
     err.print(f"[bold]osmosis serve[/]  agent [cyan]{escape(name)}[/] from {escape(target)}")
     err.print(f"  listening on  http://{settings.host}:{settings.port}")
+    from ..server.serve import http_stack
+
+    loop, http = http_stack()
+    fallback = "" if (loop, http) == ("uvloop", "httptools") else " (pure-Python fallback)"
+    err.print(f"  http          uvicorn on {loop} + {http}{fallback}")
     if settings.api_key is None:
         err.print("  auth          [yellow]off[/] (no server key)")
     elif generated:

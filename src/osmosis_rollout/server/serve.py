@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import importlib
 import logging
 import logging.config
 import os
@@ -27,7 +28,7 @@ from ..errors import ConfigError, OsmosisError
 from .app import RolloutServer, create_app
 from .workers import die_with_parent, run_workers
 
-__all__ = ["bind_socket", "serve"]
+__all__ = ["bind_socket", "http_stack", "serve"]
 
 logger = logging.getLogger("osmosis_rollout.server")
 
@@ -54,6 +55,25 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def http_stack(loop: str = "auto", http: str = "auto") -> tuple[str, str]:
+    """The (event loop, HTTP parser) the server will run, ``"auto"`` resolved: uvloop and
+    httptools when importable (``uvicorn[standard]``: the least CPU per rollout, see
+    docs/benchmarks.md), else the pure-Python fallback, asyncio and h11."""
+    if loop == "auto":
+        loop = "uvloop" if _importable("uvloop") else "asyncio"
+    if http == "auto":
+        http = "httptools" if _importable("httptools") else "h11"
+    return loop, http
 
 
 class _DrainingServer(uvicorn.Server):
@@ -122,6 +142,8 @@ def serve(
     log_level: str = "info",
     sock: socket.socket | None = None,
     workers: int = 1,
+    loop: str = "auto",
+    http: str = "auto",
     **app_options: Any,
 ) -> None:
     """Serve ``agent_loop`` until SIGTERM/SIGINT; the Python twin of ``osmosis serve``.
@@ -130,7 +152,12 @@ def serve(
     already bound listening socket (see :func:`bind_socket`). ``workers`` > 1 forks that many
     server processes sharing the socket (POSIX only; see ``server/workers.py``); give them a
     shared ``state`` (a Redis URL) so that idempotency and admission hold across them.
+    ``loop`` and ``http`` are uvicorn's: by default uvloop and httptools when installed (they
+    come with ``uvicorn[standard]``; see docs/benchmarks.md), else asyncio and the pure-Python
+    h11; ``loop="asyncio", http="h11"`` forces that fallback.
     """
+    loop, http = http_stack(loop, http)
+    stack = {"loop": loop, "http": http}
     if settings is not None:
         host, port, log_level = settings.host, settings.port, settings.log_level
         workers = settings.workers if workers == 1 else workers
@@ -140,7 +167,7 @@ def serve(
             raise ConfigError("--workers needs os.fork (Linux or macOS); run one process per core")
 
         def child() -> None:
-            _serve_one(agent_loop, settings, app_options, log_level, listener, worker=True)
+            _serve_one(agent_loop, settings, app_options, log_level, listener, stack, worker=True)
 
         logging.config.dictConfig(_log_config(log_level))  # the supervisor's lines too
         state = settings.state if settings is not None else app_options.get("state", "memory")
@@ -158,7 +185,7 @@ def serve(
             raise OsmosisError("the workers kept dying at start; the log above says why")
         return
     try:
-        _serve_one(agent_loop, settings, app_options, log_level, listener, worker=False)
+        _serve_one(agent_loop, settings, app_options, log_level, listener, stack, worker=False)
     finally:
         listener.close()
 
@@ -169,6 +196,7 @@ def _serve_one(
     app_options: dict[str, Any],
     log_level: str,
     listener: socket.socket,
+    stack: dict[str, str],
     *,
     worker: bool,
 ) -> None:
@@ -184,10 +212,12 @@ def _serve_one(
         lifespan="on",
         timeout_graceful_shutdown=5,
         access_log=log_level == "debug",
+        **stack,  # type: ignore[arg-type]
     )
     server = _DrainingServer(config, app.state.rollout_server, worker=worker)
     # Everything imported so far lives as long as the process: keep it out of the garbage
     # collector's full passes, which otherwise grow with it (see docs/benchmarks.md).
     gc.collect()
     gc.freeze()
-    asyncio.run(server.serve(sockets=[listener]))
+    # Server.run, not asyncio.run(server.serve()): only run() uses the loop factory (uvloop).
+    server.run(sockets=[listener])

@@ -233,7 +233,8 @@ class TokenCheckReport:
                 f"the tokenizer endpoint failed {self.render_errors} time(s), first: "
                 f"{self.first_render_error}"
                 if self.render_errors
-                else "the server returned no sampled token ids for them"
+                else "the server returned no sampled token ids for them (vLLM returns them "
+                "for `return_token_ids`, in recent versions; llama.cpp with `logprobs`)"
             )
             out.append(f"  {self.turns_skipped} turn(s) not compared: {why}")
         for cause, count in self.causes.most_common():
@@ -257,6 +258,16 @@ class TokenCheckBackend:
         """Detect the engine behind ``inner``'s URL and wrap ``inner``."""
         engine = await detect_engine(inner.http, inner.base_url, inner.model)
         return cls(inner, engine)
+
+    @property
+    def base_url(self) -> str:
+        """The wrapped backend's URL (cassette headers describe the model with it)."""
+        return self.inner.base_url
+
+    @property
+    def model(self) -> str:
+        """The wrapped backend's model name."""
+        return self.inner.model
 
     @property
     def max_in_flight(self) -> int:
