@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -326,3 +327,64 @@ def test_piped_tables_have_no_trailing_spaces() -> None:
     assert code == 0, out + err
     assert "Rollouts" in out
     assert [line for line in out.splitlines() if line.endswith(" ")] == []
+
+
+# --- item 10: interrupted runs --------------------------------------------------------------------
+
+SLOW_AGENT = """
+import anyio
+from osmosis_rollout import RolloutAgentLoop
+
+
+class Slow(RolloutAgentLoop):
+    name = "slow"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        open(f"{MARKS}/{ctx.request.rollout_id}", "w").close()  # the test waits for two
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages)
+        messages.append(result.message)
+        await anyio.sleep(1.0)
+        return ctx.complete(messages)
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "name"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")]
+)
+def test_an_interrupted_json_run_prints_its_partial_summary(
+    tmp_path: Path, signum: int, name: str
+) -> None:
+    """SIGTERM is handled like Ctrl-C; both leave the partial summary on stdout and in -o."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "slow.py").write_text(f"MARKS = {str(marks)!r}\n{SLOW_AGENT}")
+    out = tmp_path / "out.jsonl"
+    osmosis = Path(sys.executable).parent / "osmosis"
+    args = [str(osmosis), "test", f"{tmp_path}/slow.py:Slow", "-d", DATASET]
+    args += ["--concurrency", "1", "--json", "-o", str(out)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(marks.iterdir())) < 2:  # row 1 finished, row 2 started
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no row finished in 60 s"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    summary = json.loads(stdout)
+    assert summary["stopped_early"] == f"interrupted ({name})"
+    assert 1 <= summary["rows"] < 10
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["stopped_early"] == f"interrupted ({name})"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
 from osmosis_rollout.repl import run_repl
-from osmosis_rollout.testing import ReplayBackend, read_cassette
+from osmosis_rollout.testing import ReplayBackend, RolloutRecord, read_cassette
 from osmosis_rollout.testing.cassette import CassetteError
 
 from .openai_stub import OpenAIStub, RecordedRequest, Reply, text, tool_call
@@ -394,3 +394,39 @@ async def test_interactive_replay_shows_where_a_changed_agent_diverges(
     text = await step_through(recorded["cassette"], getattr(agents, agent)(), "\n\nq\n")
     assert "replay_diverged" in text
     assert shown in " ".join(text.split())
+
+
+def test_a_row_missing_from_the_cassette_is_reported_not_crashed(
+    recorded: dict[str, Any], tmp_path: Path, offline: list[Any]
+) -> None:
+    """A dataset row the cassette never recorded fails that row with a clear reason."""
+    dataset = tmp_path / "other.jsonl"
+    dataset.write_text(json.dumps({"user_prompt": "What is 5 + 5?", "ground_truth": "10"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = replay({**recorded, "dataset": dataset}, "CalcAgent", out)
+    assert result.exit_code == 1
+    (row,) = rows_of(out)
+    assert row["status"] == "ERROR"
+    assert "no row of the cassette" in row["error_message"]
+
+
+@pytest.mark.anyio
+async def test_a_completion_of_an_unrecorded_row_becomes_a_finding(
+    recorded: dict[str, Any],
+) -> None:
+    """An agent that completes without asking the model, on a row the cassette lacks, gets a
+    replay_diverged finding instead of breaking the mock TrainGate's callback endpoint."""
+    from osmosis_rollout.protocol import RolloutRequest, RolloutResponse
+
+    backend = ReplayBackend(recorded["cassette"])
+    record = RolloutRecord(rollout_id="r-1")
+    record.request = RolloutRequest(
+        rollout_id="r-1",
+        server_url="http://traingate.test",
+        messages=[{"role": "user", "content": "never recorded"}],
+        completion_params={},
+    )
+    backend.rollout_completed(record, RolloutResponse(rollout_id="r-1", status="COMPLETED"))
+    (finding,) = record.findings
+    assert finding.code == "replay_diverged"
+    assert "no row of the cassette" in finding.message

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
@@ -76,7 +77,8 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     from ..errors import OsmosisError
 
     try:
-        return asyncio.run(coro)
+        with _sigterm_as_ctrl_c():
+            return asyncio.run(coro)
     except KeyboardInterrupt:
         stderr_console().print("[yellow]Interrupted.[/]")
         sys.stderr.flush()
@@ -91,3 +93,28 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         while isinstance(first, BaseExceptionGroup):
             first = first.exceptions[0]
         raise first from None
+
+
+#: What interrupted the last run: "Ctrl-C" or "SIGTERM" (for summaries that say why they stop).
+INTERRUPTED_BY = {"signal": "Ctrl-C"}
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (``kill``, a CI timeout, a container stop) ends the run the way Ctrl-C does: the
+    rows that finished are kept and summarised, instead of the process dying mid-write."""
+    import signal
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        INTERRUPTED_BY["signal"] = "SIGTERM"
+        signal.raise_signal(signal.SIGINT)  # asyncio.run cancels the main task on SIGINT
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

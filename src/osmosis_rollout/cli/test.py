@@ -438,16 +438,21 @@ async def _run(
             if recorder is not None:
                 recorder.close(complete=True)
         except asyncio.CancelledError:
-            # Ctrl-C: the rows that finished are already in the file; a closing summary marks it
-            # as partial, so a half-written results file is never mistaken for a whole run.
+            # Ctrl-C or SIGTERM: the rows that finished are already in the file; a closing
+            # summary marks it as partial, so a half-written results file is never mistaken for
+            # a whole run. With --json the same partial summary goes to stdout.
+            from ._common import INTERRUPTED_BY
+
+            partial = BatchReport(
+                sorted(finished, key=lambda r: r.index),
+                wall_s=time.perf_counter() - started,
+                stopped_early=f"interrupted ({INTERRUPTED_BY['signal']})",
+            )
             if sink is not None:
                 writer.flush_all()
-                partial = BatchReport(
-                    sorted(finished, key=lambda r: r.index),
-                    wall_s=time.perf_counter() - started,
-                    stopped_early="interrupted (Ctrl-C)",
-                )
                 sink.write(json.dumps(summarise(partial)) + "\n")
+            if json_output:
+                typer.echo(json.dumps(summarise(partial), indent=2))
             where = f"; their results are in {output}" if output is not None else ""
             err.print(f"{len(finished)} of {len(rows)} row(s) finished before the interrupt{where}")
             raise

@@ -213,7 +213,11 @@ class ReplayBackend:
 
     def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
         """Compare a rollout's result with the recording (called by the mock TrainGate)."""
-        replay = self._bind(record)
+        try:
+            replay = self._bind(record)
+        except LLMBackendError as exc:  # a row the cassette lacks, that never asked the model
+            record.add(REPLAY_DIVERGED, str(exc), details={"field": "input"})
+            return
         if replay.diverged or response.finish_reason == "cancelled":
             return  # already reported, or stopped from outside (Ctrl-C at the REPL, shutdown)
         divergence = _result_divergence(replay, record, response)
