@@ -23,19 +23,8 @@ import time
 from pathlib import Path
 
 from _bench import ROOT, SERVERS, console
+from _bench import _read_port as read_port
 from bench_throughput import Gate, drive
-
-
-def _read_port(proc: subprocess.Popen[str]) -> int:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"py-spy exited early with code {proc.wait()}")
-        if line.startswith("PORT "):
-            return int(line.split()[1])
-    raise RuntimeError("the server did not report its port in time")
 
 
 async def _load(port: int, args: argparse.Namespace) -> None:
@@ -55,7 +44,7 @@ def _profile(args: argparse.Namespace, pyspy: str) -> None:
     command += ["--output", str(out), "--", *server]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        asyncio.run(_load(_read_port(proc), args))
+        asyncio.run(_load(read_port(proc, 30.0), args))
     finally:
         # py-spy writes its output when interrupted; the server is its child and stops with it.
         proc.send_signal(signal.SIGINT)
