@@ -388,3 +388,48 @@ def test_an_interrupted_json_run_prints_its_partial_summary(
     assert 1 <= summary["rows"] < 10
     last = json.loads(out.read_text().splitlines()[-1])
     assert last["stopped_early"] == f"interrupted ({name})"
+
+
+# --- item 9: --reload and a syntax error ----------------------------------------------------------
+
+
+def test_reload_with_a_syntax_error_prints_one_line_and_keeps_watching(tmp_path: Path) -> None:
+    import httpx2
+
+    from .support import free_port
+    from .test_server_uvicorn import stop_process, wait_healthy
+
+    agent = tmp_path / "agent.py"
+    good = (ROOT / "tests/assets/docs_sandbox/agent.py").read_text()
+    agent.write_text(good)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    command = [sys.executable, "-m", "osmosis_rollout", "serve", "agent.py:MyAgent", "--reload"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [*command, "--port", str(port), "--no-validate"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env={**env, "COLUMNS": "200"},
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, log, timeout=60)
+        agent.write_text(good.replace("def add(a: float", "def add(a: float,,", 1))
+        deadline = time.monotonic() + 60
+        while "Error: syntax error in" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.1)
+        broken = httpx2.get(f"{url}/health", timeout=5)
+        agent.write_text(good)  # fixed: the reloader is still watching
+        wait_healthy(url, proc, log, timeout=60)
+    finally:
+        stop_process(proc)
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text
+    assert "Error: syntax error in agent.py at agent.py:" in text
+    assert broken.status_code == 503
+    assert "the agent failed to load: syntax error" in broken.json()["detail"]
