@@ -43,6 +43,13 @@ class Served:
                 return int(line.split()[1]) / 1e3
         return float("nan")
 
+    def threads(self) -> int:
+        """How many threads it runs now."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+        return 0
+
     def cpu_s(self) -> float:
         """Its CPU time so far (user + system), in seconds."""
         return cpu_seconds(self.proc.pid)

@@ -27,12 +27,8 @@ from _bench import print_table, ratio, verdict, write_results
 from pydantic import TypeAdapter
 
 from osmosis_rollout.protocol import InitResponse, OpenAIFunctionToolSchema, RolloutRequest
-from osmosis_rollout.server.registry import (
-    DEFAULT_MAX_RECORDS,
-    RolloutEntry,
-    RolloutRegistry,
-    fingerprint,
-)
+from osmosis_rollout.server.registry import DEFAULT_MAX_RECORDS, RolloutEntry, RolloutRegistry
+from osmosis_rollout.server.state import fingerprint
 
 TOOLS = [
     OpenAIFunctionToolSchema.model_validate(
@@ -97,8 +93,8 @@ def compact(n: int) -> RolloutRegistry:
         max_concurrent=100, max_queued=10_000, record_ttl_s=3600, max_records=DEFAULT_MAX_RECORDS
     )
     for i in range(n):
-        req, raw = request(i)
-        entry = registry.reserve(req, fingerprint(raw))
+        req, _ = request(i)
+        entry = registry.reserve(req, fingerprint(req))
         registry.accept(entry, TOOLS_JSON)
         registry.start(entry)
         registry.delivering(entry)

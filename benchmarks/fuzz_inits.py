@@ -67,7 +67,7 @@ async def send_all(
 async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
     gate = MockTrainGate()
     with osmosis_serve(AGENT, work, "--log-level", "warning") as served:
-        async with Harness(server_url=served.url, gate=gate) as harness:
+        async with Harness(server_url=served.url, gate=gate, server_key=SERVER_KEY) as harness:
             assert harness.server_http is not None
             http = harness.server_http
             valid = [valid_init(f"base-{i}", gate.base_url, "tg-key") for i in range(args.baseline)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -45,9 +46,16 @@ GOAL_RSS_RATIO = 1.2
 
 
 async def batch(
-    harness: Harness, gate: MockTrainGate, prefix: str, count: int, concurrency: int
+    harness: Harness,
+    gate: MockTrainGate,
+    faulty: FaultyGate,
+    prefix: str,
+    count: int,
+    concurrency: int,
 ) -> tuple[list[str], collections.Counter[int]]:
-    """Send ``count`` inits, ``concurrency`` at a time; the accepted ids and the statuses."""
+    """Run ``count`` rollouts, ``concurrency`` in flight at a time as a trainer keeps them (a
+    slot frees when the rollout's callback arrives or is refused for good); the accepted ids
+    and the init statuses."""
     assert harness.server_http is not None
     http = harness.server_http
     accepted: list[str] = []
@@ -67,9 +75,15 @@ async def batch(
             statuses[response.status_code] += 1
             if response.status_code == 202:
                 accepted.append(rid)
-            done = len(accepted)
-            if done % 1000 == 0:
-                print(f"  {prefix}: {done:,} accepted, {time.monotonic() - started:.0f} s")
+                if len(accepted) % 1000 == 0:
+                    print(
+                        f"  {prefix}: {len(accepted):,} accepted,"
+                        f" {time.monotonic() - started:.0f} s"
+                    )
+                record = gate.records[rid]
+                with anyio.move_on_after(60):  # a result lost for good shows in the tally
+                    while not record.done.is_set() and rid not in faulty.refused:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
 
     async with anyio.create_task_group() as tasks:
         for i in range(count):
@@ -102,16 +116,22 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         RECORD_TTL_S=str(ttl),
     ) as served:
         rss_start = served.rss_mb()
-        async with Harness(server_url=served.url, gate=gate) as harness:
+        peaks: dict[str, float] = {"rss_mb": 0.0, "threads": 0, "in_flight": 0}
+        async with Harness(server_url=served.url, gate=gate, server_key=SERVER_KEY) as harness:
             print(f"warm-up: {args.warmup:,} rollouts")
-            warm, _ = await batch(harness, gate, "warm", args.warmup, args.concurrency)
+            warm, _ = await batch(harness, gate, faulty, "warm", args.warmup, args.concurrency)
             await settle(gate, outbox, warm, 120)
             await anyio.sleep(ttl + ttl / 2 + 1)  # the warm-up's records expire too
             rss_before = served.rss_mb()
             cpu_before = served.cpu_s()
             print(f"soak: {args.rollouts:,} rollouts, {args.fault_rate:.0%} faults")
             started = time.monotonic()
-            accepted, statuses = await batch(harness, gate, "soak", args.rollouts, args.concurrency)
+            async with anyio.create_task_group() as sampler:
+                sampler.start_soon(sample, served, harness, peaks)
+                accepted, statuses = await batch(
+                    harness, gate, faulty, "soak", args.rollouts, args.concurrency
+                )
+                sampler.cancel_scope.cancel()
             await settle(gate, outbox, accepted, 600)
             wall = time.monotonic() - started
             cpu = served.cpu_s() - cpu_before
@@ -144,8 +164,24 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         "rss_after_expiry_mb": round(rss_after, 1),
         "rss_after_over_before": ratio(rss_after, rss_before),
         "completed_rollouts_health": health.get("completed_rollouts"),
+        "peak_rss_mb_during_run": round(peaks["rss_mb"], 1),
+        "peak_threads_during_run": peaks["threads"],
+        "peak_rollouts_in_flight": peaks["in_flight"],
         "canary_forms_found": leaks,
     }
+
+
+async def sample(served: Served, harness: Harness, peaks: dict[str, float]) -> None:
+    """Every second: the server's RSS, threads and rollouts in flight; keep the peaks."""
+    assert harness.server_http is not None
+    while True:
+        peaks["rss_mb"] = max(peaks["rss_mb"], served.rss_mb())
+        peaks["threads"] = max(peaks["threads"], served.threads())
+        with contextlib.suppress(httpx2.HTTPError, ValueError):
+            health = (await harness.server_http.get("/health")).json()
+            in_flight = health["active_rollouts"] + health["queued_rollouts"]
+            peaks["in_flight"] = max(peaks["in_flight"], in_flight)
+        await anyio.sleep(1)
 
 
 def _canary_leaks(served: Served, outbox: Path) -> list[str]:
@@ -188,6 +224,12 @@ def main() -> None:
             ["RSS at start MB", figures["rss_start_mb"], ""],
             ["RSS before (after warm-up) MB", figures["rss_before_mb"], ""],
             ["RSS at the end of the run MB", figures["rss_end_of_run_mb"], ""],
+            [
+                "peak RSS MB / threads / rollouts in flight",
+                f"{figures['peak_rss_mb_during_run']} / {figures['peak_threads_during_run']}"
+                f" / {figures['peak_rollouts_in_flight']}",
+                "",
+            ],
             ["RSS after records expired MB", figures["rss_after_expiry_mb"], ""],
             [
                 "after / before",

@@ -9,8 +9,6 @@ records): what idempotency needs for the record TTL, at most ``max_records`` of 
 from __future__ import annotations
 
 import collections
-import hashlib
-import logging
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -19,7 +17,7 @@ from enum import Enum
 import anyio
 from pydantic import TypeAdapter
 
-from ..protocol import RolloutRequest, loggable
+from ..protocol import RolloutRequest
 from ..rollout import RolloutControl
 
 __all__ = [
@@ -29,21 +27,13 @@ __all__ = [
     "Phase",
     "RolloutEntry",
     "RolloutRegistry",
-    "fingerprint",
     "init_body",
 ]
-
-logger = logging.getLogger("osmosis_rollout.server")
 
 #: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
 #: each (see docs/security.md), so the cap bounds them near 200 MB.
 DEFAULT_MAX_RECORDS = 1_000_000
 _JSON_STR = TypeAdapter(str)
-
-
-def fingerprint(body: bytes) -> int:
-    """A 64-bit digest of an init's raw body: tells a retry from a reused idempotency key."""
-    return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big")
 
 
 def init_body(rollout_id: str, tools_json: bytes) -> bytes:
@@ -153,9 +143,7 @@ class RolloutRegistry:
 
     # -- idempotency ----------------------------------------------------------------------------
 
-    def lookup(
-        self, request: RolloutRequest, body_fingerprint: int = 0
-    ) -> RolloutEntry | FinishedRecord | Conflict | None:
+    def lookup(self, request: RolloutRequest) -> RolloutEntry | FinishedRecord | Conflict | None:
         """The entry or record a duplicate should reuse, a conflict, or None for a new one."""
         entry = self.by_key.get(request.dedup_key)
         if entry is not None and self._stale(entry, time.perf_counter()):
@@ -166,12 +154,6 @@ class RolloutRegistry:
                 return Conflict(
                     "idempotency_key is already used by a different rollout_id; use a new "
                     "idempotency_key for a new rollout"
-                )
-            if body_fingerprint and entry.fingerprint and body_fingerprint != entry.fingerprint:
-                logger.warning(
-                    "rollout %s: a duplicate init with a different body; it gets the first "
-                    "init's answer (use a new idempotency_key for a new rollout)",
-                    loggable(entry.rollout_id),
                 )
             return entry
         running = self.by_id.get(request.rollout_id)

@@ -146,12 +146,14 @@ class FaultyGate:
     """An ASGI wrapper that answers about ``rate`` of the calls with a fault instead of passing
     them on: chat 500 or 429 (retried), callback 500 (retried) or 400 (final: the outbox).
     Every error body echoes the caller's bearer token, JSON-escaped, as careless servers do.
+    ``refused`` holds the ids whose callback got the final 400 (their results go to the outbox).
     """
 
     app: ASGIApp
     rate: float = 0.1
     seed: int = 0
     injected: dict[str, int] = field(default_factory=dict)
+    refused: set[str] = field(default_factory=set)
     _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -169,7 +171,9 @@ class FaultyGate:
         else:
             await self.app(scope, receive, send)
             return
-        await _drain_body(receive)
+        body = await _read_body(receive)
+        if path == COMPLETED_PATH and status == 400:
+            self.refused.add(_rollout_id(body))
         token = ""
         for name, value in scope.get("headers", []):
             if name == b"authorization":
@@ -181,11 +185,22 @@ class FaultyGate:
         await JSONResponse(echo, status, headers=headers)(scope, receive, send)
 
 
-async def _drain_body(receive: Receive) -> None:
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
     more = True
     while more:
         message: Message = await receive()
+        chunks.append(message.get("body", b""))
         more = bool(message.get("more_body", False)) and message["type"] == "http.request"
+    return b"".join(chunks)
+
+
+def _rollout_id(body: bytes) -> str:
+    try:
+        value = json.loads(body).get("rollout_id")
+    except (ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 @dataclass
