@@ -417,3 +417,21 @@ async def test_an_undelivered_rollout_leaves_an_outbox_record(tmp_path: Path) ->
 
     assert isinstance(record, FinishedRecord)
     assert record.outcome == "outbox"
+
+
+async def test_the_append_only_warning_escapes_the_rollout_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK's history-rewrite warning names the rollout too: its id is escaped there as well."""
+    caplog.set_level(logging.WARNING)
+    fnd = load_asset("fnd_history")
+    rid = "evil\nCRITICAL forged line"
+    async with serving(fnd.EditsEarlierMessageAgent(), tmp_path, replies=[ANSWER, ANSWER]) as s:
+        await s.init(init_body(rid))
+        await s.settle()
+
+    about = [r.getMessage() for r in caplog.records if "rewrote the history" in r.getMessage()]
+    assert about
+    for message in about:
+        assert "\nCRITICAL forged" not in message
+        assert "evil\\nCRITICAL forged line" in message

@@ -37,6 +37,7 @@ from .protocol import (
     RolloutStatus,
     describe_validation_error,
     first_divergence,
+    loggable,
 )
 
 __all__ = [
@@ -513,7 +514,7 @@ class RolloutContext:
         logger.warning(
             "rollout %s: turn %d rewrote the history at message %d; the history sent to the "
             "LLM must only grow (append the reply and tool results, never edit or drop)",
-            self.request.rollout_id,
+            loggable(self.request.rollout_id),
             turn,
             index,
         )
