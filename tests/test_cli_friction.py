@@ -433,3 +433,31 @@ def test_reload_with_a_syntax_error_prints_one_line_and_keeps_watching(tmp_path:
     assert "Error: syntax error in agent.py at agent.py:" in text
     assert broken.status_code == 503
     assert "the agent failed to load: syntax error" in broken.json()["detail"]
+
+
+def test_a_rejected_edit_shows_an_example_with_the_agents_own_tool() -> None:
+    from osmosis_rollout.errors import ToolError
+    from osmosis_rollout.protocol import OpenAIFunctionToolSchema
+    from osmosis_rollout.repl.commands import parse_reply
+
+    search = OpenAIFunctionToolSchema.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": "search",
+                "description": "Search the catalogue.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                    "required": ["query"],
+                },
+            },
+        }
+    )
+    with pytest.raises(ToolError) as info:
+        parse_reply('{"arguments": {}}', [search], turn=1)
+    message = str(info.value)
+    assert '{"name": "search", "arguments": {"query": "text"}}' in message
+    assert '"add"' not in message
+    example = message.partition("e.g. ")[2]
+    assert parse_reply(example, [search], turn=1).warnings == ()  # the example itself is valid

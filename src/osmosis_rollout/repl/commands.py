@@ -83,7 +83,32 @@ def completion_words() -> list[str]:
 # edit
 # --------------------------------------------------------------------------------------------
 
-EDIT_EXAMPLE = '{"name": "add", "arguments": {"a": 1, "b": 2}}'
+_PLACEHOLDERS: dict[str, Any] = {
+    "string": "text",
+    "number": 1,
+    "integer": 1,
+    "boolean": True,
+    "array": [],
+    "object": {},
+}
+
+
+def edit_example(tools: Sequence[OpenAIFunctionToolSchema]) -> str:
+    """A tool call to show in an ``edit`` error, made from the agent's own first tool (its
+    required parameters with a value of their type), so the example can be typed as is."""
+    if not tools:
+        return "plain text (this agent declares no tools)"
+    function = tools[0].function
+    schema = function.parameters
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)]
+    arguments: dict[str, Any] = {}
+    for name in required or list(properties)[:2]:
+        spec = properties.get(name)
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        arguments[name] = _PLACEHOLDERS.get(kind if isinstance(kind, str) else "", "...")
+    return json.dumps({"name": function.name, "arguments": arguments})
 
 
 @dataclass(frozen=True)
@@ -105,22 +130,23 @@ def parse_reply(text: str, tools: Sequence[OpenAIFunctionToolSchema], *, turn: i
     text = text.strip()
     if not text.startswith(("{", "[")):
         return EditedReply({"role": "assistant", "content": text})
+    example = edit_example(tools)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ToolError(
             f"the reply is not valid JSON ({exc.msg} at column {exc.colno}); write a tool call "
-            f"as {EDIT_EXAMPLE}, a list of them, or plain text"
+            f"as {example}, a list of them, or plain text"
         ) from None
     items = data if isinstance(data, list) else [data]
     if not items:
-        raise ToolError(f"the list of tool calls is empty; give at least one, e.g. {EDIT_EXAMPLE}")
+        raise ToolError(f"the list of tool calls is empty; give at least one, e.g. {example}")
     by_name = {tool.name: tool for tool in tools}
     calls: list[dict[str, Any]] = []
     warnings: list[str] = []
     for i, item in enumerate(items):
         where = f"tool call {i + 1}" if len(items) > 1 else "the tool call"
-        name, arguments = _call_parts(item, where)
+        name, arguments = _call_parts(item, where, example)
         tool = by_name.get(name)
         if tool is None:
             declared = ", ".join(sorted(by_name)) or "none"
@@ -143,15 +169,15 @@ def parse_reply(text: str, tools: Sequence[OpenAIFunctionToolSchema], *, turn: i
     return EditedReply({"role": "assistant", "content": None, "tool_calls": calls}, tuple(warnings))
 
 
-def _call_parts(item: Any, where: str) -> tuple[str, dict[str, Any]]:
+def _call_parts(item: Any, where: str, example: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(item, dict):
-        raise ToolError(f"{where} must be a JSON object like {EDIT_EXAMPLE}")
+        raise ToolError(f"{where} must be a JSON object like {example}")
     function = item.get("function")
     if isinstance(function, dict):  # the OpenAI shape {"type": "function", "function": {...}}
         item = function
     name = item.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise ToolError(f'{where} needs a "name" (a tool name), e.g. {EDIT_EXAMPLE}')
+        raise ToolError(f'{where} needs a "name" (a tool name), e.g. {example}')
     raw = item.get("arguments")
     try:
         arguments = parse_arguments(raw, tool_name=name)
