@@ -192,3 +192,27 @@ def test_opentelemetry_is_imported_only_when_a_rollout_runs() -> None:
         """
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_with_the_api_but_no_sdk_spans_start_once_a_provider_is_set() -> None:
+    """API installed, no SDK: no span, no header; a provider set up later is used at once."""
+    done = run_python(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from osmosis_rollout import telemetry
+
+        with telemetry.rollout_span("r", "a") as span:
+            headers = {}
+            telemetry.inject_context(headers)
+        assert span is None and headers == {}, (span, headers)
+        trace.set_tracer_provider(TracerProvider())
+        with telemetry.rollout_span("r", "a") as span:
+            telemetry.inject_context(headers)
+            assert span is not None and span.is_recording()
+        assert headers["traceparent"].startswith("00-"), headers
+        print("ok")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

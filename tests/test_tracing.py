@@ -290,3 +290,26 @@ async def test_rollout_trace_never_holds_the_api_key(
     assert all(e["rollout_id"] == "../leaky" for e in events)
     assert events[1]["note"] == "calling with key=**********"
     assert events[4]["messages"][-1]["content"] == "my key is **********"
+
+
+def test_trace_files_are_written_on_the_writer_thread_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Emitting an event never touches the disk on the caller's thread (the event loop's)."""
+    import threading
+
+    opened_on: list[str] = []
+    original = Path.open
+
+    def spy(self: Path, *args: Any, **kwargs: Any) -> Any:
+        opened_on.append(threading.current_thread().name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", spy)
+    tracer = Tracer(tmp_path)
+    sink = tracer.sink("r-1")
+    for seq in range(50):
+        sink({"event": "step", "seq": seq})
+    tracer.close()
+    assert opened_on
+    assert set(opened_on) == {"osmosis-tracer"}

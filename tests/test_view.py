@@ -285,3 +285,30 @@ def test_trace_summaries_find_long_and_missing_ends(tmp_path: Path) -> None:
     )
     assert done.prompt_tokens + done.response_tokens == 11
     assert (running.status, running.reward) == ("RUNNING", None)
+
+
+def test_osmosis_view_prints_its_url_and_serves_on_loopback(tmp_path: Path, runs: Path) -> None:
+    """The command as a user runs it: one URL on stdout, 127.0.0.1 only, the table behind it."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    osmosis = Path(sys.executable).with_name("osmosis")
+    proc = subprocess.Popen(
+        [str(osmosis), "view", str(runs / "run-a" / "results.jsonl"), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "api/rollouts", timeout=30) as response:
+            listing = json.load(response)
+        assert len(listing["rollouts"]) == 6
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "6 rollout(s) indexed" in err
+    assert "Traceback" not in err
