@@ -460,6 +460,30 @@ async def test_static_run_checks(tmp_path: Path, body: str, codes: list[str]) ->
     assert [p.code for p in result.problems if p.check == "static"] == codes
 
 
+def test_every_schema_problem_of_a_tool_is_named_not_just_the_first() -> None:
+    """A tool whose parameters break the metaschema in two places gets both located."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a book up.",
+            "parameters": {
+                "type": "object",
+                "properties": {"title": {"type": "text"}, "year": {"minimum": "1900"}},
+                "required": "title",
+            },
+        },
+    }
+    problems = check_tool_list([tool])
+    where = "tools[0].function.parameters"
+    assert [(p.code, p.location) for p in problems] == [
+        ("TOOL_SCHEMA_INVALID", f"{where}.properties.title.type"),
+        ("TOOL_SCHEMA_INVALID", f"{where}.properties.year.minimum"),
+        ("TOOL_SCHEMA_INVALID", f"{where}.required"),
+    ]
+    assert "'text' is not valid" in problems[0].message
+
+
 def test_tool_models_and_dicts_are_both_checked() -> None:
     """Pydantic tool models are dumped and checked like dicts."""
     from osmosis_rollout import OpenAIFunctionSchema, OpenAIFunctionToolSchema

@@ -165,9 +165,6 @@ def check_tool_list(raw: Sequence[Any]) -> list[Problem]:
 def _check_function(
     tool: OpenAIFunctionToolSchema, where: str, data: dict[str, Any], seen: dict[str, int], i: int
 ) -> list[Problem]:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
     problems: list[Problem] = []
     name = tool.function.name
     if not TOOL_NAME_PATTERN.match(name):
@@ -205,17 +202,7 @@ def _check_function(
     if not isinstance(function, dict) or "parameters" not in function:
         return problems  # the default, an empty object schema
     params = tool.function.parameters
-    try:
-        Draft202012Validator.check_schema(params)
-    except SchemaError as exc:
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.path)
-        problems.append(
-            _problem(
-                "TOOL_SCHEMA_INVALID",
-                f"{where}.function.parameters{path}",
-                f"parameters of {name!r} is not a valid JSON Schema: {exc.message}",
-            )
-        )
+    problems.extend(_schema_problems(params, name, f"{where}.function.parameters"))
     if params.get("type") != "object":
         problems.append(
             _problem(
@@ -223,6 +210,41 @@ def _check_function(
                 f"{where}.function.parameters",
                 f'parameters of {name!r} must be a JSON Schema with "type": "object" (got '
                 f'type {params.get("type")!r}); put each argument under "properties"',
+            )
+        )
+    return problems
+
+
+#: At most this many schema problems are listed per tool; the rest are counted.
+MAX_SCHEMA_PROBLEMS = 10
+
+
+def _schema_problems(params: dict[str, Any], name: str, where: str) -> list[Problem]:
+    """Every way ``params`` breaks the JSON Schema metaschema, in document order.
+
+    ``check_schema`` stops at its best guess; a user fixing a tool wants the whole list at once.
+    """
+    from jsonschema import Draft202012Validator
+
+    meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+    errors = sorted(meta.iter_errors(params), key=lambda e: [str(p) for p in e.absolute_path])
+    problems: list[Problem] = []
+    for error in errors[:MAX_SCHEMA_PROBLEMS]:
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        problems.append(
+            _problem(
+                "TOOL_SCHEMA_INVALID",
+                f"{where}{path}",
+                f"parameters of {name!r} is not a valid JSON Schema: {error.message}",
+            )
+        )
+    if len(errors) > MAX_SCHEMA_PROBLEMS:
+        problems.append(
+            _problem(
+                "TOOL_SCHEMA_INVALID",
+                where,
+                f"parameters of {name!r} has {len(errors) - MAX_SCHEMA_PROBLEMS} more schema "
+                "problems; fix the ones above and validate again",
             )
         )
     return problems
