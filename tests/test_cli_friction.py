@@ -461,3 +461,21 @@ def test_a_rejected_edit_shows_an_example_with_the_agents_own_tool() -> None:
     assert '"add"' not in message
     example = message.partition("e.g. ")[2]
     assert parse_reply(example, [search], turn=1).warnings == ()  # the example itself is valid
+
+
+def test_the_piped_stdout_wrapper_outlives_a_closed_stream_quietly() -> None:
+    """The wrapper may be collected after the stream under it closed (a test runner's capture,
+    a closed pipe): that must not raise, or pytest's unraisable hook fails the caller's test."""
+    import gc
+    import io
+
+    from osmosis_rollout.cli._common import _RstripLines
+
+    target = io.StringIO()
+    wrapper = _RstripLines(target)
+    wrapper.write("a line  \npending")
+    assert target.getvalue() == "a line\n"
+    target.close()
+    wrapper.flush()  # nothing to write to any more: dropped, not an error
+    del wrapper
+    gc.collect()

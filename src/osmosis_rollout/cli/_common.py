@@ -41,6 +41,11 @@ class _RstripLines(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
+        # Also called when this wrapper is garbage-collected (IOBase closes itself), which may be
+        # after the stream under it was closed (a test runner's capture, a closed pipe).
+        if getattr(self._target, "closed", False):
+            self._pending = ""
+            return
         if self._pending:
             self._target.write(self._pending)
             self._pending = ""
