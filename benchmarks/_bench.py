@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -213,6 +214,33 @@ def _read_port(proc: subprocess.Popen[str], timeout_s: float) -> int:
         if line.startswith("PORT "):
             return int(line.split()[1])
     raise RuntimeError("server process did not report its port in time")
+
+
+_LISTENING = re.compile(r"listening on\s+http://127\.0\.0\.1:(\d+)")
+
+
+def wait_until_serving(
+    proc: subprocess.Popen[str], log: Path, what: str, timeout_s: float = 30.0
+) -> str:
+    """The URL of an ``osmosis serve --port 0`` child once ``/health`` answers 200.
+
+    The banner names the port before uvicorn binds it, so the health check is what says "ready";
+    both waits share one deadline, and a child that exits or never gets healthy is an error.
+    """
+    import httpx2
+
+    deadline = time.monotonic() + timeout_s
+    url = ""
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start:\n{log.read_text(errors='replace')}")
+        if not url and (found := _LISTENING.search(log.read_text(errors="replace"))):
+            url = f"http://{HOST}:{found.group(1)}"
+        if url:
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(f"{url}/health", timeout=2).status_code == 200:
+                    return url
+        time.sleep(0.05)
 
 
 def stop_process(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:

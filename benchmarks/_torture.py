@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2
-from _bench import ROOT, cpu_seconds, rss_bytes, stop_process
+from _bench import ROOT, cpu_seconds, rss_bytes, stop_process, wait_until_serving
 
 SERVER_KEY = "torture-server-key-42"
-_LISTENING = re.compile(r"listening on\s+http://127\.0\.0\.1:(\d+)")
 
 
 @dataclass
@@ -68,17 +64,7 @@ def osmosis_serve(target: str, workdir: Path, *args: str, **env: str) -> Iterato
             command, stdout=sink, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=environ
         )
     try:
-        deadline = time.monotonic() + 30
-        while not (found := _LISTENING.search(log.read_text(errors="replace"))):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"osmosis serve did not start:\n{log.read_text()}")
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{found.group(1)}"
-        while True:
-            with contextlib.suppress(httpx2.TransportError):
-                if httpx2.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.05)
+        url = wait_until_serving(proc, log, "osmosis serve")
         yield Served(proc, url, log)
     finally:
         stop_process(proc)

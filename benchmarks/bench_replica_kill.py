@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -31,14 +30,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from _bench import HOST, ROOT, percentile, print_table, redis_server, stop_process, write_results
+from _bench import (
+    ROOT,
+    percentile,
+    print_table,
+    redis_server,
+    stop_process,
+    wait_until_serving,
+    write_results,
+)
 from _servers import StandIn
 from bench_throughput import Gate
 
 from osmosis_rollout.server.state import open_state
 
 AGENT = f"{ROOT / 'benchmarks' / '_servers.py'}:SleepAgent"
-_LISTENING = re.compile(r"listening on\s+http://127\.0\.0\.1:(\d+)")
 
 
 @contextlib.contextmanager
@@ -52,18 +58,7 @@ def replica(redis_url: str, lease_ttl: float, workdir: Path, name: str) -> Itera
     with log.open("wb") as sink:
         proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while not (found := _LISTENING.search(log.read_text(errors="replace"))):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"replica {name} did not start:\n{log.read_text()}")
-            time.sleep(0.05)
-        url = f"http://{HOST}:{found.group(1)}"
-        while True:
-            with contextlib.suppress(httpx2.TransportError):
-                if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.05)
-        yield proc, url
+        yield proc, wait_until_serving(proc, log, f"replica {name}")
     finally:
         stop_process(proc)
 
