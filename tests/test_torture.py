@@ -54,6 +54,7 @@ def _fast_client(app: object) -> TrainGateClient:
 @contextlib.asynccontextmanager
 async def running(app: Starlette, client: TrainGateClient) -> AsyncIterator[httpx2.AsyncClient]:
     """The app with its lifespan, and an in-process client to it; the gate client closed after."""
+    assert client.http is not None
     async with (
         client.http,
         app.router.lifespan_context(app),

@@ -1,6 +1,7 @@
 """``TrainGateClient``: the server's two outbound calls to TrainGate, with retries and auth.
 
-One ``httpx2.AsyncClient`` is shared by every rollout (connection pooling). The retry rules are
+One :class:`~osmosis_rollout.transport.PostTransport` is shared by every rollout (connection
+pooling); by default an ``httpx2.AsyncClient``. The retry rules are
 ``protocol.md`` section 3: 5xx, 429 (honouring ``Retry-After``), timeouts and transport errors are
 retried with exponential backoff and jitter; any other 4xx fails at once. Every attempt of one
 turn carries the same ``X-Request-Id`` so TrainGate can deduplicate. Secrets never reach a log
@@ -39,13 +40,20 @@ from .protocol import (
     scrub,
     wire_json,
 )
+from .transport import (
+    DecodeFailure,
+    Httpx2Transport,
+    InvalidTarget,
+    PostTransport,
+    Reply,
+    TransportFailure,
+)
 
 __all__ = ["ClientStats", "RetryPolicy", "RolloutChannel", "TrainGateClient"]
 
 logger = logging.getLogger("osmosis_rollout.client")
 
 _BODY_EXCERPT = 500
-_MAX_URLS = 256
 
 
 @dataclass(frozen=True)
@@ -103,38 +111,43 @@ def _is_retryable(status: int) -> bool:
 
 
 class TrainGateClient:
-    """Sends chat turns and completion callbacks to TrainGate over one pooled HTTP client.
+    """Sends chat turns and completion callbacks to TrainGate over one pooled transport.
 
-    Pass ``http`` to share or customise the client (tests pass one with an ASGI transport);
-    otherwise the client is created here, with at most ``max_connections`` open at once (calls
-    beyond wait for a free one), and closed by :meth:`aclose`. ``sleep`` and ``rand``
-    are injectable so tests can check the backoff without waiting.
+    Pass ``transport`` (any :class:`~osmosis_rollout.transport.PostTransport`) or ``http`` (an
+    ``httpx2.AsyncClient``, e.g. one with a mock transport) to choose the carrier; a carrier
+    handed in is the caller's to close. Otherwise one is created here, with at most
+    ``max_connections`` open at once (calls beyond wait for a free one), and closed by
+    :meth:`aclose`. ``sleep`` and ``rand`` are injectable so tests can check the backoff
+    without waiting.
     """
 
     def __init__(
         self,
         http: httpx2.AsyncClient | None = None,
         *,
+        transport: PostTransport | None = None,
         retry: RetryPolicy | None = None,
         max_connections: int | None = 1000,
         sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
+        if http is not None and transport is not None:
+            raise TypeError("give TrainGateClient either http or transport, not both")
         self.retry = retry or RetryPolicy()
-        self._owns_http = http is None
-        self.http = http or httpx2.AsyncClient(
-            timeout=httpx2.Timeout(
-                self.retry.attempt_timeout_s, connect=self.retry.connect_timeout_s
-            ),
-            # Bounded: draining thousands of callbacks at once must not exhaust file handles.
-            limits=httpx2.Limits(max_connections=max_connections, max_keepalive_connections=200),
-        )
+        self._owns_transport = http is None and transport is None
+        if transport is None:
+            transport = Httpx2Transport(
+                http or default_http_client(self.retry, max_connections), owned=http is None
+            )
+        self.transport: PostTransport = transport
         self._sleep = sleep
         self._rand = rand
         self.stats = ClientStats()
-        #: Parsed URLs by string: every rollout posts to the same two or so, and parsing one
-        #: costs httpx2 ~0.05 ms. Cleared when it grows past _MAX_URLS (many TrainGates).
-        self._urls: dict[str, httpx2.URL] = {}
+
+    @property
+    def http(self) -> httpx2.AsyncClient | None:
+        """The ``httpx2`` client under the transport, when it is one (None otherwise)."""
+        return self.transport.http if isinstance(self.transport, Httpx2Transport) else None
 
     async def __aenter__(self) -> TrainGateClient:
         return self
@@ -143,9 +156,9 @@ class TrainGateClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this object created it."""
-        if self._owns_http:
-            await self.http.aclose()
+        """Close the transport if this object created it."""
+        if self._owns_transport:
+            await self.transport.aclose()
 
     def channel(self, request: RolloutRequest) -> RolloutChannel:
         """The view of this client that one rollout uses (its URL and its secret)."""
@@ -195,7 +208,7 @@ class TrainGateClient:
         api_key: str | None,
         request_id: str,
         callback: bool = False,
-    ) -> httpx2.Response:
+    ) -> Reply:
         headers = {"Content-Type": "application/json", "X-Request-Id": header_safe(request_id)}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -205,33 +218,28 @@ class TrainGateClient:
             last = attempt == policy.retries
             self.stats.requests += 1
             try:
-                target = self._urls.get(url) or self._parse(url)
-                response = await self.http.post(target, content=content, headers=headers)
-            except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
+                response = await self.transport.post(url, content, headers)
+            except InvalidTarget as exc:
                 self.stats.failures += 1
                 raise TrainGateError(f"cannot call {url}{_detail(exc, api_key)}") from None
-            except httpx2.DecodingError as exc:
+            except DecodeFailure as exc:
                 self.stats.failures += 1
                 raise ProtocolError(
                     f"the reply from {url} could not be decoded{_detail(exc, api_key)}"
                 ) from None
-            except httpx2.TransportError as exc:
+            except TransportFailure as exc:
                 if last:
                     self.stats.failures += 1
-                    unavailable = (
-                        TrainGateTimeout
-                        if isinstance(exc, httpx2.TimeoutException)
-                        else TrainGateUnavailable
-                    )
+                    unavailable = TrainGateTimeout if exc.timed_out else TrainGateUnavailable
                     raise unavailable(
                         f"could not reach {url} after {attempt + 1} attempt(s): "
-                        f"{type(exc).__name__}{_detail(exc, api_key)}"
+                        f"{exc.kind}{_detail(exc, api_key)}"
                     ) from None
                 delay = policy.backoff(attempt, self._rand())
                 logger.warning(
                     "POST %s failed (%s); retry %d/%d in %.2fs",
                     url,
-                    type(exc).__name__,
+                    exc.kind,
                     attempt + 1,
                     policy.retries,
                     delay,
@@ -270,12 +278,14 @@ class TrainGateClient:
             await self._sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
-    def _parse(self, url: str) -> httpx2.URL:
-        parsed = httpx2.URL(url)  # InvalidURL for a bad one: nothing is kept
-        if len(self._urls) >= _MAX_URLS:
-            self._urls.clear()
-        self._urls[url] = parsed
-        return parsed
+
+def default_http_client(retry: RetryPolicy, max_connections: int | None) -> httpx2.AsyncClient:
+    """The ``httpx2`` client TrainGate calls use when no carrier is given."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(retry.attempt_timeout_s, connect=retry.connect_timeout_s),
+        # Bounded: draining thousands of callbacks at once must not exhaust file handles.
+        limits=httpx2.Limits(max_connections=max_connections, max_keepalive_connections=200),
+    )
 
 
 def header_safe(value: str) -> str:
@@ -291,7 +301,7 @@ def _detail(exc: Exception, secret: str | None) -> str:
     return f" ({text[:200]})" if text else ""
 
 
-def _excerpt(response: httpx2.Response, secret: str | None) -> str:
+def _excerpt(response: Reply, secret: str | None) -> str:
     try:
         text = response.text
     except (UnicodeDecodeError, LookupError):
