@@ -7,6 +7,7 @@ no worker outlives the command.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
-from osmosis_rollout.testing import Finding
+from osmosis_rollout.testing import Finding, read_cassette
 from osmosis_rollout.testing.runner import RowResult
 
 from .support import ASSETS
@@ -40,8 +42,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+#: In the environment of every command a test starts (and so of its workers), to find them.
+MARK = f"JOBS_TEST_MARK=jobs-{os.getpid()}"
+
+
 def osmosis_env(pids: Path | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OSMOSIS_", "JOBS_"))}
+    env["JOBS_TEST_MARK"] = MARK.split("=", 1)[1]
     if pids is not None:
         pids.mkdir(exist_ok=True)
         env["JOBS_PIDS"] = str(pids)
@@ -51,7 +58,7 @@ def osmosis_env(pids: Path | None = None, **extra: str) -> dict[str, str]:
 
 def run_osmosis(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(OSMOSIS), "test", *args], env=env, capture_output=True, text=True, timeout=300
+        [str(OSMOSIS), "test", *args], env=env, capture_output=True, text=True, timeout=120
     )
 
 
@@ -85,6 +92,35 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def leftovers() -> list[int]:
+    """Running processes started by this test session's commands (their environment says so)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if MARK.encode() in environ and alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left() -> Iterator[None]:
+    """After every test: nothing its commands started still runs (the command, a worker, or
+    any helper process); what does is killed, and the test fails."""
+    yield
+    deadline = time.monotonic() + 10
+    while (left := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left running: {left}"
 
 
 def worker_pids(pids: Path, command_pid: int) -> set[int]:
@@ -137,10 +173,11 @@ def test_jobs_2_gives_the_results_and_summary_of_jobs_1_with_the_mock_llm(tmp_pa
 
 
 def record(tmp_path: Path, rows: int) -> tuple[Path, Path]:
-    """A cassette of the replay tests' CalcAgent under the mock LLM (its tool arguments vary)."""
+    """A cassette of the replay tests' CalcAgent under the mock LLM: its tool arguments vary by
+    rollout, so rows 1, 4, 7... have the same input but each its own recording."""
     dataset = write_rows(
         tmp_path / "calc.jsonl",
-        [{"user_prompt": f"What is {i} + 2?", "ground_truth": str(i + 2)} for i in range(rows)],
+        [{"user_prompt": f"What is {i % 3} + 2?", "ground_truth": "2"} for i in range(rows)],
     )
     cassette = tmp_path / "cassette.jsonl"
     done = run_osmosis(
@@ -161,8 +198,9 @@ def divergence_lines(stdout: str) -> list[str]:
 def test_a_replay_with_jobs_2_matches_jobs_1_and_reports_divergences_the_same(
     tmp_path: Path,
 ) -> None:
-    """Each worker opens the cassette itself: the unchanged agent replays clean, a changed tool
-    output diverges on the same rows, turns and fields, printed the same, exit 1."""
+    """The unchanged agent replays clean, each row its own recording (rows with the same input
+    included); a changed tool output diverges on the same rows, turns and fields, printed the
+    same, exit 1."""
     _, cassette = record(tmp_path, 8)
     outputs: dict[tuple[str, str], Any] = {}
     for agent in ("CalcAgent", "ChangedToolFormatAgent"):
@@ -181,6 +219,9 @@ def test_a_replay_with_jobs_2_matches_jobs_1_and_reports_divergences_the_same(
     clean = outputs["CalcAgent", "2"][2]
     assert clean["passed"] == 8
     assert clean["findings"] == {}
+    recorded = {row.row: row.final_messages() for row in read_cassette(cassette).rows}
+    assert len({json.dumps(recorded[n]) for n in (1, 4, 7)}) == 3  # one input, 3 recordings
+    assert all(r["final_messages"] == recorded[r["row"]] for r in outputs["CalcAgent", "2"][1])
     done1, rows1, _ = outputs["ChangedToolFormatAgent", "1"]
     done2, rows2, summary2 = outputs["ChangedToolFormatAgent", "2"]
     assert summary2["findings"] == {"replay_diverged": 8}
@@ -340,6 +381,18 @@ def test_jobs_is_refused_where_it_cannot_work(args: list[str], message: str) -> 
     result = CliRunner().invoke(app, ["test", *args, "--jobs", "2"])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
+
+
+def test_a_usage_error_found_after_the_workers_started_stops_them(tmp_path: Path) -> None:
+    """The workers start before the cassette is read; a bad cassette is still the one-line
+    usage error (exit 2) of one process, and the workers it started are gone with it."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    args = [f"{AGENTS}:WordAgent", "--replay", str(bad), "--jobs", "2"]
+    done = run_osmosis(*args, env=osmosis_env())
+    assert done.returncode == 2, done.stderr
+    assert "not an osmosis cassette" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "many"])

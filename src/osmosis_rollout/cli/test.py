@@ -205,6 +205,21 @@ def command_test(
         )
     if server is not None:
         _check_server_url(server)
+    pool = None
+    if workers > 1 and target is not None:  # started now: the workers import meanwhile
+        pool = _start_pool(
+            workers,
+            target,
+            replay=replay,
+            replay_mode=replay_mode,
+            llm=llm,
+            llm_url=llm_url,
+            model=model,
+            seed=seed,
+            llm_timeout=llm_timeout,
+            debug_dir=debug_dir,
+            verbose=verbose,
+        )
     try:
         if replay is not None:
             from ._cassettes import cassette_note, recorded_settings, replay_backend
@@ -241,21 +256,6 @@ def command_test(
             from ..loader import load_agent
 
             agent = load_agent(target)
-        spec = None
-        if workers > 1 and target is not None:
-            spec = _worker_spec(
-                target,
-                replay=replay,
-                replay_mode=replay_mode,
-                llm=llm,
-                llm_url=llm_url,
-                model=model,
-                seed=seed,
-                llm_timeout=llm_timeout,
-                options=(max_turns, completion_params, timeout, concurrency),
-                debug_dir=debug_dir,
-                verbose=verbose,
-            )
         if interactive:
             raise typer.Exit(
                 run_async(
@@ -290,11 +290,14 @@ def command_test(
                 record=record,
                 target=target,
                 token_check=token_check,
-                workers=(workers, spec),
+                pool=pool,
             )
         )
     except OsmosisError as exc:
         fail(str(exc))
+    finally:
+        if pool is not None:
+            pool.close()
     raise typer.Exit(code)
 
 
@@ -338,7 +341,8 @@ def _check_jobs(
     return count
 
 
-def _worker_spec(
+def _start_pool(
+    jobs: int,
     target: str,
     *,
     replay: Path | None,
@@ -348,20 +352,15 @@ def _worker_spec(
     model: str | None,
     seed: int,
     llm_timeout: float,
-    options: tuple[int, dict[str, Any], float, int],
     debug_dir: Path | None,
     verbose: bool,
 ) -> Any:
-    """What each ``--jobs`` worker builds: the same agent, backend and run options."""
-    from ..testing.parallel import BackendSpec, WorkerSpec
-    from ..testing.runner import RunOptions
+    """The ``--jobs`` workers, started: each loads TARGET and builds the same backend."""
+    from ..testing.parallel import BackendSpec, WorkerPool, WorkerSpec
 
-    max_turns, completion_params, timeout, concurrency = options
     if replay is not None:
         backend = BackendSpec(
-            "replay",
-            cassette=replay.resolve(),
-            replay_mode="lenient" if replay_mode == "lenient" else "strict",
+            "replay", replay_mode="lenient" if replay_mode == "lenient" else "strict"
         )
     elif llm_url or llm.lower() == "openai":
         backend = BackendSpec(
@@ -372,18 +371,19 @@ def _worker_spec(
         )
     else:
         backend = BackendSpec("mock", seed=seed)
-    return WorkerSpec(
+    spec = WorkerSpec(
         target=target,
         backend=backend,
-        options=RunOptions(
-            max_turns=max_turns,
-            completion_params=completion_params,
-            timeout_s=timeout,
-            concurrency=concurrency,
-        ),
         debug_dir=str(debug_dir.resolve()) if debug_dir is not None else None,
         verbose=verbose,
     )
+
+    def warn(line: str) -> None:
+        stderr_console().print(f"[yellow]Warning:[/] {escape(line)}", soft_wrap=True)
+
+    pool = WorkerPool(spec, jobs, notify=warn)
+    pool.start()
+    return pool
 
 
 def _check_mode_flags(
@@ -468,7 +468,7 @@ async def _run(
     record: Path | None = None,
     target: str | None = None,
     token_check: bool = False,
-    workers: tuple[int, Any] = (1, None),
+    pool: Any = None,
 ) -> int:
     import asyncio  # here, not at the top: `osmosis --help` imports this module
 
@@ -525,14 +525,7 @@ async def _run(
             transient=False,
         )
         task = progress.add_task("rollouts", total=len(rows), passed=0, failed=0)
-        pool = None
-        if workers[1] is not None and len(rows) > 1:
-            from ..testing.parallel import WorkerPool
-
-            def warn(line: str) -> None:
-                err.print(f"[yellow]Warning:[/] {escape(line)}", soft_wrap=True)
-
-            pool = WorkerPool(workers[1], min(workers[0], len(rows)), notify=warn)
+        if pool is not None:
             err.print(
                 f"[dim]{pool.jobs} worker processes, up to {concurrency} rollouts at once "
                 "in each[/]"
@@ -551,8 +544,15 @@ async def _run(
         try:
             async with _closing(backend):
                 if pool is not None:
+                    cassette = getattr(backend, "cassette", None)  # a replay: bind rows here
                     with progress:
-                        report = await pool.run(rows, on_result=on_result)
+                        report = await pool.run(
+                            rows,
+                            options,
+                            cassette=cassette,
+                            bind=_binder(backend) if cassette is not None else None,
+                            on_result=on_result,
+                        )
                 else:
                     async with Harness(
                         agent,
@@ -624,6 +624,15 @@ async def _run(
         if json_output:
             typer.echo(json.dumps(summary, indent=2))
         return EXIT_OK if summary["failed"] == 0 and summary["rows"] > 0 else EXIT_PROBLEMS
+
+
+def _binder(backend: Any) -> Any:
+    """For ``--jobs`` replays: each row's recorded row, taken in dataset order."""
+
+    def bind(row: Any) -> Any:
+        return backend.take_row(row.messages, row.metadata)
+
+    return bind
 
 
 async def _interactive(agent: Any, *, backend: Any, **options: Any) -> int:

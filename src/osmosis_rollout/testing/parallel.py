@@ -3,16 +3,19 @@
 A batch through the in-process pipeline (mock LLM or ``--replay``) is CPU-bound Python, so one
 process uses one core. Rows are independent; each worker (a ``spawn``-ed process: never a fork
 of a process with an event loop and threads) loads the agent from its ``TARGET`` string, builds
-its own backend and :class:`Harness` from a :class:`WorkerSpec`, and runs rows with
-``--concurrency`` rollouts at once.
+its own backend and :class:`Harness`, and runs rows with ``--concurrency`` rollouts at once.
 
-The parent hands rows out on request, in chunks that shrink as the batch drains, so a slow
-worker never holds rows another could run; it reads every result back as a
-:class:`~.runner.RowResult` and owns everything the user sees. It knows which rows each worker
-holds: when a worker dies (killed, crashed, its agent failed to import), those rows end as
-``ERROR`` rows that say so, and the others go on. Workers ignore SIGINT and SIGTERM (a Ctrl-C
-reaches the whole process group; the parent decides), are killed by the parent when the batch
-ends or is interrupted, and exit on their own when the parent goes away.
+The pool starts before the parent reads its dataset or cassette, so the workers' imports overlap
+that work. The parent hands rows out on request, in chunks that shrink as the batch drains (a
+slow worker never holds rows another could run), reads every result back as a
+:class:`~.runner.RowResult`, and owns everything the user sees. For a replay, the parent binds
+each row to its recorded row (as one process would, in dataset order) and sends that row along:
+workers never read the cassette, and two rows with the same input replay two recordings.
+
+It knows which rows each worker holds: when a worker dies (killed, crashed, its agent failed to
+import), those rows end as ``ERROR`` rows that say so, and the others go on. Workers ignore
+SIGINT and SIGTERM (a Ctrl-C reaches the whole process group; the parent decides), are killed by
+the parent when the batch ends or is interrupted, and exit on their own when the parent is gone.
 """
 
 from __future__ import annotations
@@ -30,15 +33,25 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .runner import BatchReport, RowInput, RowResult, RunOptions
 
+if TYPE_CHECKING:
+    from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
+    from .cassette import Cassette, CassetteRow
+    from .harness import Harness
+    from .replay import ReplayBackend
+    from .traingate import RolloutRecord
+
 __all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count"]
 
-#: Seconds a worker is given to exit after its pipes close, before it is killed.
+#: Seconds a worker is given to exit after its pipe closed, before it is killed.
 _STOP_GRACE_S = 2.0
+
+#: One row as handed to a worker: its position in the batch, the row, its recorded row (replay).
+_Item = tuple[int, RowInput, Any]
+_Message = tuple[Any, ...]
 
 
 def cpu_count() -> int:
@@ -56,7 +69,8 @@ class BackendSpec:
     """How a worker builds its LLM backend: the same CLI options, rebuilt in each process.
 
     The API key is never part of it: an ``openai`` worker reads ``OPENAI_API_KEY`` from the
-    environment it inherits, like the parent would.
+    environment it inherits, like the parent does. A ``replay`` worker gets each row's recording
+    from the parent with the row.
     """
 
     kind: Literal["mock", "openai", "replay"] = "mock"
@@ -64,16 +78,12 @@ class BackendSpec:
     base_url: str | None = None
     model: str | None = None
     timeout_s: float = 120.0
-    cassette: Path | None = None
     replay_mode: Literal["strict", "lenient"] = "strict"
 
     def build(self) -> Any:
-        """A fresh backend of this kind (a replay reads the cassette itself)."""
+        """A fresh backend of this kind."""
         if self.kind == "replay":
-            from .replay import ReplayBackend
-
-            assert self.cassette is not None
-            return ReplayBackend(self.cassette, mode=self.replay_mode)
+            return _RowReplays(self.replay_mode)
         if self.kind == "openai":
             from .backends import OpenAICompatibleBackend
 
@@ -87,15 +97,23 @@ class BackendSpec:
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything a worker needs to run rows exactly as the parent would in process."""
+    """What a worker is started with: what to load and how; the run's options come later."""
 
     target: str
     backend: BackendSpec
-    options: RunOptions
     debug_dir: str | None = None
     verbose: bool = False
     #: Shared by every worker: rollout ids read ``row-<n>-<run_id>`` as with one process.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """Sent with a worker's first rows: the run options and, for a replay, the cassette's
+    header (its rows come one by one with the rows they replay)."""
+
+    options: RunOptions
+    cassette: Cassette | None = None
 
 
 @dataclass
@@ -104,9 +122,10 @@ class _Worker:
 
     number: int
     process: Any  # multiprocessing.context.SpawnProcess
-    tasks: Connection  # parent -> worker: chunks of (position, row); [] when no rows are left
+    tasks: Connection  # parent -> worker: (settings or None, [items]); [] when no rows are left
     results: Connection  # worker -> parent: messages
     held: dict[int, RowInput] = field(default_factory=dict)
+    configured: bool = False
     failure: str | None = None
     reader: threading.Thread | None = None
 
@@ -114,9 +133,10 @@ class _Worker:
 class WorkerPool:
     """Run a batch's rows in ``jobs`` worker processes; see the module docstring.
 
-    ``notify`` is called with a one-line message when a worker dies, for the user to see.
-    After :meth:`run`, ``max_in_flight`` is the sum of the workers' most LLM turns in flight
-    at once (an OpenAI-compatible server saw up to that many).
+    ``with WorkerPool(spec, jobs) as pool:`` starts the workers at once; ``await pool.run(...)``
+    runs the rows; leaving the block kills whatever still runs. ``notify`` gets a one-line
+    message when a worker dies. After :meth:`run`, ``max_in_flight`` is the sum of the workers'
+    most LLM turns in flight at once.
     """
 
     def __init__(
@@ -126,39 +146,99 @@ class WorkerPool:
         self.jobs = max(1, jobs)
         self.notify = notify or (lambda message: None)
         self.max_in_flight = 0
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._early: list[tuple[_Worker, _Message]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: asyncio.Queue[tuple[_Worker, _Message]] | None = None
+
+    def __enter__(self) -> WorkerPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Spawn the workers (once); they load the agent while the caller prepares the rows."""
+        if self._workers:
+            return
+        context = multiprocessing.get_context("spawn")
+        for number in range(1, self.jobs + 1):
+            task_out, task_in = context.Pipe(duplex=False)
+            result_out, result_in = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_worker_main,
+                args=(self.spec, task_out, result_in),
+                name=f"osmosis-test-worker-{number}",
+            )
+            with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
+                process.start()
+            task_out.close()
+            result_in.close()
+            worker = _Worker(number, process, task_in, result_out)
+            worker.reader = threading.Thread(
+                target=self._forward, args=(worker,), name=f"{process.name}-reader", daemon=True
+            )
+            self._workers.append(worker)
+            worker.reader.start()
 
     async def run(
-        self, rows: Sequence[RowInput], *, on_result: Callable[[RowResult], None] | None = None
+        self,
+        rows: Sequence[RowInput],
+        options: RunOptions,
+        *,
+        cassette: Cassette | None = None,
+        bind: Callable[[RowInput], CassetteRow | None] | None = None,
+        on_result: Callable[[RowResult], None] | None = None,
     ) -> BatchReport:
-        """Run every row; results keep dataset order, as :func:`~.runner.run_batch`'s do."""
+        """Run every row; results keep dataset order, as :func:`~.runner.run_batch`'s do.
+
+        For a replay, ``cassette`` is the cassette read by the caller and ``bind`` gives the
+        recorded row each row replays (:meth:`~.replay.ReplayBackend.take_row`).
+        """
+        self.start()
         loop = asyncio.get_running_loop()
         started = loop.time()
-        inbox: asyncio.Queue[tuple[_Worker, tuple[Any, ...]]] = asyncio.Queue()
+        inbox: asyncio.Queue[tuple[_Worker, _Message]] = asyncio.Queue()
+        with self._lock:
+            self._loop, self._inbox = loop, inbox
+            for early in self._early:
+                inbox.put_nowait(early)
+            self._early.clear()
+        header = None
+        if cassette is not None:
+            from .cassette import Cassette
+
+            header = Cassette(cassette.path, cassette.header, [], cassette.complete)
+        settings = _Settings(options, header)
         pending: deque[tuple[int, RowInput]] = deque(enumerate(rows))
         results: dict[int, RowResult] = {}
         stopped: list[str] = []
-        concurrency = max(1, self.spec.options.concurrency)
+        concurrency = max(1, options.concurrency)
 
         def finish(position: int, result: RowResult) -> None:
             results[position] = result
             if on_result is not None:
                 on_result(result)
 
-        workers: list[_Worker] = []
         try:
-            for number in range(1, min(self.jobs, max(1, len(rows))) + 1):
-                workers.append(self._start(number, loop, inbox))
-            live = len(workers)
+            live = len(self._workers)
             while live:
                 worker, message = await inbox.get()
                 kind = message[0]
                 if kind == "want":
                     # Guided self-scheduling: big chunks early, single rows at the end.
-                    size = min(concurrency, max(1, len(pending) // (8 * len(workers))))
-                    chunk = [pending.popleft() for _ in range(min(size, len(pending)))]
-                    worker.held.update(chunk)
+                    size = min(concurrency, max(1, len(pending) // (8 * len(self._workers))))
+                    chunk: list[_Item] = []
+                    for _ in range(min(size, len(pending))):
+                        position, row = pending.popleft()
+                        chunk.append((position, row, bind(row) if bind is not None else None))
+                        worker.held[position] = row
+                    first = None if worker.configured else settings
+                    worker.configured = True
                     with contextlib.suppress(OSError):  # it died: "gone" follows
-                        worker.tasks.send(chunk)
+                        worker.tasks.send((first, chunk))
                 elif kind == "row":
                     position, result = message[1], message[2]
                     worker.held.pop(position, None)
@@ -176,43 +256,50 @@ class WorkerPool:
                         self._lost(worker, how, finish)
             if pending:
                 reason = "every worker process died"
-                last = next((w.failure for w in reversed(workers) if w.failure), None)
+                last = next((w.failure for w in reversed(self._workers) if w.failure), None)
                 stopped.append(f"{reason}: {last}" if last else reason)
                 while pending:
                     position, row = pending.popleft()
                     finish(position, _error_row(row, self.spec.run_id, f"not run: {stopped[-1]}"))
         finally:
-            self._stop(workers)
+            self.close()
         return BatchReport(
             rows=[results[i] for i in range(len(rows))],
             wall_s=loop.time() - started,
             stopped_early=stopped[0] if stopped else None,
         )
 
-    def _start(
-        self,
-        number: int,
-        loop: asyncio.AbstractEventLoop,
-        inbox: asyncio.Queue[tuple[_Worker, tuple[Any, ...]]],
-    ) -> _Worker:
-        context = multiprocessing.get_context("spawn")
-        task_out, task_in = context.Pipe(duplex=False)
-        result_out, result_in = context.Pipe(duplex=False)
-        process = context.Process(
-            target=_worker_main,
-            args=(self.spec, task_out, result_in),
-            name=f"osmosis-test-worker-{number}",
-        )
-        with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it mid-import
-            process.start()
-        task_out.close()
-        result_in.close()
-        worker = _Worker(number, process, task_in, result_out)
-        worker.reader = threading.Thread(
-            target=_forward, args=(worker, loop, inbox), name=f"{process.name}-reader", daemon=True
-        )
-        worker.reader.start()
-        return worker
+    def close(self) -> None:
+        """No worker outlives the pool: close their pipes, kill any still running, reap them."""
+        for worker in self._workers:
+            worker.tasks.close()
+        for worker in self._workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+        for worker in self._workers:
+            worker.process.join(_STOP_GRACE_S)
+            if worker.reader is not None:
+                worker.reader.join(_STOP_GRACE_S)
+            worker.results.close()
+
+    def _forward(self, worker: _Worker) -> None:
+        """The reader thread of one worker: every message to the event loop, then ``gone``."""
+        try:
+            while True:
+                self._post(worker, worker.results.recv())
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # a message that does not unpickle: the worker is unusable
+            self._post(worker, ("fatal", f"unreadable message ({type(exc).__name__}: {exc})"))
+        self._post(worker, ("gone",))
+
+    def _post(self, worker: _Worker, message: _Message) -> None:
+        with self._lock:
+            if self._loop is None or self._inbox is None:
+                self._early.append((worker, message))  # run() has not begun: it takes them
+                return
+            with contextlib.suppress(RuntimeError):  # the loop already closed (interrupted)
+                self._loop.call_soon_threadsafe(self._inbox.put_nowait, (worker, message))
 
     async def _ended(self, worker: _Worker) -> str:
         """Wait for a worker whose pipe closed; how it ended, in words."""
@@ -231,8 +318,7 @@ class WorkerPool:
 
     def _lost(self, worker: _Worker, how: str, finish: Callable[[int, RowResult], None]) -> None:
         """A worker ended with rows in hand (or failed): those rows end as errors that say why."""
-        pid = worker.process.pid
-        reason = f"worker process {worker.number} (pid {pid}) {how}"
+        reason = f"worker process {worker.number} (pid {worker.process.pid}) {how}"
         if worker.failure:
             reason += f": {worker.failure}"
         held = sorted(worker.held.items())
@@ -245,49 +331,20 @@ class WorkerPool:
             message = f"{reason} before this row finished"
             finish(position, _error_row(row, self.spec.run_id, message))
 
-    def _stop(self, workers: list[_Worker]) -> None:
-        """No worker outlives the batch: close their pipes, kill any still running, reap them."""
-        for worker in workers:
-            worker.tasks.close()
-        for worker in workers:
-            if worker.process.is_alive():
-                worker.process.kill()
-        for worker in workers:
-            worker.process.join(_STOP_GRACE_S)
-            if worker.reader is not None:
-                worker.reader.join(_STOP_GRACE_S)
-            worker.results.close()
-
 
 def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
     return RowResult(
         index=row.index,
-        rollout_id=f"row-{row.index}-{run_id}",
+        rollout_id=_rollout_id(row, run_id),
         status="ERROR",
         error_message=message,
         metadata=row.metadata,
     )
 
 
-def _forward(
-    worker: _Worker,
-    loop: asyncio.AbstractEventLoop,
-    inbox: asyncio.Queue[tuple[_Worker, tuple[Any, ...]]],
-) -> None:
-    """The reader thread of one worker: every message to the event loop, then ``gone``."""
-
-    def post(message: tuple[Any, ...]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop already closed (interrupted run)
-            loop.call_soon_threadsafe(inbox.put_nowait, (worker, message))
-
-    try:
-        while True:
-            post(worker.results.recv())
-    except (EOFError, OSError):
-        pass
-    except Exception as exc:  # a message that does not unpickle: the worker is unusable
-        post(("fatal", f"unreadable message from the worker ({type(exc).__name__}: {exc})"))
-    post(("gone",))
+def _rollout_id(row: RowInput, run_id: str) -> str:
+    """The rollout id :func:`~.runner.run_batch` gives ``row`` in the run ``run_id``."""
+    return f"row-{row.index}-{run_id}"
 
 
 @contextlib.contextmanager
@@ -304,6 +361,49 @@ def _sigint_ignored() -> Iterator[None]:
 
 
 # -- in the worker process ----------------------------------------------------------------------
+
+
+class _RowReplays:
+    """A worker's backend for ``--replay``: each rollout is answered by a
+    :class:`~.replay.ReplayBackend` over the one recorded row the parent bound to its row."""
+
+    def __init__(self, mode: Literal["strict", "lenient"]) -> None:
+        self.mode: Literal["strict", "lenient"] = mode
+        self.cassette: Cassette | None = None  # the header, from the first settings
+        self._by_rollout: dict[str, ReplayBackend] = {}
+
+    def expect(self, rollout_id: str, recorded: CassetteRow | None) -> None:
+        """The next rollout ``rollout_id`` replays ``recorded`` (None: a row not recorded)."""
+        from .cassette import Cassette
+        from .replay import ReplayBackend
+
+        assert self.cassette is not None
+        header = self.cassette
+        rows = [recorded] if recorded is not None else []
+        cassette = Cassette(header.path, header.header, rows, header.complete)
+        self._by_rollout[rollout_id] = ReplayBackend(cassette, mode=self.mode)
+
+    def done(self, rollout_id: str) -> None:
+        self._by_rollout.pop(rollout_id, None)
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        return await self._for(record).complete(request, record)
+
+    def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
+        self._for(record).rollout_completed(record, response)
+
+    def _for(self, record: RolloutRecord) -> ReplayBackend:
+        backend = self._by_rollout.get(record.rollout_id)
+        if backend is None:
+            from ..errors import LLMBackendError
+
+            raise LLMBackendError(
+                f"rollout {record.rollout_id!r} is not one this worker was given",
+                kind="replay_unknown_row",
+            )
+        return backend
 
 
 def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
@@ -342,7 +442,52 @@ async def _work(
     from .runner import run_batch
     from .traingate import MockTrainGate
 
-    options = spec.options
+    lock = anyio.Lock()
+    buffer: deque[_Item] = deque()
+    exhausted = False
+    told_stopped = False
+    settings: list[_Settings] = []
+    replays = backend if isinstance(backend, _RowReplays) else None
+
+    async def fetch() -> None:
+        nonlocal exhausted
+        results.send(("want",))
+        first, chunk = await anyio.to_thread.run_sync(tasks.recv)
+        if first is not None:
+            settings.append(first)
+        exhausted = not chunk
+        buffer.extend(chunk)
+
+    async def next_row() -> _Item | None:
+        async with lock:
+            if not buffer and not exhausted:
+                await fetch()
+            return buffer.popleft() if buffer else None
+
+    async def lane(harness: Harness, options: RunOptions) -> None:
+        nonlocal told_stopped
+        while (item := await next_row()) is not None:
+            position, row, recorded = item
+            rollout_id = _rollout_id(row, spec.run_id)
+            if replays is not None:
+                replays.expect(rollout_id, recorded)
+
+            def send(result: RowResult, at: int = position) -> None:
+                results.send(("row", at, result))
+
+            report = await run_batch(harness, [row], options, on_result=send, run_id=spec.run_id)
+            if replays is not None:
+                replays.done(rollout_id)
+            if report.stopped_early and not told_stopped:
+                told_stopped = True
+                results.send(("stopped", report.stopped_early))
+
+    await fetch()  # the settings come with the first rows
+    if not buffer:
+        return 0
+    options = settings[0].options
+    if replays is not None:
+        replays.cassette = settings[0].cassette
     one_at_a_time = RunOptions(
         max_turns=options.max_turns,
         max_tokens_total=options.max_tokens_total,
@@ -350,42 +495,11 @@ async def _work(
         timeout_s=options.timeout_s,
         concurrency=1,
     )
-    lock = anyio.Lock()
-    buffer: deque[tuple[int, RowInput]] = deque()
-    exhausted = False
-    told_stopped = False
-
-    async def next_row() -> tuple[int, RowInput] | None:
-        nonlocal exhausted
-        async with lock:
-            if not buffer and not exhausted:
-                results.send(("want",))
-                chunk = await anyio.to_thread.run_sync(tasks.recv)
-                exhausted = not chunk
-                buffer.extend(chunk)
-            return buffer.popleft() if buffer else None
-
-    async def lane(harness: Harness) -> None:
-        nonlocal told_stopped
-        while (item := await next_row()) is not None:
-            position, row = item
-
-            def send(result: RowResult, at: int = position) -> None:
-                results.send(("row", at, result))
-
-            report = await run_batch(
-                harness, [row], one_at_a_time, on_result=send, run_id=spec.run_id
-            )
-            if report.stopped_early and not told_stopped:
-                told_stopped = True
-                results.send(("stopped", report.stopped_early))
-
-    gate = MockTrainGate(backend)
     try:
         async with (
             Harness(
                 agent,
-                gate=gate,
+                gate=MockTrainGate(backend),
                 rollout_timeout_s=options.timeout_s,
                 max_concurrent=options.concurrency,
                 debug_dir=spec.debug_dir,
@@ -393,7 +507,7 @@ async def _work(
             anyio.create_task_group() as lanes,
         ):
             for _ in range(max(1, options.concurrency)):
-                lanes.start_soon(lane, harness)
+                lanes.start_soon(lane, harness, one_at_a_time)
     finally:
         close = getattr(backend, "aclose", None)
         if close is not None:
