@@ -378,6 +378,18 @@ class Http1Transport:
 class _Connection(asyncio.Protocol):
     """One TCP (or TLS) connection and the response being read on it."""
 
+    # The response being read (reset by _start).
+    _reply: asyncio.Future[tuple[int, dict[str, str], bytes]] | None
+    _status: int
+    _headers: dict[str, str]
+    _body: list[bytes]
+    _size: int
+    _head_size: int
+    _header_bytes: int
+    _oversized: bool
+    _framed: bool
+    _headers_done: bool
+
     def __init__(self, pool: Http1Transport, key: tuple[str, str, int], limit: int) -> None:
         self.pool = pool
         self.key = key
@@ -392,21 +404,10 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.keep_alive = False
         self.answered = False
-        self._reply: asyncio.Future[tuple[int, dict[str, str], bytes]] | None = None
         self._drain: asyncio.Future[None] | None = None
         self._paused = False
-        self._status = 0
-        self._headers: dict[str, str] = {}
-        self._body: list[bytes] = []
-        self._size = 0
-        self._head_size = 0
-        self._header_bytes = 0
-        self._oversized = False
-        self._framed = False
-        self._headers_done = False
-        self._complete = False
-        self._writing = False
         self._timeout = 0.0
+        self._start(None)
 
     # -- used by the pool -------------------------------------------------------------------
 
@@ -423,7 +424,6 @@ class _Connection(asyncio.Protocol):
         self._timeout = deadline - loop.time()
         timer = loop.call_at(deadline, self._timed_out)
         try:
-            self._writing = True
             transport.write(request)
             if self._paused:
                 drain = self._drain = loop.create_future()
@@ -431,7 +431,6 @@ class _Connection(asyncio.Protocol):
                     await drain
                 finally:
                     self._drain = None
-            self._writing = False
             return await reply
         finally:
             timer.cancel()
@@ -543,12 +542,12 @@ class _Connection(asyncio.Protocol):
         if 100 <= self._status < 200 and self._status != 101:  # interim (100 Continue...)
             self._start(reply)
             return
-        self._complete = True
         reply.set_result((self._status, self._headers, b"".join(self._body)))
 
     # -- internals --------------------------------------------------------------------------
 
-    def _start(self, reply: asyncio.Future[tuple[int, dict[str, str], bytes]]) -> None:
+    def _start(self, reply: asyncio.Future[tuple[int, dict[str, str], bytes]] | None) -> None:
+        """Forget the last response: ``reply`` is the future the next one settles."""
         self._reply = reply
         self._status = 0
         self._headers = {}
@@ -559,7 +558,6 @@ class _Connection(asyncio.Protocol):
         self._oversized = False
         self._framed = False
         self._headers_done = False
-        self._complete = False
         self.keep_alive = False
 
     def _ended(self, exc: Exception | None) -> None:
@@ -569,7 +567,7 @@ class _Connection(asyncio.Protocol):
             return
         self.keep_alive = False
         if exc is None and self._headers_done and not self._framed:
-            self._complete = True  # a body delimited by the close (HTTP/1.0 style)
+            # a body delimited by the close (HTTP/1.0 style)
             reply.set_result((self._status, self._headers, b"".join(self._body)))
         elif exc is not None:
             self._fail(TransportFailure("ReadError", _describe(exc)))
