@@ -188,6 +188,16 @@ def test_an_interrupted_recording_reads_up_to_its_last_complete_row(
             ":2: a malformed row",
         ),
         ("", "is empty"),
+        (
+            '{"type": "header", "format": "osmosis-cassette", "version": 1}\n'
+            '{"type": "row", "row": 1, \n{"type": "end", "rows": 1}\n',
+            ":2: not a JSON object",
+        ),
+        (
+            '{"type": "header", "format": "osmosis-cassette", "version": 1}\n'
+            '{"type": "row", "row": "one"}\n',
+            ":2: a malformed row",
+        ),
     ],
 )
 def test_a_bad_cassette_is_a_clear_usage_error(tmp_path: Path, content: str, message: str) -> None:

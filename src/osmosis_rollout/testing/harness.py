@@ -1,9 +1,13 @@
 """``Harness``: a rollout server and a ``MockTrainGate`` wired together, for tests and tools.
 
-By default both run in this process and talk through two ``httpx2.ASGITransport``s: every byte
-still goes through the real protocol and the real ``create_app``. With ``server_url`` the harness
-drives an already running server instead, and the mock TrainGate listens on 127.0.0.1 for its
-calls. ``osmosis test``, ``osmosis validate``'s dry run and the REPL all use this.
+By default both run in this process, with no HTTP client in between: the mock TrainGate posts
+each init through :class:`~osmosis_rollout.transport.AsgiTransport` (a direct call of the real
+``create_app``: its routing, auth and limits), and the server's ``TrainGateClient`` posts chat
+turns and callbacks through :meth:`MockTrainGate.post_transport` (straight to the mock's
+handlers). Every byte still goes through the real serialisation and parsing on both sides. With
+``server_url`` the harness drives an already running server instead, over ``httpx2``, and the
+mock TrainGate listens on 127.0.0.1 for its calls. ``osmosis test``, ``osmosis validate``'s dry
+run and the REPL all use this.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..agent import RolloutAgentLoop
 from ..client import RetryPolicy, TrainGateClient
 from ..errors import ConfigError
 from ..protocol import Message, RolloutRequest, RolloutResponse, describe_validation_error
+from ..transport import AsgiTransport, Httpx2Transport, PostTransport, TransportFailure
 
 if TYPE_CHECKING:
     from ..server import RolloutServer
@@ -109,8 +114,25 @@ class Harness:
         self.debug_dir = debug_dir
         self.outbox_dir = outbox_dir
         self._stack = contextlib.AsyncExitStack()
-        self.server_http: httpx2.AsyncClient | None = None
+        self._server_http: httpx2.AsyncClient | None = None
+        #: How inits reach the server, and the URL they are posted under.
+        self._server_post: PostTransport | None = None
+        self._server_base = _SERVER_BASE
+        self._app: Any = None
         self.rollout_server: RolloutServer | None = None
+
+    @property
+    def server_http(self) -> httpx2.AsyncClient | None:
+        """An ``httpx2`` client to the server (its base URL set), for calls beyond the init
+        (``/health``, raw requests in tests); None outside ``async with``. For the in-process
+        server it is made on first use (``run`` does not need it) and closed with the harness.
+        """
+        if self._server_http is None and self._app is not None:
+            self._server_http = httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=self._app), base_url=_SERVER_BASE, timeout=None
+            )
+            self._stack.push_async_callback(self._server_http.aclose)
+        return self._server_http
 
     async def __aenter__(self) -> Harness:
         try:
@@ -129,9 +151,7 @@ class Harness:
     async def _start_in_process(self, agent: RolloutAgentLoop) -> None:
         from ..server import create_app
 
-        gate_http = httpx2.AsyncClient(transport=self.gate.transport(), timeout=None)
-        self._stack.push_async_callback(gate_http.aclose)
-        client = TrainGateClient(gate_http, retry=RetryPolicy(retries=0))
+        client = TrainGateClient(transport=self.gate.post_transport(), retry=RetryPolicy(retries=0))
         app = create_app(
             agent,
             api_key=self.server_key,
@@ -144,11 +164,8 @@ class Harness:
         )
         self.rollout_server = app.state.rollout_server
         await self._stack.enter_async_context(app.router.lifespan_context(app))
-        self.server_http = await self._stack.enter_async_context(
-            httpx2.AsyncClient(
-                transport=httpx2.ASGITransport(app=app), base_url=_SERVER_BASE, timeout=None
-            )
-        )
+        self._server_post = AsgiTransport(app)
+        self._app = app
 
     async def _start_gate_listener(self) -> None:
         from ..server import bind_socket
@@ -176,10 +193,13 @@ class Harness:
         tasks.start_soon(run_server)
         self._stack.push_async_callback(stop)
         # No wait for uvicorn: bind_socket already listens, early connections queue up.
-        self.server_http = await self._stack.enter_async_context(
+        http = await self._stack.enter_async_context(
             httpx2.AsyncClient(base_url=self.server_url, timeout=30.0)
         )
-        await self._probe_server(self.server_http)
+        self._server_http = http
+        await self._probe_server(http)
+        self._server_post = Httpx2Transport(http)
+        self._server_base = self.server_url
 
     async def _probe_server(self, http: httpx2.AsyncClient) -> None:
         """Fail fast, once, when ``--server`` points at nothing that speaks the protocol."""
@@ -252,7 +272,7 @@ class Harness:
         runs too long shows up as the server's ``ERROR``/``timeout``, not as a lost callback.
         Raises ``ConfigError`` when the request itself is invalid (e.g. metadata too large).
         """
-        if self.server_http is None:
+        if self._server_post is None:
             raise RuntimeError("use the Harness inside `async with`")
         rid = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
         try:
@@ -272,12 +292,12 @@ class Harness:
             ) from None
         started = time.perf_counter()
         try:
-            record, response = await self.gate.init_rollout(
-                self.server_http, request, server_key=self.server_key
+            record, response = await self.gate.init_rollout_via(
+                self._server_post, self._server_base, request, server_key=self.server_key
             )
-        except httpx2.TransportError as exc:
+        except TransportFailure as exc:
             raise ServerUnreachable(
-                f"cannot reach the rollout server at {self.server_url}: {type(exc).__name__}"
+                f"cannot reach the rollout server at {self.server_url}: {exc.kind}"
             ) from None
         try:
             init_body: Any = response.json()

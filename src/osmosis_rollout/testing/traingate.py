@@ -1,23 +1,31 @@
-"""``MockTrainGate``: a real Starlette app that plays TrainGate for tests and ``osmosis test``.
+"""``MockTrainGate``: plays TrainGate for tests and ``osmosis test``.
 
 It answers ``/v1/chat/completions`` through a pluggable LLM backend, receives
 ``/v1/rollout/completed``, records everything, and checks the agent's protocol behaviour the way
 the real trainer depends on it. Each violation becomes a named :class:`Finding`, never a crash.
+
+The two endpoints are handler functions over headers and body bytes
+(:meth:`MockTrainGate.handle_chat`, :meth:`MockTrainGate.handle_completed`). A Starlette ``app``
+serves them over HTTP (behind uvicorn for ``--server``, or ``httpx2.ASGITransport``), and
+:meth:`MockTrainGate.post_transport` hands them straight to an in-process server's
+``TrainGateClient``: the same bytes, without the HTTP machinery.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import LLMBackendError
@@ -31,10 +39,12 @@ from ..protocol import (
     describe_validation_error,
     first_divergence,
 )
+from ..transport import AsgiTransport, InvalidTarget, PostTransport, Reply
 from .text_tool_calls import find_text_tool_call
 
 __all__ = [
     "Finding",
+    "GateTransport",
     "LLMBackend",
     "MockTrainGate",
     "RolloutRecord",
@@ -213,18 +223,25 @@ class MockTrainGate:
         self.stray_findings: list[Finding] = []
         #: Set when the LLM backend failed in a way every rollout would (bad key, unreachable).
         self.systemic_error: LLMBackendError | None = None
-        self.app = Starlette(
+        self._own_app = Starlette(
             routes=[
-                Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/v1/rollout/completed", self._completed, methods=["POST"]),
+                Route(CHAT_PATH, self._chat, methods=["POST"]),
+                Route(COMPLETED_PATH, self._completed, methods=["POST"]),
             ]
         )
+        #: The ASGI app serving the two endpoints; tests may wrap it (any ASGI app will do).
+        self.app: Any = self._own_app
 
     # -- driving a rollout server --------------------------------------------------------------
 
     def transport(self) -> httpx2.ASGITransport:
-        """An in-process transport to this app, for the server's ``TrainGateClient``."""
+        """An in-process ``httpx2`` transport to this app (for an ``httpx2`` client)."""
         return httpx2.ASGITransport(app=self.app)
+
+    def post_transport(self) -> GateTransport:
+        """The cheapest in-process carrier for the server's ``TrainGateClient``: each POST goes
+        straight to the handler of its path (see :class:`GateTransport`)."""
+        return GateTransport(self)
 
     def expect(
         self,
@@ -248,6 +265,36 @@ class MockTrainGate:
         self, server: httpx2.AsyncClient, request: RolloutRequest, *, server_key: str | None = None
     ) -> tuple[RolloutRecord, httpx2.Response]:
         """POST ``/v1/rollout/init`` to a rollout server and record the tools it declared."""
+        record, content, headers = self._begin(request, server_key)
+        try:
+            response = await server.post("/v1/rollout/init", content=content, headers=headers)
+            self._learn_tools(record, response.status_code, response.content)
+        finally:
+            record.tools_ready.set()  # known now, or never: chat calls waiting must go on
+        return record, response
+
+    async def init_rollout_via(
+        self,
+        transport: PostTransport,
+        url: str,
+        request: RolloutRequest,
+        *,
+        server_key: str | None = None,
+    ) -> tuple[RolloutRecord, Reply]:
+        """:meth:`init_rollout` through a :class:`~osmosis_rollout.transport.PostTransport`
+        (``url``: the server's base URL)."""
+        record, content, headers = self._begin(request, server_key)
+        try:
+            reply = await transport.post(f"{url}/v1/rollout/init", content, headers)
+            self._learn_tools(record, reply.status_code, reply.content)
+        finally:
+            record.tools_ready.set()
+        return record, reply
+
+    def _begin(
+        self, request: RolloutRequest, server_key: str | None
+    ) -> tuple[RolloutRecord, bytes, dict[str, str]]:
+        """Register the rollout and build the init's body and headers."""
         from ..protocol import wire_json
 
         record = RolloutRecord(rollout_id=request.rollout_id, api_key=request.api_key_value)
@@ -256,17 +303,14 @@ class MockTrainGate:
         headers = {"Content-Type": "application/json"}
         if server_key:
             headers["Authorization"] = f"Bearer {server_key}"
-        try:
-            response = await server.post(
-                "/v1/rollout/init", content=wire_json(request), headers=headers
-            )
-            if response.status_code == 202:
-                init = InitResponse.model_validate_json(response.content)
-                record.tools = list(init.tools)
-                record.tools_known = True
-        finally:
-            record.tools_ready.set()  # known now, or never: chat calls waiting must go on
-        return record, response
+        return record, wire_json(request), headers
+
+    @staticmethod
+    def _learn_tools(record: RolloutRecord, status: int, content: bytes) -> None:
+        if status == 202:
+            init = InitResponse.model_validate_json(content)
+            record.tools = list(init.tools)
+            record.tools_known = True
 
     async def wait_completed(self, rollout_id: str, timeout_s: float) -> RolloutRecord:
         """Wait for the completion callback; a miss becomes a ``no_completion`` finding."""
@@ -287,48 +331,58 @@ class MockTrainGate:
 
     # -- the two endpoints --------------------------------------------------------------------
 
-    def _authorised(self, request: Request, record: RolloutRecord) -> bool:
+    async def _chat(self, request: Request) -> Response:
+        return _response(await self.handle_chat(request.headers, await request.body()))
+
+    async def _completed(self, request: Request) -> Response:
+        return _response(await self.handle_completed(request.headers, await request.body()))
+
+    def _authorised(self, headers: Mapping[str, str], record: RolloutRecord) -> bool:
         expected = record.api_key
         if expected is None:
             return True
-        header = request.headers.get("authorization", "")
+        header = headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(
             token.encode("utf-8", "replace"), expected.encode()
         )
 
     async def _receive(
-        self, request: Request, model: type[Any], what: str
-    ) -> tuple[Any, RolloutRecord] | Response:
+        self, headers: Mapping[str, str], content: bytes, model: type[Any], what: str
+    ) -> tuple[Any, RolloutRecord] | Reply:
         """Parse a call's body, find its rollout, check its key: the body and record, or the
-        error response (each failure also recorded as a finding)."""
+        error reply (each failure also recorded as a finding)."""
         try:
-            body = model.model_validate_json(await request.body())
+            body = model.model_validate_json(content)
         except ValidationError as exc:
             detail = describe_validation_error(exc)
             self.stray_findings.append(Finding(MALFORMED_REQUEST, f"malformed {what}: {detail}"))
-            return JSONResponse({"detail": detail}, status_code=400)
+            return _json_reply(400, {"detail": detail})
         record = self.records.get(body.rollout_id)
         if record is None:
             self.stray_findings.append(
                 Finding(UNKNOWN_ROLLOUT, f"{what} for a rollout never started", body.rollout_id)
             )
-            return JSONResponse({"detail": "unknown rollout_id"}, status_code=404)
-        if not self._authorised(request, record):
+            return _json_reply(404, {"detail": "unknown rollout_id"})
+        if not self._authorised(headers, record):
             record.add(BAD_API_KEY, f"{what} without the rollout's bearer api_key")
-            return JSONResponse({"detail": "invalid api key"}, status_code=401)
+            return _json_reply(401, {"detail": "invalid api key"})
         return body, record
 
-    async def _chat(self, request: Request) -> Response:
-        received = await self._receive(request, CompletionsRequest, "chat call")
-        if isinstance(received, Response):
+    async def handle_chat(self, headers: Mapping[str, str], content: bytes) -> Reply:
+        """``POST /v1/chat/completions``: check the turn, ask the backend, record both.
+
+        ``headers`` must look names up case-insensitively (Starlette's do; lower-case names
+        in a plain dict do too)."""
+        received = await self._receive(headers, content, CompletionsRequest, "chat call")
+        if isinstance(received, Reply):
             return received
         body, record = received
         # The first turn may arrive before the init's 202 (the server starts the agent first):
         # answer it only once the declared tools are known, so the LLM always gets them.
         if not record.tools_ready.is_set():  # no checkpoint otherwise: keep the usual order
             await record.tools_ready.wait()
-        request_id = request.headers.get("x-request-id", "")
+        request_id = headers.get("x-request-id", "")
         if request_id and record.request_ids and record.request_ids[-1] == request_id:
             # A retry of the last turn (its reply was lost on the way): it replaces that turn.
             record.request_ids.pop()
@@ -350,9 +404,9 @@ class MockTrainGate:
             # Systemic failures get a status the server will not retry (424); others a 503,
             # which a real trainer would also answer with when its model server hiccups.
             status = 424 if exc.systemic else 503
-            return JSONResponse({"detail": f"LLM backend error: {exc}"}, status_code=status)
+            return _json_reply(status, {"detail": f"LLM backend error: {exc}"})
         record.replies.append(reply)
-        return Response(reply.model_dump_json(exclude_none=True), media_type="application/json")
+        return Reply(200, _JSON_HEADERS, reply.model_dump_json(exclude_none=True).encode())
 
     def _check_chat(self, record: RolloutRecord, body: CompletionsRequest) -> None:
         turn = len(record.chats) + 1  # the turn this call starts
@@ -377,9 +431,10 @@ class MockTrainGate:
                     turn=turn,
                 )
 
-    async def _completed(self, request: Request) -> Response:
-        received = await self._receive(request, RolloutResponse, "completion callback")
-        if isinstance(received, Response):
+    async def handle_completed(self, headers: Mapping[str, str], content: bytes) -> Reply:
+        """``POST /v1/rollout/completed``: check and record the rollout's result."""
+        received = await self._receive(headers, content, RolloutResponse, "completion callback")
+        if isinstance(received, Reply):
             return received
         body, record = received
         if not record.tools_ready.is_set():  # the tools check needs them, as chat calls do
@@ -394,7 +449,7 @@ class MockTrainGate:
         if observe is not None and len(record.completions) == 1:
             observe(record, body)  # e.g. a replay compares the result with its recording
         record.done.set()
-        return JSONResponse({"ok": True})
+        return _json_reply(200, {"ok": True})
 
     def _check_tools_used(self, record: RolloutRecord, body: RolloutResponse) -> None:
         if not record.tools_known:
@@ -433,6 +488,75 @@ class MockTrainGate:
                     "--jinja) or parse such text in the agent",
                 )
                 return
+
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETED_PATH = "/v1/rollout/completed"
+_JSON_HEADERS = {"content-type": "application/json"}
+_Handler = Callable[[MockTrainGate, Mapping[str, str], bytes], Awaitable[Reply]]
+_ROUTES: dict[str, _Handler] = {
+    CHAT_PATH: MockTrainGate.handle_chat,
+    COMPLETED_PATH: MockTrainGate.handle_completed,
+}
+
+
+class GateTransport:
+    """A :class:`~osmosis_rollout.transport.PostTransport` that hands each POST straight to the
+    mock TrainGate's handler for its path: what an in-process server's ``TrainGateClient`` uses.
+
+    The body is the client's real serialised bytes and the handler parses them as the HTTP
+    route would; only the HTTP layers in between (request objects, ASGI, routing) are skipped.
+    An unknown path gets the 404 a router would answer. When ``gate.app`` was replaced (a test
+    wrapping it to record or fault requests), calls go through that app instead.
+    """
+
+    def __init__(self, gate: MockTrainGate) -> None:
+        self.gate = gate
+        self._routes: dict[str, _Handler | None] = {}
+        self._wrapped: AsgiTransport | None = None
+
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
+        """Answer one POST with the gate's handler (or its replaced app)."""
+        gate = self.gate
+        if gate.app is not gate._own_app:
+            if self._wrapped is None or self._wrapped.app is not gate.app:
+                self._wrapped = AsgiTransport(gate.app)
+            return await self._wrapped.post(url, content, headers)
+        try:
+            handler = self._routes[url]
+        except KeyError:
+            handler = self._route(url)
+        if handler is None:
+            return Reply(404, {"content-type": "text/plain; charset=utf-8"}, b"Not Found")
+        return await handler(gate, {name.lower(): v for name, v in headers.items()}, content)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def _route(self, url: str) -> _Handler | None:
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise InvalidTarget(f"invalid URL {url!r}: {exc}") from None
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InvalidTarget(f"cannot POST to {url!r}: an http(s) URL with a host is needed")
+        handler = _ROUTES.get(parts.path)
+        if len(self._routes) >= 256:
+            self._routes.clear()
+        self._routes[url] = handler
+        return handler
+
+
+def _json_reply(status: int, data: Any) -> Reply:
+    """A JSON reply, byte for byte what Starlette's ``JSONResponse`` sends."""
+    content = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return Reply(status, _JSON_HEADERS, content.encode())
+
+
+def _response(reply: Reply) -> Response:
+    return Response(
+        reply.content, status_code=reply.status_code, media_type=reply.headers["content-type"]
+    )
 
 
 def _answered_by_tool(record: RolloutRecord, turn: int, final: list[dict[str, Any]]) -> bool:
