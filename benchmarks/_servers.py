@@ -11,6 +11,9 @@
   by itself, and the event loop ``serve()`` runs on).
 - ``baseline``: the least a rollout server can do: a bare Starlette endpoint that answers the init,
   then posts the same chat turns and one completion callback with a shared ``httpx2`` client.
+  ``--client lean`` makes those posts with the SDK's own ``Http1Transport`` instead (the floor
+  with the lean client); on ``sdk``, ``--client httpx2`` sets ``OSMOSIS_HTTP_CLIENT=httpx2``, the
+  TrainGate client the SDK used before ``Http1Transport``.
 
 ``--stack`` picks the server under the app: ``fast`` (uvicorn on uvloop + httptools, what
 ``serve()`` uses when they are installed), ``h11`` (uvicorn on asyncio + h11, the pure-Python
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import socket
 import sys
@@ -164,17 +168,30 @@ class SleepAgent(RolloutAgentLoop):
         return ctx.complete([*ctx.request.messages, {"role": "assistant", "content": "done"}])
 
 
-def baseline_app(turns: int) -> Starlette:
-    """The minimal rollout server: answer the init, post the turns and the callback."""
-    http: httpx2.AsyncClient | None = None
+def baseline_app(turns: int, client: str = "httpx2") -> Starlette:
+    """The minimal rollout server: answer the init, post the turns and the callback.
+
+    ``client`` is ``httpx2`` (a shared ``httpx2.AsyncClient``) or ``lean`` (the SDK's
+    ``Http1Transport``, with the same limits).
+    """
+    http: Any = None
     tasks: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         nonlocal http
+        if client == "lean":
+            from osmosis_rollout.http1 import Http1Transport
+
+            http = Http1Transport(max_connections=None, attempt_timeout_s=60.0)
+            try:
+                yield
+            finally:
+                await http.aclose()
+            return
         limits = httpx2.Limits(max_connections=None, max_keepalive_connections=200)
-        async with httpx2.AsyncClient(limits=limits, timeout=60.0) as client:
-            http = client
+        async with httpx2.AsyncClient(limits=limits, timeout=60.0) as shared:
+            http = shared
             yield
 
     async def rollout(init: dict[str, Any]) -> None:
@@ -187,7 +204,7 @@ def baseline_app(turns: int) -> Starlette:
                 messages.append(NEXT_USER)
             body = {"model": "default", "rollout_id": init["rollout_id"], "messages": messages}
             reply = await http.post(
-                f"{url}/v1/chat/completions", content=json.dumps(body), headers=headers
+                f"{url}/v1/chat/completions", content=json.dumps(body).encode(), headers=headers
             )
             messages.append(reply.json()["choices"][0]["message"])
         done = {
@@ -197,7 +214,9 @@ def baseline_app(turns: int) -> Starlette:
             "finish_reason": "stop",
             "reward": 1.0,
         }
-        await http.post(f"{url}/v1/rollout/completed", content=json.dumps(done), headers=headers)
+        await http.post(
+            f"{url}/v1/rollout/completed", content=json.dumps(done).encode(), headers=headers
+        )
 
     async def init(request: Request) -> Response:
         body = json.loads(await request.body())
@@ -264,7 +283,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--stack", choices=STACKS, help="overrides --http and --loop")
     parser.add_argument("--http", choices=["auto", "h11"], default="auto")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    parser.add_argument(
+        "--client", choices=["default", "httpx2", "lean"], default="default",
+        help="the HTTP client for the TrainGate calls (see the kinds above)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.kind == "sdk" and args.client == "httpx2":
+        os.environ["OSMOSIS_HTTP_CLIENT"] = "httpx2"  # inherited by --workers processes too
     if args.stack is None or args.stack == "granian":
         loop, http = args.loop, args.http
     else:
@@ -295,7 +320,8 @@ def main(argv: list[str]) -> None:
                 **options,
             )
         return
-    app: Any = StandIn() if args.kind == "standin" else baseline_app(args.turns)
+    client = "lean" if args.client == "lean" else "httpx2"
+    app: Any = StandIn() if args.kind == "standin" else baseline_app(args.turns, client)
     if args.stack == "granian":
         _serve_granian(app, lifespan=args.kind != "standin")
         return

@@ -11,10 +11,12 @@ server; the table reports the median round (by server CPU per rollout).
 
 ``--stacks`` lists the HTTP servers to run both apps on (see ``_servers.py``): ``fast`` (uvicorn
 on uvloop + httptools: ``serve()``'s default when installed), ``h11`` (uvicorn on asyncio + h11,
-the pure-Python fallback) and ``granian``.
+the pure-Python fallback) and ``granian``. ``--kinds`` lists the servers (see ``KINDS``): the
+baseline and the SDK each with ``httpx2`` and with the lean ``Http1Transport`` for the TrainGate
+calls (``sdk-httpx2`` is the SDK as it was before ``Http1Transport`` became its default).
 
     python benchmarks/bench_throughput.py [--stacks fast,h11] [--concurrency 8,64]
-        [--rollouts 1000] [--repeats 3]
+        [--rollouts 1000] [--repeats 3] [--kinds baseline,baseline-lean,sdk-httpx2,sdk]
 
 Goals: at least 70% of the baseline's rollouts/s; server CPU per one-turn rollout <= 2.4 ms on the
 fast stack (issue 18).
@@ -138,10 +140,21 @@ async def drive(
     return {"wall_s": wall, "latencies": latencies}
 
 
+#: The servers compared (``_servers.py`` arguments): the SDK with its default TrainGate client
+#: (``Http1Transport``) and with ``httpx2`` (what it used before), and the bare baseline with
+#: ``httpx2`` and with the lean client (the floor each client allows).
+KINDS: dict[str, list[str]] = {
+    "baseline": ["baseline"],
+    "baseline-lean": ["baseline", "--client", "lean"],
+    "sdk-httpx2": ["sdk", "--client", "httpx2"],
+    "sdk": ["sdk"],
+}
+
+
 async def _round(
     gate: Gate, kind: str, stack: str, concurrency: int, rollouts: int, warmup: int
 ) -> dict[str, Any]:
-    args = [kind, "--turns", "1", "--max-concurrent", str(max(100, 2 * concurrency))]
+    args = [*KINDS[kind], "--turns", "1", "--max-concurrent", str(max(100, 2 * concurrency))]
     args += ["--stack", stack]
     with child_server(*args) as (proc, port):
         await drive(gate, port, f"{kind}-warm-{concurrency}", warmup, concurrency)
@@ -171,17 +184,22 @@ def _median_round(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _run(
-    stacks: list[str], levels: list[int], rollouts: int, warmup: int, repeats: int
+    stacks: list[str],
+    kinds: list[str],
+    levels: list[int],
+    rollouts: int,
+    warmup: int,
+    repeats: int,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {}
     async with Gate().running() as gate:
         for concurrency in levels:
             rounds: dict[str, list[dict[str, Any]]] = {
-                f"{kind}@{stack}": [] for stack in stacks for kind in ("baseline", "sdk")
+                f"{kind}@{stack}": [] for stack in stacks for kind in kinds
             }
             for _ in range(repeats):  # interleaved, so a busy spell hurts every variant alike
                 for stack in stacks:
-                    for kind in ("baseline", "sdk"):
+                    for kind in kinds:
                         run = await _round(gate, kind, stack, concurrency, rollouts, warmup)
                         rounds[f"{kind}@{stack}"].append(run)
             results[str(concurrency)] = {
@@ -198,14 +216,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100, help="unmeasured rollouts per round")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per server and N")
     parser.add_argument("--stacks", default="fast,h11", help="comma-separated: fast, h11, granian")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"comma-separated servers: {', '.join(KINDS)}"
+    )
     args = parser.parse_args()
     levels = [int(n) for n in args.concurrency.split(",")]
     stacks = args.stacks.split(",")
     unknown = sorted(set(stacks) - set(STACKS))
     if unknown:
         parser.error(f"unknown stack(s) {', '.join(unknown)}; choose from {', '.join(STACKS)}")
+    kinds = args.kinds.split(",")
+    if set(kinds) - set(KINDS) or not {"baseline", "sdk"} <= set(kinds):
+        parser.error(f"--kinds takes baseline, sdk and any of {', '.join(KINDS)}")
 
-    results = asyncio.run(_run(stacks, levels, args.rollouts, args.warmup, args.repeats))
+    results = asyncio.run(_run(stacks, kinds, levels, args.rollouts, args.warmup, args.repeats))
 
     rows = []
     goals = []
@@ -216,7 +240,14 @@ def main() -> None:
             share = ratio(sdk["median_rollouts_per_s"], base["median_rollouts_per_s"])
             cpu = ratio(sdk["server_cpu_ms_per_rollout"], base["server_cpu_ms_per_rollout"])
             ratios[stack] = {"throughput_ratio": share, "cpu_ratio": cpu}
-            for kind, run in (("baseline", base), ("SDK create_app", sdk)):
+            for other in ("baseline-lean", "sdk-httpx2"):
+                if f"{other}@{stack}" in by_variant:
+                    theirs = by_variant[f"{other}@{stack}"]["server_cpu_ms_per_rollout"]
+                    ratios[stack][f"cpu_ratio_to_{other}"] = ratio(
+                        sdk["server_cpu_ms_per_rollout"], theirs
+                    )
+            for kind in kinds:
+                run = by_variant[f"{kind}@{stack}"]
                 rows.append(
                     [
                         f"N={n} {stack} {kind}",
@@ -227,7 +258,10 @@ def main() -> None:
                         run["latency_p99_ms"],
                     ]
                 )
-            rows.append([f"N={n} {stack} SDK / baseline", share, cpu, "", "", ""])
+            rows.append([f"N={n} {stack} sdk / baseline", share, cpu, "", "", ""])
+            for other, value in ratios[stack].items():
+                if other.startswith("cpu_ratio_to_"):
+                    rows.append([f"N={n} {stack} sdk / {other[13:]}", "", value, "", "", ""])
             goals.append(
                 [
                     f"N={n} {stack}: SDK >= {GOAL_RATIO:.0%} of baseline rollouts/s",

@@ -1,9 +1,11 @@
 """Per-turn overhead: what one ``await ctx.chat(messages)`` costs on top of a bare HTTP POST.
 
 An agent runs K LLM turns against a TrainGate stand-in (a separate process on 127.0.0.1 that
-answers at once). Each turn's latency as the agent sees it is compared with a bare ``httpx2``
-POST of the same history to the same stand-in; SDK and baseline rollouts alternate so that drift
-hits both alike. The SDK's added latency is the difference of the percentiles. A second table
+answers at once). Each turn's latency as the agent sees it is compared with a bare POST of the
+same history to the same stand-in through the same HTTP client; SDK and baseline rollouts
+alternate so that drift hits them alike. The SDK's added latency is the difference of the
+percentiles. Both are run over the SDK's default ``Http1Transport`` and over ``httpx2`` (what
+the SDK used before). A second table
 runs the SDK with no network at all (an in-memory LLM), which is the SDK's own CPU per turn.
 
     python benchmarks/bench_turn_overhead.py [--turns 10] [--rollouts 300]
@@ -19,15 +21,16 @@ import json
 import time
 from typing import Any
 
-import httpx2
 from _bench import HOST, child_server, percentile, print_table, ratio, verdict, write_results
 from _servers import NEXT_USER, REPLY_BYTES, TOOL
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
 from osmosis_rollout.agent import resolve_tools
-from osmosis_rollout.client import RetryPolicy, TrainGateClient
+from osmosis_rollout.client import RetryPolicy, TrainGateClient, default_http_client
+from osmosis_rollout.http1 import Http1Transport
 from osmosis_rollout.protocol import CompletionsRequest, CompletionsResponse
 from osmosis_rollout.rollout import run_rollout
+from osmosis_rollout.transport import Httpx2Transport, PostTransport
 
 GOAL_P99_MS = 2.0
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 8}
@@ -81,7 +84,7 @@ def _request(rid: str, url: str) -> RolloutRequest:
 
 
 async def _baseline_rollout(
-    http: httpx2.AsyncClient, url: str, rid: str, turns: int, samples: list[tuple[int, float]]
+    http: PostTransport, url: str, rid: str, turns: int, samples: list[tuple[int, float]]
 ) -> None:
     """K bare POSTs of the growing history; the reply is appended as parsed JSON."""
     messages: list[dict[str, Any]] = [SYSTEM, USER]
@@ -101,7 +104,7 @@ async def _baseline_rollout(
             }
         )
         started = time.perf_counter()
-        response = await http.post(f"{url}/v1/chat/completions", content=body, headers=headers)
+        response = await http.post(f"{url}/v1/chat/completions", body.encode(), headers)
         _ = response.content
         samples.append((turn, (time.perf_counter() - started) * 1000))
         messages.append(reply_message)
@@ -120,34 +123,51 @@ def _stats(samples: list[tuple[int, float]], turns: int) -> dict[str, float]:
     }
 
 
+#: The four sides, run in turn for every rollout so that drift hits them alike: the bare POST
+#: and the SDK, each over ``httpx2`` and over the lean ``Http1Transport`` (the SDK's default;
+#: ``sdk-httpx2`` is the SDK as it was before that).
+SIDES = ("baseline", "sdk-httpx2", "baseline-lean", "sdk")
+
+
 async def _over_tcp(port: int, turns: int, rollouts: int, warmup: int) -> dict[str, Any]:
     url = f"http://{HOST}:{port}"
-    agent = TimedAgent(turns)
-    tools = await resolve_tools(agent, _request("tools", url))
-    baseline: list[tuple[int, float]] = []
-    cpu = {"sdk": 0.0, "baseline": 0.0}
-    timeout = httpx2.Timeout(300.0, connect=10.0)
-    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=200)
-    async with (
-        TrainGateClient(retry=RetryPolicy()) as client,
-        httpx2.AsyncClient(timeout=timeout, limits=limits) as http,
-    ):
+    retry = RetryPolicy()
+    agents = {side: TimedAgent(turns) for side in SIDES if side.startswith("sdk")}
+    tools = await resolve_tools(agents["sdk"], _request("tools", url))
+    samples: dict[str, list[tuple[int, float]]] = {
+        side: agents[side].samples if side in agents else [] for side in SIDES
+    }
+    carriers: dict[str, PostTransport] = {
+        "httpx2": Httpx2Transport(default_http_client(retry, None), owned=True),
+        "lean": Http1Transport(max_connections=None),
+    }
+    clients = {
+        "sdk": TrainGateClient(transport=carriers["lean"], retry=retry),
+        "sdk-httpx2": TrainGateClient(transport=carriers["httpx2"], retry=retry),
+    }
+    cpu = dict.fromkeys(SIDES, 0.0)
+    try:
         for i in range(warmup + rollouts):
             if i == warmup:
-                agent.samples.clear()
-                baseline.clear()
-                cpu = {"sdk": 0.0, "baseline": 0.0}
-            request = _request(f"r-{i}", url)
-            started = time.process_time()
-            await run_rollout(agent, request, client.channel(request), tools=tools, deadline_s=60)
-            middle = time.process_time()
-            await _baseline_rollout(http, url, f"b-{i}", turns, baseline)
-            cpu["sdk"] += middle - started
-            cpu["baseline"] += time.process_time() - middle
+                for side in SIDES:
+                    samples[side].clear()
+                cpu = dict.fromkeys(SIDES, 0.0)
+            for side in SIDES:
+                started = time.process_time()
+                if side in clients:
+                    request = _request(f"{side}-{i}", url)
+                    channel = clients[side].channel(request)
+                    await run_rollout(agents[side], request, channel, tools=tools, deadline_s=60)
+                else:
+                    carrier = carriers["lean" if side.endswith("lean") else "httpx2"]
+                    await _baseline_rollout(carrier, url, f"{side}-{i}", turns, samples[side])
+                cpu[side] += time.process_time() - started
+    finally:
+        for carrier in carriers.values():
+            await carrier.aclose()
     per_turn = {k: round(v * 1000 / (rollouts * turns), 4) for k, v in cpu.items()}
     return {
-        "sdk": {**_stats(agent.samples, turns), "cpu_ms_per_turn": per_turn["sdk"]},
-        "baseline": {**_stats(baseline, turns), "cpu_ms_per_turn": per_turn["baseline"]},
+        side: {**_stats(samples[side], turns), "cpu_ms_per_turn": per_turn[side]} for side in SIDES
     }
 
 
@@ -175,33 +195,43 @@ def main() -> None:
         tcp = asyncio.run(_over_tcp(port, args.turns, args.rollouts, args.warmup))
     memory = asyncio.run(_in_memory(args.turns, args.rollouts))
 
-    sdk, base = tcp["sdk"], tcp["baseline"]
-    overhead = {
-        key: round(sdk[key] - base[key], 4)
-        for key in (
-            "p50_ms",
-            "p90_ms",
-            "p99_ms",
-            "first_turn_p50_ms",
-            "last_turn_p50_ms",
-            "cpu_ms_per_turn",
-        )
-    }
+    keys = (
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "first_turn_p50_ms",
+        "last_turn_p50_ms",
+        "cpu_ms_per_turn",
+    )
+
+    def minus(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+        return {key: round(a[key] - b[key], 4) for key in keys}
+
+    sdk, base = tcp["sdk"], tcp["baseline-lean"]
+    # The SDK's own overhead: over a bare POST through the same HTTP client.
+    overhead = minus(sdk, base)
+    before = minus(tcp["sdk-httpx2"], tcp["baseline"])
     met = overhead["p99_ms"] < GOAL_P99_MS
+    names = {
+        "baseline": "bare httpx2 POST",
+        "sdk-httpx2": "SDK ctx.chat over httpx2 (before)",
+        "baseline-lean": "bare Http1Transport POST",
+        "sdk": "SDK ctx.chat (default: Http1Transport)",
+    }
     print_table(
         f"Per-turn latency over TCP, {args.rollouts} rollouts x {args.turns} turns per side",
         ["", "p50 ms", "p90 ms", "p99 ms", "turn 1 p50", f"turn {args.turns} p50", "CPU ms"],
         [
-            ["bare httpx2 POST (baseline)", *(base[k] for k in overhead)],
-            ["SDK ctx.chat", *(sdk[k] for k in overhead)],
-            ["SDK overhead", *overhead.values()],
-            ["ratio SDK / baseline", *(ratio(sdk[k], base[k]) for k in overhead)],
+            *([names[side], *(tcp[side][k] for k in keys)] for side in SIDES),
+            ["SDK overhead over httpx2 (before)", *before.values()],
+            ["SDK overhead over Http1Transport", *overhead.values()],
+            ["SDK default / bare httpx2 POST", *(ratio(sdk[k], tcp["baseline"][k]) for k in keys)],
         ],
     )
     print_table(
         "SDK CPU per turn with an in-memory LLM (no HTTP)",
         ["", "p50 ms", "p90 ms", "p99 ms", "turn 1 p50", f"turn {args.turns} p50"],
-        [["ctx.chat, in memory", *(memory[k] for k in list(overhead)[:-1])]],
+        [["ctx.chat, in memory", *(memory[k] for k in keys[:-1])]],
     )
     print_table(
         "Goal",
@@ -212,9 +242,11 @@ def main() -> None:
         "turn_overhead",
         {
             "parameters": vars(args),
+            "sides": tcp,
             "baseline": base,
             "sdk": sdk,
             "overhead_ms": overhead,
+            "overhead_ms_over_httpx2_before": before,
             "sdk_in_memory": memory,
             "goal": {"p99_overhead_ms_below": GOAL_P99_MS, "met": met},
         },

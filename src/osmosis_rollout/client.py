@@ -1,7 +1,8 @@
 """``TrainGateClient``: the server's two outbound calls to TrainGate, with retries and auth.
 
 One :class:`~osmosis_rollout.transport.PostTransport` is shared by every rollout (connection
-pooling); by default an ``httpx2.AsyncClient``. The retry rules are
+pooling); by default the lean :class:`~osmosis_rollout.http1.Http1Transport` on asyncio, else an
+``httpx2.AsyncClient`` (see :func:`default_transport`). The retry rules are
 ``protocol.md`` section 3: 5xx, 429 (honouring ``Retry-After``), timeouts and transport errors are
 retried with exponential backoff and jitter; any other 4xx fails at once. Every attempt of one
 turn carries the same ``X-Request-Id`` so TrainGate can deduplicate. Secrets never reach a log
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import os
 import random
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +24,7 @@ from urllib.parse import quote
 
 import anyio
 import httpx2
+import sniffio
 from pydantic import ValidationError
 
 from . import telemetry
@@ -135,10 +139,10 @@ class TrainGateClient:
             raise TypeError("give TrainGateClient either http or transport, not both")
         self.retry = retry or RetryPolicy()
         self._owns_transport = http is None and transport is None
-        if transport is None:
-            transport = Httpx2Transport(
-                http or default_http_client(self.retry, max_connections), owned=http is None
-            )
+        if http is not None:
+            transport = Httpx2Transport(http)
+        elif transport is None:
+            transport = default_transport(self.retry, max_connections)
         self.transport: PostTransport = transport
         self._sleep = sleep
         self._rand = rand
@@ -277,6 +281,45 @@ class TrainGateClient:
             self.stats.callback_retries += callback
             await self._sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+
+def default_transport(retry: RetryPolicy, max_connections: int | None) -> PostTransport:
+    """The carrier TrainGate calls use when none is given.
+
+    The lean :class:`~osmosis_rollout.http1.Http1Transport` when it can do the job: running on
+    asyncio (plain or uvloop), ``httptools`` importable, and no proxy configured in the
+    environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, any case: ``httpx2`` honours
+    them and ``NO_PROXY``). ``OSMOSIS_HTTP_CLIENT=httpx2`` forces ``httpx2``; so does anything
+    else, e.g. a client made outside an event loop or under trio.
+    """
+    if (
+        os.environ.get("OSMOSIS_HTTP_CLIENT", "").strip().lower() != "httpx2"
+        and _on_asyncio()
+        and not _proxy_configured()
+    ):
+        try:
+            from .http1 import Http1Transport
+        except ImportError:  # httptools missing (a pure-Python install)
+            pass
+        else:
+            return Http1Transport(
+                connect_timeout_s=retry.connect_timeout_s,
+                attempt_timeout_s=retry.attempt_timeout_s,
+                max_connections=max_connections,
+            )
+    return Httpx2Transport(default_http_client(retry, max_connections), owned=True)
+
+
+def _on_asyncio() -> bool:
+    try:
+        return sniffio.current_async_library() == "asyncio"
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+
+
+def _proxy_configured() -> bool:
+    """Whether ``httpx2`` would route through a proxy from the environment."""
+    return any(scheme != "no" for scheme in urllib.request.getproxies())
 
 
 def default_http_client(retry: RetryPolicy, max_connections: int | None) -> httpx2.AsyncClient:

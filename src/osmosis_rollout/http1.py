@@ -1,0 +1,673 @@
+"""``Http1Transport``: a lean keep-alive HTTP/1.1 client for the server's two TrainGate calls.
+
+Profiling a one-turn rollout showed more than half of the server's CPU in the general-purpose
+client (``httpx2`` over ``httpcore2`` and ``h11``) for two small POSTs. This carrier does only
+what those calls need, on asyncio (plain or uvloop) with ``httptools``' C parser: a keep-alive
+pool per (scheme, host, port), ``Content-Length``/chunked/read-to-close bodies, gzip and
+deflate, timeouts, TLS with the trust ``httpx2`` uses. Anything it does not speak (proxies, other
+async libraries) stays on ``httpx2``: :func:`osmosis_rollout.client.default_transport` chooses.
+
+It must hold on a hostile network, not just be fast: responses are bounded, a connection is
+reused only when it is known clean, a half-read connection is never pooled, and every failure is
+reported in ``httpx2``'s words (``ConnectError``, ``ReadTimeout``...) so messages do not change
+with the carrier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import re
+import select
+import ssl
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
+
+import httptools
+import httpx2
+
+from ._version import __version__
+from .transport import DecodeFailure, InvalidTarget, Reply, TransportFailure
+
+__all__ = ["MAX_RESPONSE_BYTES", "Http1Transport"]
+
+#: The largest response body kept (raw and decoded): a TrainGate reply is a few KB.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+#: The most bytes of status line and headers read before the body starts.
+_MAX_HEAD_BYTES = 64 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_MAX_TARGETS = 256
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: Headers that frame the message: ours to write, never the caller's.
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_DEFAULTS = {
+    "user-agent": f"User-Agent: osmosis-rollout/{__version__}\r\n".encode(),
+    "accept": b"Accept: */*\r\n",
+    "accept-encoding": b"Accept-Encoding: gzip, deflate\r\n",
+}
+_DEFAULT_BLOCK = b"".join(_DEFAULTS.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One URL, parsed once: where to connect and the request line + Host header to send."""
+
+    key: tuple[str, str, int]
+    host: str
+    port: int
+    tls: bool
+    head: bytes
+
+
+class Http1Transport:
+    """A :class:`~osmosis_rollout.transport.PostTransport` over pooled HTTP/1.1 connections.
+
+    At most ``max_connections`` are open at once (None: no bound); a caller beyond waits up to
+    ``connect_timeout_s`` for one (then ``PoolTimeout``). Up to ``max_idle`` idle connections
+    are kept, each for ``idle_expiry_s``. ``connect_timeout_s`` bounds opening a connection (TLS
+    handshake included), ``attempt_timeout_s`` the whole call. ``ssl_context`` defaults to the
+    one ``httpx2`` builds by default (``SSL_CERT_FILE``/``SSL_CERT_DIR`` honoured).
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = 10.0,
+        attempt_timeout_s: float = 300.0,
+        max_connections: int | None = 1000,
+        max_idle: int = 200,
+        idle_expiry_s: float = 5.0,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.attempt_timeout_s = attempt_timeout_s
+        self.max_connections = max_connections
+        self.max_idle = max_idle
+        self.idle_expiry_s = idle_expiry_s
+        self.max_response_bytes = max_response_bytes
+        self._ssl = ssl_context
+        self._targets: dict[str, _Target] = {}
+        self._names: dict[str, tuple[str, bytes]] = {}
+        self._idle: dict[tuple[str, str, int], collections.deque[_Connection]] = {}
+        self._idle_count = 0
+        #: Connections counted against ``max_connections`` (connecting, busy or idle).
+        self._open = 0
+        self._waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self._closed = False
+        #: Calls sent again after a kept-alive connection failed before any reply byte.
+        self.stale_retries = 0
+
+    # -- the call ---------------------------------------------------------------------------
+
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
+        """POST ``content`` to ``url``; see :class:`~osmosis_rollout.transport.PostTransport`."""
+        target = self._targets.get(url) or self._target(url)
+        request = self._request(target, content, headers)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.attempt_timeout_s
+        fresh = False
+        while True:
+            conn = await self._acquire(target, loop, deadline, fresh)
+            try:
+                status, reply_headers, body = await conn.exchange(request, deadline)
+            except TransportFailure as exc:
+                self._discard(conn)
+                # A kept-alive connection the server dropped just as we used it fails before
+                # any response byte: send again, once, on a new connection. Safe for TrainGate's
+                # two calls even if the first copy did arrive: it deduplicates by X-Request-Id.
+                if conn.reused and not conn.answered and not exc.timed_out and not fresh:
+                    fresh = True
+                    self.stale_retries += 1
+                    continue
+                raise
+            except BaseException:
+                self._discard(conn)  # cancelled mid-call: never pool a half-read connection
+                raise
+            if conn.keep_alive and conn.sent():
+                self._release(conn, loop)
+            else:
+                self._close(conn)
+            return Reply(
+                status, reply_headers, _decode(reply_headers, body, self.max_response_bytes)
+            )
+
+    async def aclose(self) -> None:
+        """Close every idle connection; busy ones close when their call ends."""
+        self._closed = True
+        for idle in self._idle.values():
+            while idle:
+                self._close(idle.pop())
+        self._idle_count = 0
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+
+    # -- URLs and requests ------------------------------------------------------------------
+
+    def _target(self, url: str) -> _Target:
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise InvalidTarget(f"invalid URL {url!r}: {exc}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in _DEFAULT_PORTS:
+            raise InvalidTarget(
+                f"unsupported URL scheme {parts.scheme!r} in {url!r}: use http:// or https://"
+            )
+        host = parts.hostname
+        if not host:
+            raise InvalidTarget(f"invalid URL {url!r}: no host")
+        if not host.isascii():
+            try:
+                host = host.encode("idna").decode("ascii")
+            except UnicodeError:
+                raise InvalidTarget(f"invalid host name in {url!r}") from None
+        if any(c in host for c in " \t\r\n/\\@"):
+            raise InvalidTarget(f"invalid host name in {url!r}")
+        default = _DEFAULT_PORTS[scheme]
+        port = default if port is None else port
+        shown = f"[{host}]" if ":" in host else host
+        authority = shown if port == default else f"{shown}:{port}"
+        path = parts.path or "/"
+        if parts.query:
+            path = f"{path}?{parts.query}"
+        if not path.isascii() or _BAD_VALUE.search(path) or " " in path:
+            raise InvalidTarget(f"invalid path in {url!r}: percent-encode spaces and non-ASCII")
+        head = f"POST {path} HTTP/1.1\r\nHost: {authority}\r\n"
+        if parts.username is not None:  # user:password@host, as httpx2 sends it
+            secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            head += f"Authorization: Basic {base64.b64encode(secret.encode()).decode()}\r\n"
+        target = _Target((scheme, host, port), host, port, scheme == "https", head.encode())
+        if len(self._targets) >= _MAX_TARGETS:
+            self._targets.clear()
+        self._targets[url] = target
+        return target
+
+    def _request(self, target: _Target, content: bytes, headers: Mapping[str, str]) -> bytes:
+        parts = [target.head, b"Content-Length: %d\r\n" % len(content)]
+        defaults = _DEFAULT_BLOCK
+        for name, value in headers.items():
+            lower, prefix = self._names.get(name) or self._name(name)
+            if lower in _FRAMING:
+                continue
+            if lower in _DEFAULTS:
+                defaults = defaults.replace(_DEFAULTS[lower], b"")
+            if not value.isprintable() and _BAD_VALUE.search(value):
+                raise InvalidTarget(f"header {name!r} has a control character in its value")
+            try:
+                parts += (prefix, value.encode("ascii"), b"\r\n")
+            except UnicodeEncodeError:
+                raise InvalidTarget(f"header {name!r} has a non-ASCII value") from None
+        parts += (defaults, b"\r\n", content)
+        return b"".join(parts)
+
+    def _name(self, name: str) -> tuple[str, bytes]:
+        if not name.isascii() or not _TOKEN.fullmatch(name):
+            raise InvalidTarget(f"invalid header name {name!r}")
+        entry = (name.lower(), f"{name}: ".encode())
+        if len(self._names) < _MAX_TARGETS:
+            self._names[name] = entry
+        return entry
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    async def _acquire(
+        self, target: _Target, loop: asyncio.AbstractEventLoop, deadline: float, fresh: bool
+    ) -> _Connection:
+        if not fresh:
+            conn = self._take_idle(target.key, loop)
+            if conn is not None:
+                return conn
+        connect_deadline = min(loop.time() + self.connect_timeout_s, deadline)
+        while True:
+            if self._closed:
+                raise TransportFailure("ConnectError", "the HTTP client is closed")
+            if self.max_connections is None or self._open < self.max_connections:
+                break
+            if self._evict_one():
+                continue
+            if not await self._wait_for_slot(loop, connect_deadline):
+                raise TransportFailure(
+                    "PoolTimeout",
+                    f"all {self.max_connections} connections stayed busy for "
+                    f"{self.connect_timeout_s:g}s",
+                    timed_out=True,
+                )
+            if not fresh:
+                conn = self._take_idle(target.key, loop)
+                if conn is not None:
+                    return conn
+        self._open += 1
+        try:
+            return await self._connect(target, loop, connect_deadline)
+        except BaseException:
+            self._open -= 1
+            self._wake_one()
+            raise
+
+    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, deadline: float) -> bool:
+        """Wait until a connection is released (True) or ``deadline`` passes (False)."""
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = loop.call_at(deadline, _settle, waiter, False)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self._wake_one()  # the wake-up was ours: pass it on
+            raise
+        finally:
+            timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+
+    async def _connect(
+        self, target: _Target, loop: asyncio.AbstractEventLoop, deadline: float
+    ) -> _Connection:
+        where = f"{target.host}:{target.port}"
+        context = None
+        if target.tls:
+            context = self._ssl
+            if context is None:  # built at the first https call, as httpx2 builds it
+                context = self._ssl = _default_ssl_context()
+        try:
+            async with asyncio.timeout_at(deadline):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self, target.key, self.max_response_bytes),
+                    target.host,
+                    target.port,
+                    ssl=context,
+                    server_hostname=target.host if context is not None else None,
+                )
+        except TimeoutError:
+            raise TransportFailure(
+                "ConnectTimeout",
+                f"no connection to {where} within {self.connect_timeout_s:g}s",
+                timed_out=True,
+            ) from None
+        except OSError as exc:  # refused, unreachable, DNS, TLS verification...
+            raise TransportFailure("ConnectError", f"{where}: {_describe(exc)}") from None
+        return conn
+
+    def _take_idle(
+        self, key: tuple[str, str, int], loop: asyncio.AbstractEventLoop
+    ) -> _Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        cutoff = loop.time() - self.idle_expiry_s
+        while idle:
+            conn = idle.pop()
+            self._idle_count -= 1
+            conn.pooled = False
+            if conn.idle_since >= cutoff and conn.clean():
+                conn.reused = True
+                return conn
+            self._close(conn)
+        return None
+
+    def _release(self, conn: _Connection, loop: asyncio.AbstractEventLoop) -> None:
+        if self._closed or conn.closed:
+            self._discard(conn)
+            return
+        now = loop.time()
+        conn.idle_since = now
+        conn.pooled = True
+        idle = self._idle.get(conn.key)
+        if idle is None:
+            idle = self._idle[conn.key] = collections.deque()
+        idle.append(conn)
+        self._idle_count += 1
+        cutoff = now - self.idle_expiry_s
+        while idle and (idle[0].idle_since < cutoff or self._idle_count > self.max_idle):
+            self._drop_idle(idle.popleft())
+        self._wake_one()
+
+    def _evict_one(self) -> bool:
+        """Close one idle connection (to any host) to make room for a new one."""
+        for idle in self._idle.values():
+            if idle:
+                self._drop_idle(idle.popleft())
+                return True
+        return False
+
+    def _drop_idle(self, conn: _Connection) -> None:
+        self._idle_count -= 1
+        conn.pooled = False
+        self._close(conn)
+
+    def _forget(self, conn: _Connection) -> None:
+        """An idle connection the server closed: out of the pool now, not at its next use."""
+        idle = self._idle.get(conn.key)
+        if idle is not None and conn in idle:
+            idle.remove(conn)
+            self._drop_idle(conn)
+
+    def _discard(self, conn: _Connection) -> None:
+        """A connection that cannot be reused (error, cancellation, ``Connection: close``)."""
+        self._uncount(conn)
+        conn.abort()
+
+    def _close(self, conn: _Connection) -> None:
+        """A clean idle connection we no longer want."""
+        self._uncount(conn)
+        conn.close()
+
+    def _uncount(self, conn: _Connection) -> None:
+        if conn.counted:
+            conn.counted = False
+            self._open -= 1
+            self._wake_one()
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection and the response being read on it."""
+
+    # The response being read (reset by _start).
+    _reply: asyncio.Future[tuple[int, dict[str, str], bytes]] | None
+    _status: int
+    _headers: dict[str, str]
+    _body: list[bytes]
+    _size: int
+    _head_size: int
+    _header_bytes: int
+    _oversized: bool
+    _framed: bool
+    _headers_done: bool
+
+    def __init__(self, pool: Http1Transport, key: tuple[str, str, int], limit: int) -> None:
+        self.pool = pool
+        self.key = key
+        self.limit = limit
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.fd = -1
+        self.counted = True
+        self.closed = False
+        self.pooled = False
+        self.reused = False
+        self.idle_since = 0.0
+        self.keep_alive = False
+        self.answered = False
+        self._drain: asyncio.Future[None] | None = None
+        self._paused = False
+        self._timeout = 0.0
+        self._start(None)
+
+    # -- used by the pool -------------------------------------------------------------------
+
+    async def exchange(self, request: bytes, deadline: float) -> tuple[int, dict[str, str], bytes]:
+        """Send ``request`` and read the whole response, by ``deadline`` (loop time)."""
+        transport = self.transport
+        assert transport is not None
+        if self.closed:  # the server hung up between connect and now
+            raise _protocol_error("the server closed the connection before the request was sent")
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[tuple[int, dict[str, str], bytes]] = loop.create_future()
+        self._start(reply)
+        self.answered = False
+        self._timeout = deadline - loop.time()
+        timer = loop.call_at(deadline, self._timed_out)
+        try:
+            transport.write(request)
+            if self._paused:
+                drain = self._drain = loop.create_future()
+                try:
+                    await drain
+                finally:
+                    self._drain = None
+            return await reply
+        finally:
+            timer.cancel()
+            if reply.done() and not reply.cancelled():
+                reply.exception()  # retrieved: a failure after a write error is not "lost"
+
+    def sent(self) -> bool:
+        """Whether the whole request left (a server may answer before reading all of it)."""
+        return self.transport is not None and not self.transport.get_write_buffer_size()
+
+    def clean(self) -> bool:
+        """Safe to send on: open, and nothing (EOF, stray bytes) waiting to be read."""
+        return not self.closed and not _readable(self.fd)
+
+    def abort(self) -> None:
+        """Drop the connection at once (mid-response, after an error or a cancellation)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        """Close a clean connection politely (FIN, or TLS close_notify)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self.fd = sock.fileno()
+
+    def data_received(self, data: bytes) -> None:
+        reply = self._reply
+        if reply is None or reply.done():
+            self._stray()  # bytes nobody asked for: this connection cannot be trusted again
+            return
+        self.answered = True
+        if not self._headers_done:
+            self._head_size += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if not reply.done():
+                self._fail(_protocol_error("the server switched protocols (101)"))
+            self._stray()
+            return
+        except httptools.HttpParserError as exc:
+            if not reply.done():
+                self._fail(_protocol_error(f"malformed HTTP response: {exc}"))
+            self._stray()
+            return
+        if self._head_size > _MAX_HEAD_BYTES and (self._oversized or not self._headers_done):
+            self._fail(_protocol_error("the response headers are larger than 64 KiB"))
+        elif self._size > self.limit and not reply.done():
+            self._fail(DecodeFailure(f"the response body is larger than {self.limit // 2**20} MiB"))
+
+    def eof_received(self) -> bool | None:
+        self.closed = True
+        self._ended(None)
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._ended(exc)
+        drain = self._drain
+        if drain is not None and not drain.done():
+            drain.set_exception(TransportFailure("WriteError", _describe(exc, "connection lost")))
+        if self.pooled:
+            self.pool._forget(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        drain = self._drain
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > _MAX_HEAD_BYTES:
+            self._oversized = True
+            self._head_size = self._header_bytes
+        lower = name.decode("latin-1").lower()
+        if lower == "content-length" or lower == "transfer-encoding":
+            self._framed = True
+        self._headers[lower] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+        self._status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size <= self.limit:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        reply = self._reply
+        if reply is None or reply.done():
+            return
+        if 100 <= self._status < 200 and self._status != 101:  # interim (100 Continue...)
+            self._start(reply)
+            return
+        reply.set_result((self._status, self._headers, b"".join(self._body)))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _start(self, reply: asyncio.Future[tuple[int, dict[str, str], bytes]] | None) -> None:
+        """Forget the last response: ``reply`` is the future the next one settles."""
+        self._reply = reply
+        self._status = 0
+        self._headers = {}
+        self._body = []
+        self._size = 0
+        self._head_size = 0
+        self._header_bytes = 0
+        self._oversized = False
+        self._framed = False
+        self._headers_done = False
+        self.keep_alive = False
+
+    def _ended(self, exc: Exception | None) -> None:
+        """The peer closed (EOF) or the connection was lost: settle the pending response."""
+        reply = self._reply
+        if reply is None or reply.done():
+            return
+        self.keep_alive = False
+        if exc is None and self._headers_done and not self._framed:
+            # a body delimited by the close (HTTP/1.0 style)
+            reply.set_result((self._status, self._headers, b"".join(self._body)))
+        elif exc is not None:
+            self._fail(TransportFailure("ReadError", _describe(exc)))
+        elif not self.answered:
+            self._fail(_protocol_error("Server disconnected without sending a response."))
+        else:
+            self._fail(_protocol_error("peer closed connection without sending complete message"))
+
+    def _fail(self, exc: Exception) -> None:
+        self.keep_alive = False
+        reply = self._reply
+        if reply is not None and not reply.done():
+            reply.set_exception(exc)
+        self.abort()
+
+    def _stray(self) -> None:
+        self.keep_alive = False
+        if self.pooled:
+            self.pool._forget(self)
+        else:
+            self.abort()
+
+    def _timed_out(self) -> None:
+        drain = self._drain
+        if drain is not None and not drain.done():
+            kind = "WriteTimeout"
+            drain.set_exception(TransportFailure(kind, self._late(kind), timed_out=True))
+        elif self._reply is not None and not self._reply.done():
+            self._fail(TransportFailure("ReadTimeout", self._late("response"), timed_out=True))
+
+    def _late(self, what: str) -> str:
+        if what == "response":
+            return f"no complete response within {self._timeout:.3g}s"
+        return f"the request could not be sent within {self._timeout:.3g}s"
+
+
+def _settle(waiter: asyncio.Future[bool], value: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(value)
+
+
+def _protocol_error(detail: str) -> TransportFailure:
+    return TransportFailure("RemoteProtocolError", detail)
+
+
+def _describe(exc: BaseException | None, default: str = "") -> str:
+    if exc is None:
+        return default
+    return str(exc) or type(exc).__name__
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read now (EOF included): never block."""
+    if fd < 0:
+        return False
+    poll = getattr(select, "poll", None)
+    if poll is None:  # pragma: no cover - Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
+
+
+def _default_ssl_context() -> ssl.SSLContext:
+    """The trust ``httpx2`` uses by default: its own builder, so ``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` are honoured and the system's CAs used otherwise."""
+    context = httpx2.create_ssl_context()
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def _decode(headers: Mapping[str, str], body: bytes, limit: int) -> bytes:
+    """``body`` with its ``Content-Encoding`` undone (gzip, deflate; DecodeFailure otherwise)."""
+    coding = headers.get("content-encoding")
+    if not coding or not body:
+        return body
+    for token in reversed(coding.split(",")):
+        token = token.strip().lower()
+        if token in ("", "identity"):
+            continue
+        if token in ("gzip", "x-gzip"):
+            body = _inflate(body, zlib.MAX_WBITS | 16, limit)
+        elif token == "deflate":
+            try:
+                body = _inflate(body, zlib.MAX_WBITS, limit)
+            except DecodeFailure:  # some servers send raw deflate without the zlib wrapper
+                body = _inflate(body, -zlib.MAX_WBITS, limit)
+        else:
+            raise DecodeFailure(f"unsupported Content-Encoding {token!r}")
+    return body
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
+    inflater: Any = zlib.decompressobj(wbits)
+    try:
+        out: bytes = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise DecodeFailure(f"the response body is not valid compressed data ({exc})") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise DecodeFailure(f"the decompressed response is larger than {limit // 2**20} MiB")
+    if not inflater.eof:
+        raise DecodeFailure("the compressed response body is truncated")
+    return out
