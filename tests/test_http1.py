@@ -406,6 +406,27 @@ async def test_a_slow_server_is_a_read_timeout_and_the_pool_recovers() -> None:
         assert http._open == 1
 
 
+async def test_a_server_that_stops_reading_is_a_write_timeout() -> None:
+    stop = asyncio.Event()
+
+    async def never_read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await stop.wait()
+        writer.close()
+
+    server = await asyncio.start_server(never_read, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with lean(attempt_timeout_s=0.5) as http:
+            with pytest.raises(TransportFailure) as caught:  # more than the socket buffers hold
+                await http.post(f"http://127.0.0.1:{port}/", b"x" * 64_000_000, {})
+            assert (caught.value.kind, caught.value.timed_out) == ("WriteTimeout", True)
+            assert http._open == 0
+    finally:
+        stop.set()
+        server.close()
+        await server.wait_closed()
+
+
 async def test_cancellation_closes_that_connection_and_leaves_the_pool_usable() -> None:
     started = asyncio.Event()
 
