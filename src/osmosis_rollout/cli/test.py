@@ -37,7 +37,20 @@ def command_test(
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Run at most this many rows.")] = None,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many rows first.")] = 0,
-    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts run at once.")] = 8,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Rollouts run at once (per worker with --jobs).")
+    ] = 8,
+    jobs: Annotated[
+        str,
+        typer.Option(
+            "--jobs",
+            "-j",
+            metavar="N|auto",
+            help="Run the rows in N worker processes (auto: one per CPU), each with "
+            "--concurrency rollouts at once: for CPU-bound runs (the mock LLM, --replay). "
+            "Not with --interactive, --server, --record or --token-check.",
+        ),
+    ] = "1",
     server: Annotated[
         str | None,
         typer.Option(
@@ -179,6 +192,9 @@ def command_test(
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
         )
     _check_mode_flags(interactive, row=row, output=output, json_output=json_output)
+    workers = _check_jobs(
+        jobs, interactive=interactive, server=server, record=record, token_check=token_check
+    )
     if token_check and interactive:
         fail("--token-check works only in batch mode, not with --interactive")
     if token_check and not llm_url and llm.lower() != "openai":
@@ -189,6 +205,21 @@ def command_test(
         )
     if server is not None:
         _check_server_url(server)
+    pool = None
+    if workers > 1 and target is not None:  # started now: the workers import meanwhile
+        pool = _start_pool(
+            workers,
+            target,
+            replay=replay,
+            replay_mode=replay_mode,
+            llm=llm,
+            llm_url=llm_url,
+            model=model,
+            seed=seed,
+            llm_timeout=llm_timeout,
+            debug_dir=debug_dir,
+            verbose=verbose,
+        )
     try:
         if replay is not None:
             from ._cassettes import cassette_note, recorded_settings, replay_backend
@@ -259,11 +290,100 @@ def command_test(
                 record=record,
                 target=target,
                 token_check=token_check,
+                pool=pool,
             )
         )
     except OsmosisError as exc:
         fail(str(exc))
+    finally:
+        if pool is not None:
+            pool.close()
     raise typer.Exit(code)
+
+
+def _check_jobs(
+    jobs: str, *, interactive: bool, server: str | None, record: Path | None, token_check: bool
+) -> int:
+    """``--jobs N|auto`` as a number of worker processes; refused where it cannot work."""
+    from ..testing.parallel import cpu_count
+
+    value = jobs.strip().lower()
+    if value == "auto":
+        count = cpu_count()
+    else:
+        try:
+            count = int(value)
+        except ValueError:
+            count = 0
+        if count < 1:
+            fail(
+                f"--jobs {jobs!r}: give a number of worker processes (1 or more) or auto",
+                hint="osmosis test agent.py:MyAgent -d rows.jsonl --jobs auto",
+            )
+    if value == "1":
+        return 1
+    if interactive:
+        fail("--jobs works only in batch mode, not with --interactive")
+    if server is not None:
+        fail(
+            "--jobs runs TARGET in worker processes; with --server that server runs the "
+            "rollouts: drop --jobs and raise --concurrency instead",
+            hint="osmosis test --server http://127.0.0.1:9000 -d rows.jsonl --concurrency 32",
+        )
+    if record is not None:
+        fail(
+            "--record writes one cassette from one process: record with --jobs 1, then replay "
+            "it with --jobs N",
+            hint="osmosis test agent.py:MyAgent --replay runs/cassette.jsonl --jobs auto",
+        )
+    if token_check:
+        fail("--token-check runs with --jobs 1 only: drop --jobs (or give --jobs 1)")
+    return count
+
+
+def _start_pool(
+    jobs: int,
+    target: str,
+    *,
+    replay: Path | None,
+    replay_mode: str | None,
+    llm: str,
+    llm_url: str | None,
+    model: str | None,
+    seed: int,
+    llm_timeout: float,
+    debug_dir: Path | None,
+    verbose: bool,
+) -> Any:
+    """The ``--jobs`` workers, started: each loads TARGET and builds the same backend."""
+    from ..testing.parallel import BackendSpec, WorkerPool, WorkerSpec
+
+    if replay is not None:
+        backend = BackendSpec(
+            "replay", replay_mode="lenient" if replay_mode == "lenient" else "strict"
+        )
+    elif llm_url or llm.lower() == "openai":
+        backend = BackendSpec(
+            "openai",
+            base_url=llm_url,
+            model=model or os.environ.get("OPENAI_MODEL"),
+            timeout_s=llm_timeout,
+        )
+    else:
+        backend = BackendSpec("mock", seed=seed)
+    spec = WorkerSpec(
+        target=target,
+        backend=backend,
+        debug_dir=str(debug_dir.resolve()) if debug_dir is not None else None,
+        verbose=verbose,
+    )
+
+    def warn(line: str) -> None:
+        stderr_console().print(f"[yellow]Warning:[/] {escape(line)}", soft_wrap=True)
+
+    pool = WorkerPool(spec, jobs, notify=warn)
+    pool.start()
+    return pool
 
 
 def _check_mode_flags(
@@ -348,6 +468,7 @@ async def _run(
     record: Path | None = None,
     target: str | None = None,
     token_check: bool = False,
+    pool: Any = None,
 ) -> int:
     import asyncio  # here, not at the top: `osmosis --help` imports this module
 
@@ -404,6 +525,11 @@ async def _run(
             transient=False,
         )
         task = progress.add_task("rollouts", total=len(rows), passed=0, failed=0)
+        if pool is not None:
+            err.print(
+                f"[dim]{pool.jobs} worker processes, up to {concurrency} rollouts at once "
+                "in each[/]"
+            )
 
         writer = _OrderedRows(sink, [r.index for r in rows], output)
 
@@ -416,20 +542,29 @@ async def _run(
             writer.add(result)
 
         try:
-            async with (
-                _closing(backend),
-                Harness(
-                    agent,
-                    gate=gate,
-                    server_url=server,
-                    server_key=server_key,
-                    rollout_timeout_s=timeout_s,
-                    max_concurrent=concurrency,
-                    debug_dir=debug_dir,
-                ) as harness,
-            ):
-                with progress:
-                    report = await run_batch(harness, rows, options, on_result=on_result)
+            async with _closing(backend):
+                if pool is not None:
+                    cassette = getattr(backend, "cassette", None)  # a replay: bind rows here
+                    with progress:
+                        report = await pool.run(
+                            rows,
+                            options,
+                            cassette=cassette,
+                            bind=_binder(backend) if cassette is not None else None,
+                            on_result=on_result,
+                        )
+                else:
+                    async with Harness(
+                        agent,
+                        gate=gate,
+                        server_url=server,
+                        server_key=server_key,
+                        rollout_timeout_s=timeout_s,
+                        max_concurrent=concurrency,
+                        debug_dir=debug_dir,
+                    ) as harness:
+                        with progress:
+                            report = await run_batch(harness, rows, options, on_result=on_result)
             summary = summarise(report)
             if token_check:
                 summary["token_check"] = backend.report.as_dict()
@@ -477,7 +612,7 @@ async def _run(
         if token_check:
             for line in backend.report.lines():
                 err.print(line, markup=False, highlight=False)
-        in_flight = getattr(backend, "max_in_flight", 0)
+        in_flight = pool.max_in_flight if pool else getattr(backend, "max_in_flight", 0)
         if in_flight > 1:
             err.print(
                 f"[dim]llm time includes queueing: up to {in_flight} turns were with the model "
@@ -489,6 +624,15 @@ async def _run(
         if json_output:
             typer.echo(json.dumps(summary, indent=2))
         return EXIT_OK if summary["failed"] == 0 and summary["rows"] > 0 else EXIT_PROBLEMS
+
+
+def _binder(backend: Any) -> Any:
+    """For ``--jobs`` replays: each row's recorded row, taken in dataset order."""
+
+    def bind(row: Any) -> Any:
+        return backend.take_row(row.messages, row.metadata)
+
+    return bind
 
 
 async def _interactive(agent: Any, *, backend: Any, **options: Any) -> int:

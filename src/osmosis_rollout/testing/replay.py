@@ -235,12 +235,8 @@ class ReplayBackend:
         init = record.request
         messages = init.messages if init is not None else []
         metadata = init.metadata if init is not None else {}
-        queue = self._unbound.get(_input_key(messages, metadata))
-        if queue:
-            row = queue.popleft()
-        elif self.mode == "lenient" and self.cassette.rows:
-            row = _nearest_row(self.cassette.rows, messages, metadata)
-        else:
+        row = self.take_row(messages, metadata)
+        if row is None:
             raise LLMBackendError(
                 f"rollout {record.rollout_id!r}: no row of the cassette {self.cassette.path} "
                 "starts with these messages and metadata (a changed dataset?). Record the "
@@ -250,6 +246,17 @@ class ReplayBackend:
         replay = _Replay(row=row, requests=row.request_messages())
         self._live[record.rollout_id] = replay
         return replay
+
+    def take_row(self, messages: list[Message], metadata: dict[str, Any]) -> CassetteRow | None:
+        """The recorded row a rollout with this input replays, taken (a second rollout of the
+        same input gets the next one); None when the cassette has none. ``--jobs`` binds each
+        row in its parent this way, so workers replay the rows one process would."""
+        queue = self._unbound.get(_input_key(messages, metadata))
+        if queue:
+            return queue.popleft()
+        if self.mode == "lenient" and self.cassette.rows:
+            return _nearest_row(self.cassette.rows, messages, metadata)
+        return None
 
     def _same_tools(self, replay: _Replay, record: RolloutRecord) -> bool:
         return [_wire_tool(t) for t in record.tools] == replay.row.tools

@@ -172,9 +172,14 @@ async def run_batch(
     options: RunOptions,
     *,
     on_result: Callable[[RowResult], None] | None = None,
+    run_id: str | None = None,
 ) -> BatchReport:
-    """Run every row (at most ``options.concurrency`` at once); results keep dataset order."""
-    run_id = uuid.uuid4().hex[:8]
+    """Run every row (at most ``options.concurrency`` at once); results keep dataset order.
+
+    ``run_id`` ends every rollout id (``row-<n>-<run_id>``); one is made up when not given, and
+    ``--jobs`` workers share their parent's so a run's ids read as one run.
+    """
+    run_id = run_id or uuid.uuid4().hex[:8]
     results: dict[int, RowResult] = {}
     limiter = anyio.CapacityLimiter(max(1, options.concurrency))
     stopped: list[str] = []  # why the batch stopped early, when the server went away

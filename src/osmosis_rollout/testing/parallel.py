@@ -1,0 +1,542 @@
+"""``osmosis test --jobs N``: the rows of one batch run by N worker processes.
+
+A batch through the in-process pipeline (mock LLM or ``--replay``) is CPU-bound Python, so one
+process uses one core. Rows are independent; each worker (a ``spawn``-ed process: never a fork
+of a process with an event loop and threads) loads the agent from its ``TARGET`` string, builds
+its own backend and :class:`Harness`, and runs rows with ``--concurrency`` rollouts at once.
+
+The pool starts before the parent reads its dataset or cassette, so the workers' imports overlap
+that work. The parent hands rows out on request, in chunks that shrink as the batch drains (a
+slow worker never holds rows another could run), reads every result back as a
+:class:`~.runner.RowResult`, and owns everything the user sees. For a replay, the parent binds
+each row to its recorded row (as one process would, in dataset order) and sends that row along:
+workers never read the cassette, and two rows with the same input replay two recordings.
+
+It knows which rows each worker holds: when a worker dies (killed, crashed, its agent failed to
+import), those rows end as ``ERROR`` rows that say so, and the others go on. Workers ignore
+SIGINT and SIGTERM (a Ctrl-C reaches the whole process group; the parent decides), are killed by
+the parent when the batch ends or is interrupted, and exit on their own when the parent is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Literal
+
+from .runner import BatchReport, RowInput, RowResult, RunOptions
+
+if TYPE_CHECKING:
+    from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
+    from .cassette import Cassette, CassetteRow
+    from .harness import Harness
+    from .replay import ReplayBackend
+    from .traingate import RolloutRecord
+
+__all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count"]
+
+#: Seconds a worker is given to exit after its pipe closed, before it is killed.
+_STOP_GRACE_S = 2.0
+
+#: One row as handed to a worker: its position in the batch, the row, its recorded row (replay).
+_Item = tuple[int, RowInput, Any]
+_Message = tuple[Any, ...]
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on (``--jobs auto``): its affinity mask where known."""
+    counter = getattr(os, "process_cpu_count", None)  # 3.13+
+    if counter is not None:
+        return int(counter() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How a worker builds its LLM backend: the same CLI options, rebuilt in each process.
+
+    The API key is never part of it: an ``openai`` worker reads ``OPENAI_API_KEY`` from the
+    environment it inherits, like the parent does. A ``replay`` worker gets each row's recording
+    from the parent with the row.
+    """
+
+    kind: Literal["mock", "openai", "replay"] = "mock"
+    seed: int = 0
+    base_url: str | None = None
+    model: str | None = None
+    timeout_s: float = 120.0
+    replay_mode: Literal["strict", "lenient"] = "strict"
+
+    def build(self) -> Any:
+        """A fresh backend of this kind."""
+        if self.kind == "replay":
+            return _RowReplays(self.replay_mode)
+        if self.kind == "openai":
+            from .backends import OpenAICompatibleBackend
+
+            return OpenAICompatibleBackend.from_env(
+                os.environ, base_url=self.base_url, model=self.model, timeout_s=self.timeout_s
+            )
+        from .backends import MockLLMBackend
+
+        return MockLLMBackend(seed=self.seed)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker is started with: what to load and how; the run's options come later."""
+
+    target: str
+    backend: BackendSpec
+    debug_dir: str | None = None
+    verbose: bool = False
+    #: Shared by every worker: rollout ids read ``row-<n>-<run_id>`` as with one process.
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """Sent with a worker's first rows: the run options and, for a replay, the cassette's
+    header (its rows come one by one with the rows they replay)."""
+
+    options: RunOptions
+    cassette: Cassette | None = None
+
+
+@dataclass
+class _Worker:
+    """The parent's view of one worker: its process, pipes, and the rows it holds."""
+
+    number: int
+    process: Any  # multiprocessing.context.SpawnProcess
+    tasks: Connection  # parent -> worker: (settings or None, [items]); [] when no rows are left
+    results: Connection  # worker -> parent: messages
+    held: dict[int, RowInput] = field(default_factory=dict)
+    configured: bool = False
+    failure: str | None = None
+    reader: threading.Thread | None = None
+
+
+class WorkerPool:
+    """Run a batch's rows in ``jobs`` worker processes; see the module docstring.
+
+    ``with WorkerPool(spec, jobs) as pool:`` starts the workers at once; ``await pool.run(...)``
+    runs the rows; leaving the block kills whatever still runs. ``notify`` gets a one-line
+    message when a worker dies. After :meth:`run`, ``max_in_flight`` is the sum of the workers'
+    most LLM turns in flight at once.
+    """
+
+    def __init__(
+        self, spec: WorkerSpec, jobs: int, *, notify: Callable[[str], None] | None = None
+    ) -> None:
+        self.spec = spec
+        self.jobs = max(1, jobs)
+        self.notify = notify or (lambda message: None)
+        self.max_in_flight = 0
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._early: list[tuple[_Worker, _Message]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: asyncio.Queue[tuple[_Worker, _Message]] | None = None
+
+    def __enter__(self) -> WorkerPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Spawn the workers (once); they load the agent while the caller prepares the rows."""
+        if self._workers:
+            return
+        context = multiprocessing.get_context("spawn")
+        for number in range(1, self.jobs + 1):
+            task_out, task_in = context.Pipe(duplex=False)
+            result_out, result_in = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_worker_main,
+                args=(self.spec, task_out, result_in),
+                name=f"osmosis-test-worker-{number}",
+            )
+            with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
+                process.start()
+            task_out.close()
+            result_in.close()
+            worker = _Worker(number, process, task_in, result_out)
+            worker.reader = threading.Thread(
+                target=self._forward, args=(worker,), name=f"{process.name}-reader", daemon=True
+            )
+            self._workers.append(worker)
+            worker.reader.start()
+
+    async def run(
+        self,
+        rows: Sequence[RowInput],
+        options: RunOptions,
+        *,
+        cassette: Cassette | None = None,
+        bind: Callable[[RowInput], CassetteRow | None] | None = None,
+        on_result: Callable[[RowResult], None] | None = None,
+    ) -> BatchReport:
+        """Run every row; results keep dataset order, as :func:`~.runner.run_batch`'s do.
+
+        For a replay, ``cassette`` is the cassette read by the caller and ``bind`` gives the
+        recorded row each row replays (:meth:`~.replay.ReplayBackend.take_row`).
+        """
+        self.start()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        inbox: asyncio.Queue[tuple[_Worker, _Message]] = asyncio.Queue()
+        with self._lock:
+            self._loop, self._inbox = loop, inbox
+            for early in self._early:
+                inbox.put_nowait(early)
+            self._early.clear()
+        header = None
+        if cassette is not None:
+            from .cassette import Cassette
+
+            header = Cassette(cassette.path, cassette.header, [], cassette.complete)
+        settings = _Settings(options, header)
+        pending: deque[tuple[int, RowInput]] = deque(enumerate(rows))
+        results: dict[int, RowResult] = {}
+        stopped: list[str] = []
+        concurrency = max(1, options.concurrency)
+
+        def finish(position: int, result: RowResult) -> None:
+            results[position] = result
+            if on_result is not None:
+                on_result(result)
+
+        try:
+            live = len(self._workers)
+            while live:
+                worker, message = await inbox.get()
+                kind = message[0]
+                if kind == "want":
+                    # Guided self-scheduling: big chunks early, single rows at the end.
+                    size = min(concurrency, max(1, len(pending) // (8 * len(self._workers))))
+                    chunk: list[_Item] = []
+                    for _ in range(min(size, len(pending))):
+                        position, row = pending.popleft()
+                        chunk.append((position, row, bind(row) if bind is not None else None))
+                        worker.held[position] = row
+                    first = None if worker.configured else settings
+                    worker.configured = True
+                    with contextlib.suppress(OSError):  # it died: "gone" follows
+                        worker.tasks.send((first, chunk))
+                elif kind == "row":
+                    position, result = message[1], message[2]
+                    worker.held.pop(position, None)
+                    finish(position, result)
+                elif kind == "stopped":
+                    stopped.append(message[1])
+                elif kind == "fatal":
+                    worker.failure = message[1]
+                elif kind == "bye":
+                    self.max_in_flight += int(message[1].get("max_in_flight", 0))
+                elif kind == "gone":
+                    live -= 1
+                    how = await self._ended(worker)
+                    if worker.held or worker.failure or how != "exited":
+                        self._lost(worker, how, finish)
+            if pending:
+                reason = "every worker process died"
+                last = next((w.failure for w in reversed(self._workers) if w.failure), None)
+                stopped.append(f"{reason}: {last}" if last else reason)
+                while pending:
+                    position, row = pending.popleft()
+                    finish(position, _error_row(row, self.spec.run_id, f"not run: {stopped[-1]}"))
+        finally:
+            self.close()
+        return BatchReport(
+            rows=[results[i] for i in range(len(rows))],
+            wall_s=loop.time() - started,
+            stopped_early=stopped[0] if stopped else None,
+        )
+
+    def close(self) -> None:
+        """No worker outlives the pool: close their pipes, kill any still running, reap them."""
+        for worker in self._workers:
+            worker.tasks.close()
+        for worker in self._workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+        for worker in self._workers:
+            worker.process.join(_STOP_GRACE_S)
+            if worker.reader is not None:
+                worker.reader.join(_STOP_GRACE_S)
+            worker.results.close()
+
+    def _forward(self, worker: _Worker) -> None:
+        """The reader thread of one worker: every message to the event loop, then ``gone``."""
+        try:
+            while True:
+                self._post(worker, worker.results.recv())
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # a message that does not unpickle: the worker is unusable
+            self._post(worker, ("fatal", f"unreadable message ({type(exc).__name__}: {exc})"))
+        self._post(worker, ("gone",))
+
+    def _post(self, worker: _Worker, message: _Message) -> None:
+        with self._lock:
+            if self._loop is None or self._inbox is None:
+                self._early.append((worker, message))  # run() has not begun: it takes them
+                return
+            with contextlib.suppress(RuntimeError):  # the loop already closed (interrupted)
+                self._loop.call_soon_threadsafe(self._inbox.put_nowait, (worker, message))
+
+    async def _ended(self, worker: _Worker) -> str:
+        """Wait for a worker whose pipe closed; how it ended, in words."""
+        process = worker.process
+        await asyncio.to_thread(process.join, _STOP_GRACE_S)
+        if process.exitcode is None:  # closed its pipe but lives on: it cannot be trusted
+            process.kill()
+            await asyncio.to_thread(process.join)
+        code = process.exitcode
+        if code == 0:
+            return "exited"
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+    def _lost(self, worker: _Worker, how: str, finish: Callable[[int, RowResult], None]) -> None:
+        """A worker ended with rows in hand (or failed): those rows end as errors that say why."""
+        reason = f"worker process {worker.number} (pid {worker.process.pid}) {how}"
+        if worker.failure:
+            reason += f": {worker.failure}"
+        held = sorted(worker.held.items())
+        worker.held.clear()
+        if held:
+            self.notify(f"{reason}; its {len(held)} unfinished row(s) count as errors")
+        elif how != "exited" or worker.failure:
+            self.notify(reason)
+        for position, row in held:
+            message = f"{reason} before this row finished"
+            finish(position, _error_row(row, self.spec.run_id, message))
+
+
+def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
+    return RowResult(
+        index=row.index,
+        rollout_id=_rollout_id(row, run_id),
+        status="ERROR",
+        error_message=message,
+        metadata=row.metadata,
+    )
+
+
+def _rollout_id(row: RowInput, run_id: str) -> str:
+    """The rollout id :func:`~.runner.run_batch` gives ``row`` in the run ``run_id``."""
+    return f"row-{row.index}-{run_id}"
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored for a moment (a spawned child starts with it ignored), main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# -- in the worker process ----------------------------------------------------------------------
+
+
+class _RowReplays:
+    """A worker's backend for ``--replay``: each rollout is answered by a
+    :class:`~.replay.ReplayBackend` over the one recorded row the parent bound to its row."""
+
+    def __init__(self, mode: Literal["strict", "lenient"]) -> None:
+        self.mode: Literal["strict", "lenient"] = mode
+        self.cassette: Cassette | None = None  # the header, from the first settings
+        self._by_rollout: dict[str, ReplayBackend] = {}
+
+    def expect(self, rollout_id: str, recorded: CassetteRow | None) -> None:
+        """The next rollout ``rollout_id`` replays ``recorded`` (None: a row not recorded)."""
+        from .cassette import Cassette
+        from .replay import ReplayBackend
+
+        assert self.cassette is not None
+        header = self.cassette
+        rows = [recorded] if recorded is not None else []
+        cassette = Cassette(header.path, header.header, rows, header.complete)
+        self._by_rollout[rollout_id] = ReplayBackend(cassette, mode=self.mode)
+
+    def done(self, rollout_id: str) -> None:
+        self._by_rollout.pop(rollout_id, None)
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        return await self._for(record).complete(request, record)
+
+    def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
+        self._for(record).rollout_completed(record, response)
+
+    def _for(self, record: RolloutRecord) -> ReplayBackend:
+        backend = self._by_rollout.get(record.rollout_id)
+        if backend is None:
+            from ..errors import LLMBackendError
+
+            raise LLMBackendError(
+                f"rollout {record.rollout_id!r} is not one this worker was given",
+                kind="replay_unknown_row",
+            )
+        return backend
+
+
+def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
+    """A worker's life: load the agent and backend, run the rows handed to it, say goodbye."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _exit_with_parent()
+    library_log = logging.getLogger("osmosis_rollout")
+    library_log.setLevel(logging.WARNING if spec.verbose else logging.CRITICAL)
+    if spec.verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        library_log.addHandler(handler)
+    try:
+        from ..loader import load_agent
+
+        agent = load_agent(spec.target)
+        backend = spec.backend.build()
+        in_flight = asyncio.run(_work(spec, agent, backend, tasks, results))
+    except (EOFError, BrokenPipeError):  # the parent went away: nobody to report to
+        os._exit(1)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            results.send(("fatal", _describe(exc)))
+        sys.exit(1)
+    results.send(("bye", {"max_in_flight": in_flight}))
+
+
+async def _work(
+    spec: WorkerSpec, agent: Any, backend: Any, tasks: Connection, results: Connection
+) -> int:
+    """Run rows with ``concurrency`` lanes, each taking the next row when it is free."""
+    import anyio
+
+    from .harness import Harness
+    from .runner import run_batch
+    from .traingate import MockTrainGate
+
+    lock = anyio.Lock()
+    buffer: deque[_Item] = deque()
+    exhausted = False
+    told_stopped = False
+    settings: list[_Settings] = []
+    replays = backend if isinstance(backend, _RowReplays) else None
+
+    async def fetch() -> None:
+        nonlocal exhausted
+        results.send(("want",))
+        first, chunk = await anyio.to_thread.run_sync(tasks.recv)
+        if first is not None:
+            settings.append(first)
+        exhausted = not chunk
+        buffer.extend(chunk)
+
+    async def next_row() -> _Item | None:
+        async with lock:
+            if not buffer and not exhausted:
+                await fetch()
+            return buffer.popleft() if buffer else None
+
+    async def lane(harness: Harness, options: RunOptions) -> None:
+        nonlocal told_stopped
+        while (item := await next_row()) is not None:
+            position, row, recorded = item
+            rollout_id = _rollout_id(row, spec.run_id)
+            if replays is not None:
+                replays.expect(rollout_id, recorded)
+
+            def send(result: RowResult, at: int = position) -> None:
+                results.send(("row", at, result))
+
+            report = await run_batch(harness, [row], options, on_result=send, run_id=spec.run_id)
+            if replays is not None:
+                replays.done(rollout_id)
+            if report.stopped_early and not told_stopped:
+                told_stopped = True
+                results.send(("stopped", report.stopped_early))
+
+    await fetch()  # the settings come with the first rows
+    if not buffer:
+        return 0
+    options = settings[0].options
+    if replays is not None:
+        replays.cassette = settings[0].cassette
+    one_at_a_time = RunOptions(
+        max_turns=options.max_turns,
+        max_tokens_total=options.max_tokens_total,
+        completion_params=options.completion_params,
+        timeout_s=options.timeout_s,
+        concurrency=1,
+    )
+    try:
+        async with (
+            Harness(
+                agent,
+                gate=MockTrainGate(backend),
+                rollout_timeout_s=options.timeout_s,
+                max_concurrent=options.concurrency,
+                debug_dir=spec.debug_dir,
+            ) as harness,
+            anyio.create_task_group() as lanes,
+        ):
+            for _ in range(max(1, options.concurrency)):
+                lanes.start_soon(lane, harness, one_at_a_time)
+    finally:
+        close = getattr(backend, "aclose", None)
+        if close is not None:
+            await close()
+    return int(getattr(backend, "max_in_flight", 0))
+
+
+def _exit_with_parent() -> None:
+    """A daemon thread that ends this worker the moment its parent is gone (even ``kill -9``)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="osmosis-parent-watch", daemon=True).start()
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error that stopped a worker (an agent's own exception included)."""
+    from ..errors import OsmosisError
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split())
+    if len(text) > 500:
+        text = text[:497] + "..."
+    if isinstance(exc, OsmosisError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

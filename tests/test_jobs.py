@@ -1,0 +1,441 @@
+"""``osmosis test --jobs N``: the same results from N worker processes, and nothing lost or left.
+
+The runs are real ``osmosis`` processes (worker processes, signals and exit codes are the point);
+the agents in ``assets/jobs_agents.py`` note their process ids so that every test can check that
+no worker outlives the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from osmosis_rollout.cli import app
+from osmosis_rollout.testing import Finding, read_cassette
+from osmosis_rollout.testing.runner import RowResult
+
+from .support import ASSETS
+
+AGENTS = ASSETS / "jobs_agents.py"
+REPLAY_AGENTS = ASSETS / "replay_agents.py"
+OSMOSIS = Path(sys.executable).parent / "osmosis"
+#: What changes from run to run by nature: timings and the run's id.
+VOLATILE_ROW = {"rollout_id", "latency_ms", "llm_ms", "tool_ms", "other_ms", "trace"}
+VOLATILE_SUMMARY = {"wall_s", "rollouts_per_s", "latency_ms_p50", "latency_ms_p95"}
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux", reason="checks processes through /proc (Linux only)"
+)
+
+
+#: In the environment of every command a test starts (and so of its workers), to find them.
+MARK = f"JOBS_TEST_MARK=jobs-{os.getpid()}"
+
+
+def osmosis_env(pids: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OSMOSIS_", "JOBS_"))}
+    env["JOBS_TEST_MARK"] = MARK.split("=", 1)[1]
+    if pids is not None:
+        pids.mkdir(exist_ok=True)
+        env["JOBS_PIDS"] = str(pids)
+    env.update(extra)
+    return env
+
+
+def run_osmosis(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(OSMOSIS), "test", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read_results(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[-1]["type"] == "summary"
+    return lines[:-1], lines[-1]
+
+
+def comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """A results row without what differs between any two runs (timings, the run id)."""
+    kept = {k: v for k, v in row.items() if k not in VOLATILE_ROW}
+    kept["metrics"] = {k: v for k, v in row["metrics"].items() if not k.endswith("_ms")}
+    kept["findings"] = [{**f, "rollout_id": None} for f in row["findings"]]
+    return kept
+
+
+def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k not in VOLATILE_SUMMARY}
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def leftovers() -> list[int]:
+    """Running processes started by this test session's commands (their environment says so)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if MARK.encode() in environ and alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left() -> Iterator[None]:
+    """After every test: nothing its commands started still runs (the command, a worker, or
+    any helper process); what does is killed, and the test fails."""
+    yield
+    deadline = time.monotonic() + 10
+    while (left := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left running: {left}"
+
+
+def worker_pids(pids: Path, command_pid: int) -> set[int]:
+    return {int(p.name) for p in pids.iterdir()} - {command_pid}
+
+
+def wait_for(condition: Any, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
+        time.sleep(0.05)
+
+
+WORD_ROWS = [
+    {"user_prompt": f"say something {i}", "ground_truth": "HELLO" if i % 3 else "bye"}
+    for i in range(1, 13)
+]
+WORD_ROWS[4] = {"user_prompt": "this one fails", "fail": True}
+
+
+# -- the same results ----------------------------------------------------------------------------
+
+
+def test_jobs_2_gives_the_results_and_summary_of_jobs_1_with_the_mock_llm(tmp_path: Path) -> None:
+    """Rows in dataset order, each with the same status, reward, messages and findings; the same
+    summary and exit code; and the work really ran in two other processes, gone afterwards."""
+    dataset = write_rows(tmp_path / "rows.jsonl", WORD_ROWS)
+    runs = {}
+    for jobs in ("1", "2"):
+        out, pids = tmp_path / f"out{jobs}.jsonl", tmp_path / f"pids{jobs}"
+        args = [f"{AGENTS}:WordAgent", "-d", str(dataset), "-o", str(out), "--json"]
+        done = run_osmosis(*args, "--jobs", jobs, "--concurrency", "3", env=osmosis_env(pids))
+        assert done.returncode == 1, done.stderr  # the failing row
+        assert "Traceback" not in done.stderr
+        rows, summary = read_results(out)
+        assert json.loads(done.stdout) == summary
+        runs[jobs] = (rows, summary, {int(p.name) for p in pids.iterdir()})
+    (rows1, summary1, pids1), (rows2, summary2, pids2) = runs["1"], runs["2"]
+    assert [r["row"] for r in rows2] == list(range(1, 13))
+    assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
+    assert comparable_summary(summary2) == comparable_summary(summary1)
+    assert summary2["passed"] == 11
+    assert summary2["errors"] == 1
+    assert {r["reward"] for r in rows2} == {0.0, 1.0, None}
+    assert len(pids1) == 1
+    assert len(pids2) == 3
+    run_id = rows2[0]["rollout_id"].rsplit("-", 1)[1]
+    assert all(r["rollout_id"] == f"row-{r['row']}-{run_id}" for r in rows2)
+    assert not [pid for pid in pids2 if alive(pid)]
+
+
+def record(tmp_path: Path, rows: int) -> tuple[Path, Path]:
+    """A cassette of the replay tests' CalcAgent under the mock LLM: its tool arguments vary by
+    rollout, so rows 1, 4, 7... have the same input but each its own recording."""
+    dataset = write_rows(
+        tmp_path / "calc.jsonl",
+        [{"user_prompt": f"What is {i % 3} + 2?", "ground_truth": "2"} for i in range(rows)],
+    )
+    cassette = tmp_path / "cassette.jsonl"
+    done = run_osmosis(
+        f"{REPLAY_AGENTS}:CalcAgent", "-d", str(dataset), "--record", str(cassette),
+        env=osmosis_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return dataset, cassette
+
+
+def divergence_lines(stdout: str) -> list[str]:
+    """What ``osmosis test`` prints of each replay_diverged finding: the line and its diff."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("replay_diverged"))
+    return [line.rstrip() for line in lines[start:] if line.strip()]
+
+
+def test_a_replay_with_jobs_2_matches_jobs_1_and_reports_divergences_the_same(
+    tmp_path: Path,
+) -> None:
+    """The unchanged agent replays clean, each row its own recording (rows with the same input
+    included); a changed tool output diverges on the same rows, turns and fields, printed the
+    same, exit 1."""
+    _, cassette = record(tmp_path, 8)
+    outputs: dict[tuple[str, str], Any] = {}
+    for agent in ("CalcAgent", "ChangedToolFormatAgent"):
+        for jobs in ("1", "2"):
+            out = tmp_path / f"{agent}-{jobs}.jsonl"
+            done = run_osmosis(
+                f"{REPLAY_AGENTS}:{agent}", "--replay", str(cassette), "-o", str(out),
+                "--jobs", jobs, "--concurrency", "2", env=osmosis_env(),
+            )  # fmt: skip
+            assert done.returncode == (0 if agent == "CalcAgent" else 1), done.stderr
+            outputs[agent, jobs] = (done, *read_results(out))
+    for agent in ("CalcAgent", "ChangedToolFormatAgent"):
+        (_, rows1, summary1), (done2, rows2, summary2) = outputs[agent, "1"], outputs[agent, "2"]
+        assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
+        assert comparable_summary(summary2) == comparable_summary(summary1)
+    clean = outputs["CalcAgent", "2"][2]
+    assert clean["passed"] == 8
+    assert clean["findings"] == {}
+    recorded = {row.row: row.final_messages() for row in read_cassette(cassette).rows}
+    assert len({json.dumps(recorded[n]) for n in (1, 4, 7)}) == 3  # one input, 3 recordings
+    assert all(r["final_messages"] == recorded[r["row"]] for r in outputs["CalcAgent", "2"][1])
+    done1, rows1, _ = outputs["ChangedToolFormatAgent", "1"]
+    done2, rows2, summary2 = outputs["ChangedToolFormatAgent", "2"]
+    assert summary2["findings"] == {"replay_diverged": 8}
+    details = rows2[0]["findings"][0]["details"]
+    assert (details["turn"], details["field"]) == (2, "messages[3].content")
+    assert divergence_lines(done2.stdout) == divergence_lines(done1.stdout)
+    assert "+result: " in done2.stdout
+
+
+# -- nothing lost, nothing left --------------------------------------------------------------------
+
+
+def test_a_worker_killed_mid_run_turns_its_rows_into_errors_and_the_run_finishes(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of one worker: its unfinished rows are ERROR rows naming it, the other worker runs
+    the rest, every row is in the results, exit 1, and no process is left."""
+    rows = [{"user_prompt": f"row {i}", "ground_truth": "HELLO"} for i in range(1, 13)]
+    rows[3] = {"user_prompt": "die", "ground_truth": "HELLO"}
+    dataset = write_rows(tmp_path / "rows.jsonl", rows)
+    out, pids = tmp_path / "out.jsonl", tmp_path / "pids"
+    done = run_osmosis(
+        f"{AGENTS}:DyingAgent", "-d", str(dataset), "-o", str(out), "--jobs", "2",
+        "--concurrency", "2", env=osmosis_env(pids),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    results, summary = read_results(out)
+    assert [r["row"] for r in results] == list(range(1, 13))
+    lost = [r for r in results if not r["passed"]]
+    reason = re.compile(r"worker process \d \(pid \d+\) killed by SIGKILL before this row finished")
+    assert 4 in [r["row"] for r in lost]
+    assert all(r["status"] == "ERROR" and reason.fullmatch(r["error_message"]) for r in lost)
+    assert len(lost) <= 4  # in flight (2) and handed out (<= 2): the rest ran on the other worker
+    assert summary["errors"] == len(lost)
+    assert summary["passed"] == 12 - len(lost)
+    assert re.search(r"Warning: worker process \d \(pid \d+\) killed by SIGKILL", done.stderr)
+    assert "Traceback" not in done.stderr
+    assert not [pid for pid in worker_pids(pids, 0) if alive(pid)]
+
+
+def test_an_agent_that_cannot_import_in_the_workers_fails_every_row_clearly(
+    tmp_path: Path,
+) -> None:
+    """Every worker fails to load the agent: no row is lost silently; each says why; exit 1."""
+    dataset = write_rows(tmp_path / "rows.jsonl", WORD_ROWS[:4])
+    out = tmp_path / "out.jsonl"
+    env = osmosis_env(JOBS_FAIL_IN_WORKER="1")
+    done = run_osmosis(
+        f"{AGENTS}:WordAgent", "-d", str(dataset), "-o", str(out), "--jobs", "2", env=env
+    )
+    assert done.returncode == 1, done.stderr
+    results, summary = read_results(out)
+    assert [r["status"] for r in results] == ["ERROR"] * 4
+    assert all(
+        "cannot be imported in a worker process" in r["error_message"]
+        and r["error_message"].startswith("not run: every worker process died")
+        for r in results
+    )
+    assert summary["stopped_early"].startswith("every worker process died")
+    assert summary["errors"] == 4
+    assert "Traceback" not in done.stderr
+
+
+def start_slow_run(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
+    """``--jobs 2`` over two quick rows then slow ones; returns once both workers are busy."""
+    rows = [{"user_prompt": f"row {i}"} for i in (1, 2)] + [{"user_prompt": "slow"}] * 6
+    dataset = write_rows(tmp_path / "rows.jsonl", rows)
+    out, pids = tmp_path / "out.jsonl", tmp_path / "pids"
+    args = [str(OSMOSIS), "test", f"{AGENTS}:SlowAgent", "-d", str(dataset), "-o", str(out)]
+    args += ["--jobs", "2", "--concurrency", "2", "--json"]
+    proc = subprocess.Popen(
+        args,
+        env=osmosis_env(pids),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a signal to the test's group never reaches it
+    )
+    try:
+        wait_for(lambda: len(worker_pids(pids, proc.pid)) == 2, "two workers")
+        wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 2, "2 rows done")
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc, out, pids
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_the_finished_rows(tmp_path: Path) -> None:
+    """SIGINT to the command: exit 130, the finished rows and a partial summary in -o and on
+    stdout, like --jobs 1; the workers, busy with minute-long rows, are gone at once."""
+    proc, out, pids = start_slow_run(tmp_path)
+    workers = worker_pids(pids, proc.pid)
+    try:
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert not [pid for pid in workers if alive(pid)]
+    rows, summary = read_results(out)
+    assert [r["row"] for r in rows] == [1, 2]
+    assert summary["stopped_early"] == "interrupted (Ctrl-C)"
+    assert json.loads(stdout)["stopped_early"] == "interrupted (Ctrl-C)"
+    assert "Traceback" not in stderr
+
+
+def test_workers_exit_on_their_own_when_the_command_is_killed(tmp_path: Path) -> None:
+    """kill -9 of the command itself (nothing can clean up): its workers notice and exit."""
+    proc, _, pids = start_slow_run(tmp_path)
+    workers = worker_pids(pids, proc.pid)
+    try:
+        proc.kill()
+        proc.communicate(timeout=60)
+        wait_for(lambda: not [pid for pid in workers if alive(pid)], "workers gone", 30)
+    finally:
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+# -- usage -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["WordAgent", "-i"], "--jobs works only in batch mode, not with --interactive"),
+        (
+            ["--server", "http://127.0.0.1:9000", "-d", "rows.jsonl"],
+            "--jobs runs TARGET in worker processes; with --server",
+        ),
+        (
+            ["WordAgent", "-d", "rows.jsonl", "--record", "c.jsonl"],
+            "record with --jobs 1, then replay it with --jobs N",
+        ),
+        (
+            [
+                "WordAgent",
+                "-d",
+                "rows.jsonl",
+                "--llm-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+                "--token-check",
+            ],
+            "--token-check runs with --jobs 1 only",
+        ),
+    ],
+)
+def test_jobs_is_refused_where_it_cannot_work(args: list[str], message: str) -> None:
+    """Exit 2 with one line that names --jobs and what to do instead."""
+    args = [f"{AGENTS}:{a}" if a == "WordAgent" else a for a in args]
+    result = CliRunner().invoke(app, ["test", *args, "--jobs", "2"])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+
+
+def test_a_usage_error_found_after_the_workers_started_stops_them(tmp_path: Path) -> None:
+    """The workers start before the cassette is read; a bad cassette is still the one-line
+    usage error (exit 2) of one process, and the workers it started are gone with it."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    args = [f"{AGENTS}:WordAgent", "--replay", str(bad), "--jobs", "2"]
+    done = run_osmosis(*args, env=osmosis_env())
+    assert done.returncode == 2, done.stderr
+    assert "not an osmosis cassette" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_jobs_value_that_is_not_a_count_is_a_usage_error(value: str) -> None:
+    result = CliRunner().invoke(
+        app, ["test", f"{AGENTS}:WordAgent", "-d", "rows.jsonl", f"--jobs={value}"]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"--jobs '{value}': give a number of worker processes (1 or more) or auto" in (
+        " ".join(result.output.split())
+    )
+
+
+# -- what travels between processes ----------------------------------------------------------------
+
+
+def test_every_field_of_a_row_result_survives_the_trip_from_a_worker() -> None:
+    """Results come back pickled: every field (findings with details, messages, metrics, the
+    row's metadata, the trace path) arrives equal, and so does the results-file row."""
+    result = RowResult(
+        index=7,
+        rollout_id="row-7-abc",
+        status="COMPLETED",
+        finish_reason="stop",
+        error_message="none really",
+        reward=0.5,
+        turns=2,
+        tool_calls=3,
+        prompt_tokens=120,
+        response_tokens=40,
+        latency_ms=12.5,
+        llm_ms=3.25,
+        tool_ms=4.5,
+        findings=[Finding("replay_diverged", "row 7", "row-7-abc", 2, {"diff": "-a\n+b"})],
+        final_messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}],
+        metrics={"num_llm_calls": 2, "tool_wall_ms": 4.5},
+        turn_finish_reasons=["tool_calls", "stop"],
+        metadata={"ground_truth": "42", "nested": {"list": [1, 2.5, None]}},
+        trace="/tmp/traces/row-7-abc.jsonl",
+    )
+    defaults = RowResult(index=0, rollout_id="", status="")
+    for f in dataclasses.fields(RowResult):  # the example sets every field, new ones included
+        assert getattr(result, f.name) != getattr(defaults, f.name), f.name
+    arrived = pickle.loads(pickle.dumps(result))
+    assert arrived == result
+    assert arrived.as_dict() == result.as_dict()
