@@ -124,6 +124,7 @@ class _Worker:
     process: Any  # multiprocessing.context.SpawnProcess
     tasks: Connection  # parent -> worker: (settings or None, [items]); [] when no rows are left
     results: Connection  # worker -> parent: messages
+    lifeline: Connection  # only the parent holds it open: when it closes, the worker exits
     held: dict[int, RowInput] = field(default_factory=dict)
     configured: bool = False
     failure: str | None = None
@@ -151,6 +152,11 @@ class WorkerPool:
         self._early: list[tuple[_Worker, _Message]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: asyncio.Queue[tuple[_Worker, _Message]] | None = None
+        self._started = False
+        self._owns_forkserver = False
+        self._starter: threading.Thread | None = None  # forking the workers from a forkserver
+        self._start_error: BaseException | None = None
+        self._closed = False
 
     def __enter__(self) -> WorkerPool:
         self.start()
@@ -160,28 +166,58 @@ class WorkerPool:
         self.close()
 
     def start(self) -> None:
-        """Spawn the workers (once); they load the agent while the caller prepares the rows."""
-        if self._workers:
+        """Start the workers (once); they load the agent while the caller prepares the rows.
+
+        With a forkserver, the server is launched here (with SIGINT ignored, which it and the
+        workers inherit) and the workers are forked from a thread, since each fork waits for the
+        server's imports: the caller goes on meanwhile.
+        """
+        if self._started:
             return
-        context = multiprocessing.get_context("spawn")
-        for number in range(1, self.jobs + 1):
-            task_out, task_in = context.Pipe(duplex=False)
-            result_out, result_in = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_worker_main,
-                args=(self.spec, task_out, result_in),
-                name=f"osmosis-test-worker-{number}",
+        self._started = True
+        context = _context()
+        if context.get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            server = getattr(forkserver, "_forkserver", None)
+            self._owns_forkserver = getattr(server, "_forkserver_pid", 0) is None
+            with _sigint_ignored():
+                forkserver.ensure_running()
+            self._starter = threading.Thread(
+                target=self._start_all, args=(context,), name="osmosis-test-start", daemon=True
             )
-            with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
-                process.start()
-            task_out.close()
-            result_in.close()
-            worker = _Worker(number, process, task_in, result_out)
-            worker.reader = threading.Thread(
-                target=self._forward, args=(worker,), name=f"{process.name}-reader", daemon=True
-            )
-            self._workers.append(worker)
-            worker.reader.start()
+            self._starter.start()
+        else:
+            self._start_all(context)
+
+    def _start_all(self, context: Any) -> None:
+        try:
+            for number in range(1, self.jobs + 1):
+                if self._closed:
+                    return
+                self._start_one(context, number)
+        except BaseException as exc:  # raised again by run()
+            self._start_error = exc
+
+    def _start_one(self, context: Any, number: int) -> None:
+        task_out, task_in = context.Pipe(duplex=False)
+        result_out, result_in = context.Pipe(duplex=False)
+        life_out, life_in = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_worker_main,
+            args=(self.spec, task_out, result_in, life_out),
+            name=f"osmosis-test-worker-{number}",
+        )
+        with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
+            process.start()
+        for child_end in (task_out, result_in, life_out):
+            child_end.close()
+        worker = _Worker(number, process, task_in, result_out, life_in)
+        worker.reader = threading.Thread(
+            target=self._forward, args=(worker,), name=f"{process.name}-reader", daemon=True
+        )
+        self._workers.append(worker)
+        worker.reader.start()
 
     async def run(
         self,
@@ -200,6 +236,10 @@ class WorkerPool:
         self.start()
         loop = asyncio.get_running_loop()
         started = loop.time()
+        await asyncio.to_thread(self._wait_started)
+        if self._start_error is not None:
+            self.close()
+            raise self._start_error
         inbox: asyncio.Queue[tuple[_Worker, _Message]] = asyncio.Queue()
         with self._lock:
             self._loop, self._inbox = loop, inbox
@@ -271,8 +311,11 @@ class WorkerPool:
 
     def close(self) -> None:
         """No worker outlives the pool: close their pipes, kill any still running, reap them."""
+        self._closed = True
+        self._wait_started()
         for worker in self._workers:
             worker.tasks.close()
+            worker.lifeline.close()
         for worker in self._workers:
             if worker.process.is_alive():
                 worker.process.kill()
@@ -281,6 +324,16 @@ class WorkerPool:
             if worker.reader is not None:
                 worker.reader.join(_STOP_GRACE_S)
             worker.results.close()
+        if self._owns_forkserver:  # started for this pool: stopped and reaped with it
+            self._owns_forkserver = False
+            from multiprocessing import forkserver
+
+            with contextlib.suppress(Exception):
+                forkserver._forkserver._stop()  # type: ignore[attr-defined]
+
+    def _wait_started(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
 
     def _forward(self, worker: _Worker) -> None:
         """The reader thread of one worker: every message to the event loop, then ``gone``."""
@@ -347,6 +400,30 @@ def _rollout_id(row: RowInput, run_id: str) -> str:
     return f"row-{row.index}-{run_id}"
 
 
+def _context() -> Any:
+    """How workers start. ``forkserver`` where there is one: a clean server process imports the
+    worker's modules once and forks each worker from that (no event loop or thread is ever
+    forked); else (Windows) ``spawn``, each worker importing everything itself.
+    ``_OSMOSIS_JOBS_START=spawn`` (internal, for the tests) takes spawn everywhere."""
+    if os.environ.get("_OSMOSIS_JOBS_START") == "spawn" or (
+        "forkserver" not in multiprocessing.get_all_start_methods()
+    ):
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # "__main__" (the `osmosis` script): imported once there, so no worker runs it again.
+    context.set_forkserver_preload(["__main__", *_PRELOAD])
+    return context
+
+
+#: What a worker imports before it loads the agent (the forkserver imports it once).
+_PRELOAD = (
+    "osmosis_rollout.testing.parallel",
+    "osmosis_rollout.testing.harness",
+    "osmosis_rollout.testing.replay",
+    "osmosis_rollout.loader",
+)
+
+
 @contextlib.contextmanager
 def _sigint_ignored() -> Iterator[None]:
     """SIGINT ignored for a moment (a spawned child starts with it ignored), main thread only."""
@@ -406,11 +483,13 @@ class _RowReplays:
         return backend
 
 
-def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
+def _worker_main(
+    spec: WorkerSpec, tasks: Connection, results: Connection, lifeline: Connection
+) -> None:
     """A worker's life: load the agent and backend, run the rows handed to it, say goodbye."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _exit_with_parent()
+    _exit_with_parent(lifeline)
     library_log = logging.getLogger("osmosis_rollout")
     library_log.setLevel(logging.WARNING if spec.verbose else logging.CRITICAL)
     if spec.verbose:
@@ -515,14 +594,14 @@ async def _work(
     return int(getattr(backend, "max_in_flight", 0))
 
 
-def _exit_with_parent() -> None:
-    """A daemon thread that ends this worker the moment its parent is gone (even ``kill -9``)."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
+def _exit_with_parent(lifeline: Connection) -> None:
+    """A daemon thread that ends this worker the moment its parent is gone (even ``kill -9``):
+    the parent holds the only other end of ``lifeline``, which closes with it."""
 
     def watch() -> None:
-        parent.join()
+        with contextlib.suppress(OSError, EOFError):
+            while not lifeline.poll(None):
+                pass
         os._exit(1)
 
     threading.Thread(target=watch, name="osmosis-parent-watch", daemon=True).start()
