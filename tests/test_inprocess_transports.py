@@ -231,14 +231,19 @@ async def test_asgi_transport_tells_a_listening_app_of_the_disconnect_after_the_
     assert events == ["http.request", "respond", "http.disconnect"]
 
 
-async def test_harness_keeps_server_http_for_other_calls() -> None:
-    """Inits go without httpx2; ``server_http`` still reaches the same in-process server."""
+def calculator_agent() -> Any:
+    """The Quickstart's calculator agent (four sync tools)."""
     from pathlib import Path
 
     from osmosis_rollout.loader import load_agent
 
     calculator = Path(__file__).parents[1] / "examples" / "calculator" / "agent.py"
-    agent = load_agent(f"{calculator}:CalculatorAgent")
+    return load_agent(f"{calculator}:CalculatorAgent")
+
+
+async def test_harness_keeps_server_http_for_other_calls() -> None:
+    """Inits go without httpx2; ``server_http`` still reaches the same in-process server."""
+    agent = calculator_agent()
     async with Harness(agent, backend=MockLLMBackend()) as harness:
         rows = [RowInput(index=1, messages=[{"role": "user", "content": "What is 2 + 3?"}])]
         report = await run_batch(harness, rows, RunOptions())

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Optional, TypedDict
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
@@ -991,3 +991,103 @@ async def test_the_model_cannot_fill_the_context_parameter_through_kwargs() -> N
     )
     assert ok["content"] == "q"
     assert seen == [context]
+
+
+# -- the quick argument check: never more lenient than JSON Schema ----------------------------
+
+_JSON_TYPES = ["string", "number", "integer", "boolean", "null", "object", "array"]
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False)
+    | st.sampled_from([0.0, 1.0, -3.0, 2.5])
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+)
+_property_schemas = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(_JSON_TYPES) | st.lists(st.sampled_from(_JSON_TYPES), min_size=1),
+        "description": st.text(max_size=5),
+        "default": _json_values,
+    },
+)
+_names = st.sampled_from(["a", "b", "c", "d"])
+
+
+@st.composite
+def _simple_object_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    properties = draw(st.dictionaries(_names, _property_schemas, max_size=3))
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if draw(st.booleans()):
+        schema["required"] = draw(st.lists(_names, max_size=3, unique=True))
+    if draw(st.booleans()):
+        schema["additionalProperties"] = draw(st.booleans())
+    return schema
+
+
+_INTEGER = {"type": "object", "properties": {"a": {"type": "integer"}}}
+_NUMBER = {"type": "object", "properties": {"a": {"type": ["number", "null"]}}, "required": ["a"]}
+
+
+@given(_simple_object_schemas(), st.dictionaries(_names, _json_values, max_size=4))
+@example(_INTEGER, {"a": 1.0})
+@example(_INTEGER, {"a": 1.5})
+@example(_INTEGER, {"a": True})
+@example(_NUMBER, {"a": False})
+@example(_NUMBER, {"a": None})
+@example(_NUMBER, {})
+@example({**_INTEGER, "additionalProperties": False}, {"b": 1})
+def test_the_quick_argument_check_agrees_with_json_schema(
+    schema: dict[str, Any], args: dict[str, Any]
+) -> None:
+    """For the schemas typed functions produce, the quick check accepts exactly what the full
+    JSON Schema check accepts (it may only ever skip that check, never change its answer)."""
+    import jsonschema
+
+    from osmosis_rollout.tools.arguments import quick_check
+
+    quick = quick_check(schema)
+    assert quick is not None
+    assert quick(args) == jsonschema.Draft202012Validator(schema).is_valid(args)
+
+
+def test_the_quick_check_leaves_other_schemas_to_json_schema() -> None:
+    from osmosis_rollout.tools.arguments import quick_check
+
+    assert quick_check({"type": "object", "properties": {"a": {"type": "string"}}}) is not None
+    for schema in (
+        {"type": "object", "properties": {"a": {"type": "string", "minLength": 2}}},
+        {"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}]}}},
+        {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "int"}}}},
+        {"type": "object", "additionalProperties": {"type": "string"}},
+        {"type": "object", "properties": {}, "minProperties": 1},
+        {"type": "array"},
+        {"$ref": "#/$defs/x"},
+    ):
+        assert quick_check(schema) is None, schema
+
+
+async def test_tool_arguments_are_still_checked_with_their_messages() -> None:
+    """Arguments the quick check refuses get the full check's messages, as before."""
+
+    def add(a: float, b: float) -> float:
+        return a + b
+
+    box = Toolbox([add])
+    calls = [
+        call("add", '{"a": 1, "b": 2.5}'),
+        call("add", '{"a": "1", "b": true}'),
+        call("add", '{"a": 1}'),
+    ]
+    ok, wrong_types, missing = await box.execute(make_ctx(), calls)
+    assert ok["content"] == "3.5"
+    assert wrong_types["content"] == (
+        "Error: invalid arguments for tool 'add': $.a: '1' is not of type 'number'; "
+        "$.b: True is not of type 'number'"
+    )
+    assert missing["content"] == (
+        "Error: invalid arguments for tool 'add': $: 'b' is a required property"
+    )

@@ -62,6 +62,9 @@ class _Target:
     port: int
     tls: bool
     head: bytes
+    #: The URL carries user:password (sent as Basic auth, which wins over the caller's header,
+    #: as in httpx2).
+    auth: bool = False
 
 
 class Http1Transport:
@@ -185,7 +188,9 @@ class Http1Transport:
         if parts.username is not None:  # user:password@host, as httpx2 sends it
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             head += f"Authorization: Basic {base64.b64encode(secret.encode()).decode()}\r\n"
-        target = _Target((scheme, host, port), host, port, scheme == "https", head.encode())
+        target = _Target(
+            (scheme, host, port), host, port, scheme == "https", head.encode(), "@" in parts.netloc
+        )
         if len(self._targets) >= _MAX_TARGETS:
             self._targets.clear()
         self._targets[url] = target
@@ -196,7 +201,7 @@ class Http1Transport:
         defaults = _DEFAULT_BLOCK
         for name, value in headers.items():
             lower, prefix = self._names.get(name) or self._name(name)
-            if lower in _FRAMING:
+            if lower in _FRAMING or (target.auth and lower == "authorization"):
                 continue
             if lower in _DEFAULTS:
                 defaults = defaults.replace(_DEFAULTS[lower], b"")

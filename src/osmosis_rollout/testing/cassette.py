@@ -37,6 +37,7 @@ from .._version import __version__
 from ..errors import ConfigError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, describe_validation_error
 from ..tracing import secret_free_json
+from .collector import paused_gc
 
 __all__ = [
     "FORMAT",
@@ -275,6 +276,13 @@ def read_cassette(path: str | Path) -> Cassette:
     if not lines:
         raise CassetteError(f"{path} is empty: not a cassette")
     header = _parse(path, 1, lines[0], CassetteHeader, "header")
+    with paused_gc():  # thousands of objects, all kept: collections would only walk them
+        rows, complete = _rows(path, lines)
+    return Cassette(path, header, rows, complete)
+
+
+def _rows(path: Path, lines: list[str]) -> tuple[list[CassetteRow], bool]:
+    """The rows after the header, and whether the end line was reached."""
     rows: list[CassetteRow] = []
     complete = False
     for number, line in enumerate(lines[1:], start=2):
@@ -296,7 +304,7 @@ def read_cassette(path: str | Path) -> Cassette:
         if kind == "row":
             rows.append(_parse(path, number, line, CassetteRow, "row"))
         # other types: added by a later 1.x writer, skipped
-    return Cassette(path, header, rows, complete)
+    return rows, complete
 
 
 _ROW_PREFIX = '{"type": "row", '

@@ -18,6 +18,7 @@ import anyio
 
 from ..errors import OsmosisError
 from ..protocol import Message, RolloutMetrics
+from .collector import lighter_gc
 from .harness import Harness, RolloutOutcome, ServerUnreachable
 from .traingate import Finding, name_gate_urls
 
@@ -230,9 +231,10 @@ async def run_batch(
         if on_result is not None:
             on_result(result)
 
-    async with anyio.create_task_group() as tasks:
-        for position, row in enumerate(rows):
-            tasks.start_soon(one, position, row)
+    with lighter_gc():
+        async with anyio.create_task_group() as tasks:
+            for position, row in enumerate(rows):
+                tasks.start_soon(one, position, row)
     systemic = harness.gate.systemic_error
     reason = f"LLM backend ({systemic.kind}): {systemic}" if systemic else None
     return BatchReport(

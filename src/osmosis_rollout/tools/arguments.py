@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonschema
@@ -74,6 +74,80 @@ def _validator(name: str, parameters: Mapping[str, Any]) -> jsonschema.Draft2020
         raise ToolError(
             f"tool {name!r} has an invalid parameters schema: {exc.message}", tool_name=name
         ) from None
+
+
+#: Keywords that never make an instance invalid (annotations).
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
+_OBJECT_KEYWORDS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}
+
+
+def _is_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: JSON Schema's types, as draft 2020-12 (and ``jsonschema``) test them on JSON values.
+_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "number": _is_number,
+    "integer": _is_integer,
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+def quick_check(parameters: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool] | None:
+    """A fast yes-test for the parameter schemas typed functions produce (an object whose
+    properties only have a ``type``), or None for any other schema.
+
+    It answers True only for arguments the full JSON Schema check accepts; on False the caller
+    runs that check (for its messages). Checking ``{"a": 1.5, "b": 2}`` against a two-number
+    schema this way costs ~1 µs instead of ~40 µs in ``jsonschema`` (per tool call).
+    """
+    if not set(parameters) <= _OBJECT_KEYWORDS or parameters.get("type", "object") != "object":
+        return None
+    properties = parameters.get("properties", {})
+    required = parameters.get("required", [])
+    extra = parameters.get("additionalProperties", True)
+    if not isinstance(properties, Mapping) or not isinstance(extra, bool):
+        return None
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return None
+    tests: dict[str, tuple[Callable[[Any], bool], ...]] = {}
+    for key, schema in properties.items():
+        if not isinstance(schema, Mapping) or not set(schema) <= _ANNOTATIONS | {"type"}:
+            return None
+        kind = schema.get("type")
+        kinds = [kind] if isinstance(kind, str) else kind
+        if kind is None:
+            tests[key] = ()
+        elif isinstance(kinds, list) and kinds and all(k in _TYPE_TESTS for k in kinds):
+            tests[key] = tuple(_TYPE_TESTS[k] for k in kinds)
+        else:
+            return None
+    needed = tuple(required)
+
+    def accepts(args: Mapping[str, Any]) -> bool:
+        for key in needed:
+            if key not in args:
+                return False
+        for key, value in args.items():
+            kinds = tests.get(key)
+            if kinds is None:
+                if not extra:
+                    return False
+            elif kinds and not any(test(value) for test in kinds):
+                return False
+        return True
+
+    return accepts
 
 
 def _check(name: str, validator: jsonschema.Draft202012Validator, args: Mapping[str, Any]) -> None:

@@ -25,7 +25,7 @@ from ..agent import RolloutContext
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
 from ..tracing import clip_text
-from .arguments import _check, _shorten, _validator, parse_arguments
+from .arguments import _check, _shorten, _validator, parse_arguments, quick_check
 from .schema import _build_spec, _ToolSpec
 
 logger = logging.getLogger("osmosis_rollout.tools")
@@ -72,6 +72,7 @@ class Toolbox:
             specs = [_build_spec(fn) for fn in functions]
         self._specs: dict[str, _ToolSpec] = {}
         self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        self._quick: dict[str, Callable[[Mapping[str, Any]], bool] | None] = {}
         for spec in specs:
             if spec.unbound_self:
                 raise ToolError(
@@ -83,6 +84,7 @@ class Toolbox:
                 raise ToolError(f"two tools are named {spec.name!r}", tool_name=spec.name)
             self._specs[spec.name] = spec
             self._validators[spec.name] = _validator(spec.name, spec.schema.function.parameters)
+            self._quick[spec.name] = quick_check(spec.schema.function.parameters)
         self.timeout_s = timeout_s
         self.max_threads = max_threads
         self._limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on use
@@ -174,7 +176,9 @@ class Toolbox:
             shown = repr(name) if isinstance(name, str) else "(missing name)"
             raise ToolError(f"unknown tool {shown}; available: {available}", tool_name=None)
         args = parse_arguments(raw_args, tool_name=spec.name)
-        _check(spec.name, self._validators[spec.name], args)
+        quick = self._quick[spec.name]
+        if quick is None or not quick(args):  # the full check, for its messages
+            _check(spec.name, self._validators[spec.name], args)
         positional, keywords = self._bind(ctx, spec, args)
         result: Any = None
         with anyio.move_on_after(time_limit) as scope:
