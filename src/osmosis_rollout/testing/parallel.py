@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
+from .collector import lighter_gc
 from .runner import BatchReport, RowInput, RowResult, RunOptions
 
 if TYPE_CHECKING:
@@ -114,6 +115,23 @@ class _Settings:
 
     options: RunOptions
     cassette: Cassette | None = None
+
+
+@dataclass
+class _Run:
+    """The parent's state of one :meth:`WorkerPool.run`."""
+
+    settings: _Settings
+    pending: deque[tuple[int, RowInput]]
+    bind: Callable[[RowInput], CassetteRow | None] | None
+    on_result: Callable[[RowResult], None] | None
+    results: dict[int, RowResult] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)  # why the batch stopped early
+
+    def finish(self, position: int, result: RowResult) -> None:
+        self.results[position] = result
+        if self.on_result is not None:
+            self.on_result(result)
 
 
 @dataclass
@@ -251,63 +269,65 @@ class WorkerPool:
             from .cassette import Cassette
 
             header = Cassette(cassette.path, cassette.header, [], cassette.complete)
-        settings = _Settings(options, header)
-        pending: deque[tuple[int, RowInput]] = deque(enumerate(rows))
-        results: dict[int, RowResult] = {}
-        stopped: list[str] = []
-        concurrency = max(1, options.concurrency)
-
-        def finish(position: int, result: RowResult) -> None:
-            results[position] = result
-            if on_result is not None:
-                on_result(result)
-
+        run = _Run(
+            settings=_Settings(options, header),
+            pending=deque(enumerate(rows)),
+            bind=bind,
+            on_result=on_result,
+        )
         try:
             live = len(self._workers)
-            while live:
-                worker, message = await inbox.get()
-                kind = message[0]
-                if kind == "want":
-                    # Guided self-scheduling: big chunks early, single rows at the end.
-                    size = min(concurrency, max(1, len(pending) // (8 * len(self._workers))))
-                    chunk: list[_Item] = []
-                    for _ in range(min(size, len(pending))):
-                        position, row = pending.popleft()
-                        chunk.append((position, row, bind(row) if bind is not None else None))
-                        worker.held[position] = row
-                    first = None if worker.configured else settings
-                    worker.configured = True
-                    with contextlib.suppress(OSError):  # it died: "gone" follows
-                        worker.tasks.send((first, chunk))
-                elif kind == "row":
-                    position, result = message[1], message[2]
-                    worker.held.pop(position, None)
-                    finish(position, result)
-                elif kind == "stopped":
-                    stopped.append(message[1])
-                elif kind == "fatal":
-                    worker.failure = message[1]
-                elif kind == "bye":
-                    self.max_in_flight += int(message[1].get("max_in_flight", 0))
-                elif kind == "gone":
-                    live -= 1
-                    how = await self._ended(worker)
-                    if worker.held or worker.failure or how != "exited":
-                        self._lost(worker, how, finish)
-            if pending:
+            with lighter_gc():  # the command holds the cassette: collect as one batch would
+                while live:
+                    worker, message = await inbox.get()
+                    if message[0] == "gone":
+                        live -= 1
+                        how = await self._ended(worker)
+                        if worker.held or worker.failure or how != "exited":
+                            self._lost(worker, how, run)
+                    else:
+                        self._handle(worker, message, run)
+            if run.pending:
                 reason = "every worker process died"
                 last = next((w.failure for w in reversed(self._workers) if w.failure), None)
-                stopped.append(f"{reason}: {last}" if last else reason)
-                while pending:
-                    position, row = pending.popleft()
-                    finish(position, _error_row(row, self.spec.run_id, f"not run: {stopped[-1]}"))
+                run.stopped.append(f"{reason}: {last}" if last else reason)
+                while run.pending:
+                    position, row = run.pending.popleft()
+                    why = f"not run: {run.stopped[-1]}"
+                    run.finish(position, _error_row(row, self.spec.run_id, why))
         finally:
             self.close()
         return BatchReport(
-            rows=[results[i] for i in range(len(rows))],
+            rows=[run.results[i] for i in range(len(rows))],
             wall_s=loop.time() - started,
-            stopped_early=stopped[0] if stopped else None,
+            stopped_early=run.stopped[0] if run.stopped else None,
         )
+
+    def _handle(self, worker: _Worker, message: _Message, run: _Run) -> None:
+        """One message from a worker: a request for rows, a row's result, or news of it."""
+        kind = message[0]
+        if kind == "want":
+            # Guided self-scheduling: big chunks early, single rows at the end.
+            concurrency = max(1, run.settings.options.concurrency)
+            size = min(concurrency, max(1, len(run.pending) // (8 * len(self._workers))))
+            chunk: list[_Item] = []
+            for _ in range(min(size, len(run.pending))):
+                position, row = run.pending.popleft()
+                chunk.append((position, row, run.bind(row) if run.bind is not None else None))
+                worker.held[position] = row
+            first = None if worker.configured else run.settings
+            worker.configured = True
+            with contextlib.suppress(OSError):  # it died: "gone" follows
+                worker.tasks.send((first, chunk))
+        elif kind == "row":
+            worker.held.pop(message[1], None)
+            run.finish(message[1], message[2])
+        elif kind == "stopped":
+            run.stopped.append(message[1])
+        elif kind == "fatal":
+            worker.failure = message[1]
+        elif kind == "bye":
+            self.max_in_flight += int(message[1].get("max_in_flight", 0))
 
     def close(self) -> None:
         """No worker outlives the pool: close their pipes, kill any still running, reap them."""
@@ -369,7 +389,7 @@ class WorkerPool:
                 return f"killed by {signal.Signals(-code).name}"
         return f"exit code {code}"
 
-    def _lost(self, worker: _Worker, how: str, finish: Callable[[int, RowResult], None]) -> None:
+    def _lost(self, worker: _Worker, how: str, run: _Run) -> None:
         """A worker ended with rows in hand (or failed): those rows end as errors that say why."""
         reason = f"worker process {worker.number} (pid {worker.process.pid}) {how}"
         if worker.failure:
@@ -382,7 +402,7 @@ class WorkerPool:
             self.notify(reason)
         for position, row in held:
             message = f"{reason} before this row finished"
-            finish(position, _error_row(row, self.spec.run_id, message))
+            run.finish(position, _error_row(row, self.spec.run_id, message))
 
 
 def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
@@ -575,18 +595,20 @@ async def _work(
         concurrency=1,
     )
     try:
-        async with (
-            Harness(
-                agent,
-                gate=MockTrainGate(backend),
-                rollout_timeout_s=options.timeout_s,
-                max_concurrent=options.concurrency,
-                debug_dir=spec.debug_dir,
-            ) as harness,
-            anyio.create_task_group() as lanes,
-        ):
-            for _ in range(max(1, options.concurrency)):
-                lanes.start_soon(lane, harness, one_at_a_time)
+        # The collector set once for the worker's life, not per row's run_batch (collector.py).
+        with lighter_gc():
+            async with (
+                Harness(
+                    agent,
+                    gate=MockTrainGate(backend),
+                    rollout_timeout_s=options.timeout_s,
+                    max_concurrent=options.concurrency,
+                    debug_dir=spec.debug_dir,
+                ) as harness,
+                anyio.create_task_group() as lanes,
+            ):
+                for _ in range(max(1, options.concurrency)):
+                    lanes.start_soon(lane, harness, one_at_a_time)
     finally:
         close = getattr(backend, "aclose", None)
         if close is not None:
