@@ -14,7 +14,10 @@ Event-loop lag is sampled all the time by a task that sleeps 5 ms and records ho
 The baseline holds M bare ``httpx2`` POSTs in flight through ``ASGITransport`` to a bare
 Starlette endpoint that parks the same way: the least an in-flight HTTP call costs here.
 
-    python benchmarks/bench_concurrency.py [--sizes 1000,5000,10000] [--rate 200]
+    python benchmarks/bench_concurrency.py [--sizes 1000,5000,10000] [--rate 200] [--tracemalloc]
+
+``--tracemalloc`` also traces the ramp's allocations in each child (slower; the RSS figures are
+then inflated by the tracing itself) and prints the lines that hold the most per rollout.
 
 Goals: 10,000 in flight in one process, under 100 KB per rollout, loop-lag p99 under 50 ms.
 """
@@ -29,6 +32,7 @@ import json
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -153,6 +157,7 @@ async def _measure(
     await warmup()
     gc.collect()
     rss0 = rss_bytes()
+    before = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
     lag.phase = "ramp"
     ramp_started = time.perf_counter()
     limiter = asyncio.Semaphore(INIT_CONCURRENCY)
@@ -171,6 +176,7 @@ async def _measure(
     lag.phase = "measuring"
     gc.collect()
     rss1 = rss_bytes()
+    held = _held_by_line(before, size) if before is not None else None
     await asyncio.sleep(3 * TICK_S)  # the tick delayed by the collection lands in "measuring"
     lag.phase = "hold"
     await asyncio.sleep(1.0)
@@ -199,6 +205,56 @@ async def _measure(
             for phase, pauses in lag.full_gc_ms.items()
             if phase in ("ramp", "hold", "steady") and pauses
         },
+        **({"tracemalloc": held} if held is not None else {}),
+    }
+
+
+#: Who holds an allocation: the first of these met walking its stack from the allocating frame
+#: outwards (the in-process HTTP stack between two of them counts for the caller's side; the
+#: wire models in ``protocol.py`` count for whoever parses or builds them).
+_OWNERS = (
+    ("/osmosis_rollout/protocol.py", ""),
+    ("/osmosis_rollout/testing/", "mock TrainGate (in production: TrainGate)"),
+    ("/osmosis_rollout/client.py", "TrainGate client + in-process HTTP to the gate"),
+    ("/osmosis_rollout/transport.py", "TrainGate client + in-process HTTP to the gate"),
+    ("/osmosis_rollout/http1.py", "TrainGate client + in-process HTTP to the gate"),
+    ("/osmosis_rollout/", "rollout server (registry, context, models, tasks)"),
+    ("/benchmarks/_servers.py", "the agent"),
+    ("/benchmarks/", "load generator"),
+)
+
+
+def _owner(traceback: tracemalloc.Traceback) -> str:
+    for frame in reversed(traceback):  # from the allocating frame outwards
+        owner = next((owner for marker, owner in _OWNERS if marker in frame.filename), "")
+        if owner:
+            return owner
+    return "other (event loop, start-up)"
+
+
+def _held_by_line(before: tracemalloc.Snapshot, size: int) -> dict[str, Any]:
+    """Bytes per in-flight rollout allocated since ``before`` and still held: by owner, and by
+    the source line that allocated them (the top 25)."""
+    after = tracemalloc.take_snapshot()
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    after, before = after.filter_traces(ignore), before.filter_traces(ignore)
+    stats = after.compare_to(before, "traceback")
+    owners: dict[str, int] = collections.defaultdict(int)
+    lines: dict[str, int] = collections.defaultdict(int)
+    for stat in stats:
+        owners[_owner(stat.traceback)] += stat.size_diff
+        frame = stat.traceback[-1]  # the allocating frame
+        where = f"{frame.filename.replace(str(ROOT) + '/', '')}:{frame.lineno}"
+        lines[where] += stat.size_diff
+
+    def per_rollout(totals: dict[str, int], count: int) -> list[list[Any]]:
+        ranked = sorted(totals.items(), key=lambda item: item[1], reverse=True)[:count]
+        return [[name, round(total / size)] for name, total in ranked]
+
+    return {
+        "bytes_per_rollout": round(sum(stat.size_diff for stat in stats) / size),
+        "by_owner": per_rollout(owners, len(owners)),
+        "by_line": per_rollout(lines, 25),
     }
 
 
@@ -300,13 +356,17 @@ async def _baseline(size: int, rate: float) -> dict[str, Any]:
     return result
 
 
-def _child(kind: str, size: int, rate: float) -> None:
+def _child(kind: str, size: int, rate: float, trace: bool) -> None:
+    if trace:
+        tracemalloc.start(32)
     run = _sdk if kind == "sdk" else _baseline
     print(json.dumps(asyncio.run(run(size, rate))), flush=True)
 
 
-def _spawn(kind: str, size: int, rate: float) -> dict[str, Any]:
+def _spawn(kind: str, size: int, rate: float, trace: bool) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", kind, "--sizes", str(size), "--rate", str(rate)]
+    if trace:
+        command.append("--tracemalloc")
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"{kind} M={size} failed:\n{done.stderr[-3000:]}")
@@ -319,16 +379,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,5000,10000", help="comma-separated M values")
     parser.add_argument("--rate", type=float, default=200.0, help="steady-phase replies per s")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="also print what holds the memory, by source line (slower; inflates RSS)",
+    )
     parser.add_argument("--child", choices=["sdk", "baseline"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(m) for m in args.sizes.split(",")]
     if args.child:
-        _child(args.child, sizes[0], args.rate)
+        _child(args.child, sizes[0], args.rate, args.tracemalloc)
         return
 
     results: dict[str, dict[str, Any]] = {}
     for size in sizes:
-        results[str(size)] = {kind: _spawn(kind, size, args.rate) for kind in ("baseline", "sdk")}
+        results[str(size)] = {
+            kind: _spawn(kind, size, args.rate, args.tracemalloc) for kind in ("baseline", "sdk")
+        }
+        for kind, run in results[str(size)].items():
+            if "tracemalloc" in run:
+                held = run["tracemalloc"]
+                title = f"M={size} {kind}: {held['bytes_per_rollout']:,} B traced per rollout"
+                print_table(f"{title}, by owner", ["held by", "B per rollout"], held["by_owner"])
+                print_table(f"{title}, by line", ["allocated at", "B per rollout"], held["by_line"])
     rows = []
     for key, by_kind in results.items():
         base, sdk = by_kind["baseline"], by_kind["sdk"]

@@ -1,4 +1,5 @@
-"""The agent API: class checks, ``ctx.chat`` parameters, the append-only guard, resolve_tools."""
+"""The agent API: class checks, ``ctx.chat`` parameters, the append-only guard, resolve_tools
+(and its cache of checked tool lists)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from osmosis_rollout.agent import RolloutAgentLoop, RolloutContext, RolloutResult, resolve_tools
+from osmosis_rollout.agent import (
+    RolloutAgentLoop,
+    RolloutContext,
+    RolloutResult,
+    resolve_tool_set,
+    resolve_tools,
+)
 from osmosis_rollout.client import TrainGateClient
 from osmosis_rollout.errors import AgentDefinitionError
 from osmosis_rollout.protocol import (
@@ -438,3 +445,100 @@ async def test_resolve_tools_rejects_invalid_entries(item: Any, detail: str) -> 
     message = str(exc.value)
     assert message.startswith("tools[1] is not a valid OpenAI function tool: ")
     assert detail in message
+
+
+# -- checked tool lists are cached, never served stale -----------------------------------------
+
+
+async def test_the_same_tools_are_checked_once() -> None:
+    """An agent returning the same tools every rollout gets the one checked set back."""
+    agent = ToolsAgent([tool("add"), tool("sub")])
+    first = await resolve_tool_set(agent, make_request("r-1"))
+    second = await resolve_tool_set(agent, make_request("r-2"))
+    assert second is first
+    assert [t.name for t in second.tools] == ["add", "sub"]
+    assert json.loads(second.json) == [tool("add"), tool("sub")]
+
+
+async def test_a_new_list_each_rollout_gets_its_own_tools() -> None:
+    """get_tools building a different list per rollout gets each list's own tools and JSON."""
+
+    class PerRollout(RolloutAgentLoop):
+        name = "per-rollout"
+
+        def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+            return [tool(f"t_{request.rollout_id}")]
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            return ctx.complete([])
+
+    for rollout_id in ("a", "b", "a", "c"):
+        tool_set = await resolve_tool_set(PerRollout(), make_request(rollout_id))
+        assert [t.name for t in tool_set.tools] == [f"t_{rollout_id}"]
+        assert json.loads(tool_set.json) == [tool(f"t_{rollout_id}")]
+
+
+async def test_a_list_mutated_in_place_is_not_served_stale() -> None:
+    """The same list object, changed between rollouts (appended, a nested schema or a
+    description edited), is checked again and served as it is now."""
+    tools = [tool("add")]
+    agent = ToolsAgent(tools)
+    assert [t.name for t in await resolve_tools(agent, make_request())] == ["add"]
+    tools.append(tool("mul"))
+    assert [t.name for t in await resolve_tools(agent, make_request())] == ["add", "mul"]
+    tools[0]["function"]["parameters"]["properties"]["x"]["type"] = "integer"
+    tools[1]["function"]["description"] = "Multiplies"
+    again = await resolve_tool_set(agent, make_request())
+    assert again.tools[0].function.parameters["properties"]["x"]["type"] == "integer"
+    assert again.tools[1].function.description == "Multiplies"
+    assert json.loads(again.json)[0]["function"]["parameters"]["properties"]["x"] == {
+        "type": "integer"
+    }
+    tools[1]["function"]["name"] = "add"  # now invalid: the error comes back, nothing cached
+    with pytest.raises(AgentDefinitionError, match="duplicated"):
+        await resolve_tools(agent, make_request())
+
+
+async def test_tool_models_mutated_in_place_are_not_served_stale() -> None:
+    """Tool models returned again (as a Toolbox does) but edited are checked again."""
+    model = OpenAIFunctionToolSchema(function=OpenAIFunctionSchema(name="add"))
+    agent = ToolsAgent([model])
+    assert (await resolve_tool_set(agent, make_request())).tools[0].function.description is None
+    model.function.description = "Adds two numbers"
+    model.function.parameters["properties"]["a"] = {"type": "number"}
+    tool_set = await resolve_tool_set(agent, make_request())
+    assert tool_set.tools[0].function.description == "Adds two numbers"
+    assert tool_set.tools[0].function.parameters["properties"] == {"a": {"type": "number"}}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [(1, 1.0), (1, True), (0.0, -0.0), ("1", 1)],
+    ids=["int-float", "int-bool", "zero-sign", "str-int"],
+)
+async def test_equal_values_that_are_different_json_are_not_mixed_up(
+    first: Any, second: Any
+) -> None:
+    """Python calls ``1 == 1.0 == True``; the tools' JSON does not: each keeps its own."""
+    for value in (first, second, first):
+        item = tool("f")
+        item["function"]["parameters"]["properties"]["x"]["default"] = value
+        [checked] = json.loads((await resolve_tool_set(ToolsAgent([item]), make_request())).json)
+        default = checked["function"]["parameters"]["properties"]["x"]["default"]
+        assert (type(default), json.dumps(default)) == (type(value), json.dumps(value))
+
+
+async def test_non_json_values_are_checked_every_time() -> None:
+    """A key that is not a string, or a tuple, is never taken for its JSON look-alike."""
+    as_text = tool("f")
+    as_text["function"]["parameters"]["properties"] = {"1": {"enum": ["a", "b"]}}
+    as_int = tool("f")
+    as_int["function"]["parameters"]["properties"] = {1: {"enum": ("a", "b")}}
+    for item, key, enum in (
+        (as_text, "1", ["a", "b"]),
+        (as_int, 1, ("a", "b")),
+        (as_text, "1", ["a", "b"]),
+    ):
+        [checked] = (await resolve_tool_set(ToolsAgent([item]), make_request())).tools
+        assert checked.function.parameters["properties"] == {key: {"enum": enum}}
+        assert type(checked.function.parameters["properties"][key]["enum"]) is type(enum)

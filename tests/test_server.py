@@ -682,6 +682,44 @@ async def test_get_tools_failure_is_500_and_starts_nothing(tmp_path: Path) -> No
     assert len(s.completions("r-1")) == 1
 
 
+class _OneListAgent(RolloutAgentLoop):
+    """Rewrites one tools list in place for each rollout, from the init's metadata; each
+    rollout reports the tools its context saw."""
+
+    name = "one-list"
+
+    def __init__(self) -> None:
+        self.tools: list[dict[str, Any]] = []
+
+    def get_tools(self, request: Any) -> list[dict[str, Any]]:
+        self.tools[:] = [
+            {"type": "function", "function": {"name": name}} for name in request.metadata["tools"]
+        ]
+        return self.tools
+
+    async def run(self, ctx: Any) -> Any:
+        seen = ",".join(tool.name for tool in ctx.tools)
+        return ctx.complete([{"role": "assistant", "content": seen}])
+
+
+async def test_each_init_lists_the_tools_get_tools_returned_for_it(tmp_path: Path) -> None:
+    """Checked tool lists are cached, but never served stale: an agent that rewrites one list
+    per rollout gets each rollout's own tools in its 202 and in its context."""
+    plan = {"a": ["add"], "b": ["add", "mul"], "c": ["add"], "d": []}
+    async with serving(_OneListAgent(), tmp_path) as s:
+        answers = {
+            rid: await s.init(init_body(rid, metadata={"tools": names}))
+            for rid, names in plan.items()
+        }
+        await s.settle()
+
+    for rid, names in plan.items():
+        assert answers[rid].status_code == 202
+        assert [t["function"]["name"] for t in answers[rid].json()["tools"]] == names
+        [result] = s.completions(rid)
+        assert result.final_messages[-1]["content"] == ",".join(names)
+
+
 async def test_invalid_tools_are_500_and_start_nothing(tmp_path: Path) -> None:
     """get_tools returning an invalid tool name gives 500 naming the tool; no callback."""
     async with serving(agents.Broken(), tmp_path) as s:

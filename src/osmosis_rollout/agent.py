@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import telemetry
 from .errors import AgentDefinitionError
@@ -47,6 +47,8 @@ __all__ = [
     "RolloutAgentLoop",
     "RolloutContext",
     "RolloutResult",
+    "ToolSet",
+    "resolve_tool_set",
     "resolve_tools",
 ]
 
@@ -233,15 +235,92 @@ async def resolve_tools(
 
     Raises ``AgentDefinitionError`` naming the offending entry, e.g. ``tools[2]``.
     """
+    return list((await resolve_tool_set(agent, request)).tools)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSet:
+    """One checked tool list: the models an agent sees and their JSON for the init's 202.
+
+    Shared between rollouts whose ``get_tools`` returned the same tools, so treat the models
+    as read-only (as the tool objects an agent returns each time already are)."""
+
+    tools: tuple[OpenAIFunctionToolSchema, ...]
+    json: bytes
+
+
+_TOOLS_JSON = TypeAdapter(list[OpenAIFunctionToolSchema])
+
+
+class _ToolSetCache:
+    """The last few checked tool lists, by their JSON text, so that an agent returning the same
+    tools for every rollout (the usual case) has them checked once, not per rollout.
+
+    A hit needs the same JSON text *and* equal Python values (so ``{1: ...}`` is not taken for
+    ``{"1": ...}``, nor ``1`` for ``1.0``); anything that does not round-trip through JSON is
+    checked every time. A list that changes (per rollout, or in place) has another key."""
+
+    __slots__ = ("_entries", "limit")
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self._entries: dict[str, tuple[list[Any], ToolSet]] = {}
+
+    def get(self, key: str, items: list[Any]) -> ToolSet | None:
+        found = self._entries.get(key)
+        if found is None or found[0] != items:
+            return None
+        return found[1]
+
+    def put(self, key: str, items: list[Any], tool_set: ToolSet) -> None:
+        loaded = json.loads(key)
+        if loaded != items:  # tuples, non-string keys...: not JSON data, never cached
+            return
+        if len(self._entries) >= self.limit:
+            del self._entries[next(iter(self._entries))]  # the oldest
+        self._entries[key] = (loaded, tool_set)
+
+
+_tool_sets = _ToolSetCache()
+
+
+async def resolve_tool_set(agent: RolloutAgentLoop, request: RolloutRequest) -> ToolSet:
+    """:func:`resolve_tools` with the tools' JSON, checked once per distinct tool list."""
     raw = agent.get_tools(request)
     if inspect.isawaitable(raw):
         raw = await raw
     if raw is None:
-        return []
+        return _NO_TOOLS
     if not isinstance(raw, list | tuple):
         raise AgentDefinitionError(
             f"get_tools() must return a list of tools, got {type(raw).__name__}"
         )
+    items, key = _cache_key(raw)
+    if key is not None:
+        cached = _tool_sets.get(key, items)
+        if cached is not None:
+            return cached
+    tools = _check_tools(raw)
+    tool_set = ToolSet(tuple(tools), _TOOLS_JSON.dump_json(tools, exclude_none=True))
+    if key is not None:
+        _tool_sets.put(key, items, tool_set)
+    return tool_set
+
+
+def _cache_key(raw: list[Any] | tuple[Any, ...]) -> tuple[list[Any], str | None]:
+    """What ``get_tools`` returned as JSON-like data (models dumped as the check dumps them)
+    and its JSON text; no text (never cached) when it is not plain JSON."""
+    try:
+        items = [
+            item.model_dump(exclude_none=True) if isinstance(item, BaseModel) else item
+            for item in raw
+        ]
+        return items, json.dumps(items, allow_nan=False, separators=(",", ":"))
+    except Exception:  # the check names what is wrong
+        return [], None
+
+
+def _check_tools(raw: list[Any] | tuple[Any, ...]) -> list[OpenAIFunctionToolSchema]:
     tools: list[OpenAIFunctionToolSchema] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
@@ -263,6 +342,9 @@ async def resolve_tools(
         seen.add(tool.name)
         tools.append(tool)
     return tools
+
+
+_NO_TOOLS = ToolSet((), b"[]")
 
 
 def _first_error(exc: Exception) -> str:

@@ -51,6 +51,8 @@ logger = logging.getLogger("osmosis_rollout.rollout")
 class RolloutControl:
     """Lets the owner of a running rollout cancel it; the rollout then ends ``cancelled``."""
 
+    __slots__ = ("cancelled", "context", "reason", "scope")
+
     def __init__(self) -> None:
         self.scope: anyio.CancelScope | None = None
         self.cancelled = False
@@ -84,134 +86,120 @@ async def run_rollout(
     OpenTelemetry installed, the rollout is one span (see ``telemetry``).
     """
     with telemetry.rollout_span(request.rollout_id, agent.name) as span:
-        response = await _run_rollout(
-            agent,
-            request,
-            llm,
-            tools=tools,
-            deadline_s=deadline_s,
-            tracer=tracer,
-            control=control,
-            observer=observer,
-        )
-        telemetry.end_rollout(span, response.status.value, response.finish_reason, response.reward)
+        control = control or RolloutControl()
+        trace = tracer.sink(request.rollout_id, secrets=[request.api_key_value]) if tracer else None
+        if tools is None:
+            try:
+                tools = await resolve_tools(agent, request)
+            except Exception as exc:
+                failed = _error_response(
+                    request, list(request.messages), f"get_tools failed: {exc}"
+                )
+                _end_span(span, failed)
+                return failed
+        ctx = RolloutContext(request, tools, llm, trace=trace, observer=observer)
+        control.context = ctx
+        if trace is not None:
+            ctx.log_event(
+                "rollout_start",
+                agent=agent.name,
+                tools=[t.name for t in tools],
+                max_turns=request.max_turns,
+                completion_params=request.completion_params,
+                metadata=request.metadata,
+            )
+        finish_reason = "error"
+        error_message: str | None = None
+        result: Any = None
+        with anyio.CancelScope() as scope:
+            control.scope = scope
+            if control.cancelled:
+                scope.cancel()
+            if deadline_s is not None:
+                scope.deadline = anyio.current_time() + deadline_s
+            try:
+                await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled before start: no turn
+                result = await agent.run(ctx)
+            except OsmosisError as exc:
+                error_message = scrub(f"{type(exc).__name__}: {exc}", request.api_key_value)
+                logger.warning("rollout %s failed: %s", loggable(request.rollout_id), error_message)
+            except Exception as exc:
+                error_message = f"agent raised {type(exc).__name__}: {exc}"
+                _log_agent_crash(request)
+                ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
+        if scope.cancelled_caught or (scope.cancel_called and result is None and not error_message):
+            if control.cancelled:
+                finish_reason, error_message = "cancelled", f"rollout cancelled ({control.reason})"
+            else:
+                finish_reason = "timeout"
+                error_message = f"rollout exceeded its deadline of {deadline_s:g} s"
+            result = None
+        if result is not None and not isinstance(result, RolloutResult):
+            error_message = (
+                f"run() returned {type(result).__name__}; it must return ctx.complete(messages) "
+                "or ctx.error(message)"
+            )
+            result = None
+        if isinstance(result, RolloutResult) and not _valid_reward(result.reward):
+            error_message = f"reward must be a finite number or None, got {result.reward!r}"
+            result = None
+        if result is None and error_message is None:
+            error_message = (
+                "run() returned None; it must return ctx.complete(...) or ctx.error(...)"
+            )
+
+        metrics = ctx.metrics
+        response: RolloutResponse | None = None
+        if isinstance(result, RolloutResult):
+            try:
+                response = RolloutResponse(
+                    rollout_id=request.rollout_id,
+                    status=result.status,
+                    final_messages=result.final_messages,
+                    finish_reason=result.finish_reason,
+                    # ctx.error(f"... {key}") must not carry the key into the callback or outbox.
+                    error_message=(
+                        scrub(result.error_message, request.api_key_value)
+                        if result.error_message is not None
+                        else None
+                    ),
+                    reward=result.reward,
+                    metrics=metrics,
+                    extra_fields=result.extra_fields,
+                )
+                wire_json(response)  # what cannot be serialised cannot be sent: fail it here
+            except (ValidationError, PydanticSerializationError) as exc:
+                detail = (
+                    describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+                )
+                error_message = f"run() returned a result that cannot be sent: {detail}"
+                response = None
+        if response is None:
+            # A result that could not be sent keeps its own messages (made JSON-safe below).
+            kept = result.final_messages if isinstance(result, RolloutResult) else None
+            response = _error_response(
+                request, kept or ctx.partial_messages, error_message or "", finish_reason, metrics
+            )
+        if trace is not None:
+            seen = ctx.partial_messages if ctx.turns else []
+            final_from, final_tail = _final_delta(seen, response.final_messages)
+            ctx.log_event(
+                "rollout_end",
+                status=response.status.value,
+                finish_reason=response.finish_reason,
+                error_message=response.error_message,
+                reward=response.reward,
+                metrics=metrics.model_dump(),
+                final_from=final_from,
+                final_messages=final_tail,
+            )
+        _log_finished(response)
+        _end_span(span, response)
         return response
 
 
-async def _run_rollout(
-    agent: RolloutAgentLoop,
-    request: RolloutRequest,
-    llm: ChatBackend,
-    *,
-    tools: Sequence[OpenAIFunctionToolSchema] | None,
-    deadline_s: float | None,
-    tracer: Tracer | None,
-    control: RolloutControl | None,
-    observer: TurnObserver | None,
-) -> RolloutResponse:
-    control = control or RolloutControl()
-    trace = tracer.sink(request.rollout_id, secrets=[request.api_key_value]) if tracer else None
-    if tools is None:
-        try:
-            tools = await resolve_tools(agent, request)
-        except Exception as exc:
-            return _error_response(request, list(request.messages), f"get_tools failed: {exc}")
-    ctx = RolloutContext(request, tools, llm, trace=trace, observer=observer)
-    control.context = ctx
-    if trace is not None:
-        ctx.log_event(
-            "rollout_start",
-            agent=agent.name,
-            tools=[t.name for t in tools],
-            max_turns=request.max_turns,
-            completion_params=request.completion_params,
-            metadata=request.metadata,
-        )
-    finish_reason = "error"
-    error_message: str | None = None
-    result: Any = None
-    with anyio.CancelScope() as scope:
-        control.scope = scope
-        if control.cancelled:
-            scope.cancel()
-        if deadline_s is not None:
-            scope.deadline = anyio.current_time() + deadline_s
-        try:
-            await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled before start: no turn
-            result = await agent.run(ctx)
-        except OsmosisError as exc:
-            error_message = scrub(f"{type(exc).__name__}: {exc}", request.api_key_value)
-            logger.warning("rollout %s failed: %s", loggable(request.rollout_id), error_message)
-        except Exception as exc:
-            error_message = f"agent raised {type(exc).__name__}: {exc}"
-            _log_agent_crash(request)
-            ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
-    if scope.cancelled_caught or (scope.cancel_called and result is None and not error_message):
-        if control.cancelled:
-            finish_reason, error_message = "cancelled", f"rollout cancelled ({control.reason})"
-        else:
-            finish_reason = "timeout"
-            error_message = f"rollout exceeded its deadline of {deadline_s:g} s"
-        result = None
-    if result is not None and not isinstance(result, RolloutResult):
-        error_message = (
-            f"run() returned {type(result).__name__}; it must return ctx.complete(messages) "
-            "or ctx.error(message)"
-        )
-        result = None
-    if isinstance(result, RolloutResult) and not _valid_reward(result.reward):
-        error_message = f"reward must be a finite number or None, got {result.reward!r}"
-        result = None
-    if result is None and error_message is None:
-        error_message = "run() returned None; it must return ctx.complete(...) or ctx.error(...)"
-
-    metrics = ctx.metrics
-    response: RolloutResponse | None = None
-    if isinstance(result, RolloutResult):
-        try:
-            response = RolloutResponse(
-                rollout_id=request.rollout_id,
-                status=result.status,
-                final_messages=result.final_messages,
-                finish_reason=result.finish_reason,
-                # ctx.error(f"... {key}") must not carry the key into the callback or outbox.
-                error_message=(
-                    scrub(result.error_message, request.api_key_value)
-                    if result.error_message is not None
-                    else None
-                ),
-                reward=result.reward,
-                metrics=metrics,
-                extra_fields=result.extra_fields,
-            )
-            wire_json(response)  # what cannot be serialised cannot be sent: fail it here
-        except (ValidationError, PydanticSerializationError) as exc:
-            detail = (
-                describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
-            )
-            error_message = f"run() returned a result that cannot be sent: {detail}"
-            response = None
-    if response is None:
-        # A result that could not be sent keeps its own messages (made JSON-safe below).
-        kept = result.final_messages if isinstance(result, RolloutResult) else None
-        response = _error_response(
-            request, kept or ctx.partial_messages, error_message or "", finish_reason, metrics
-        )
-    if trace is not None:
-        seen = ctx.partial_messages if ctx.turns else []
-        final_from, final_tail = _final_delta(seen, response.final_messages)
-        ctx.log_event(
-            "rollout_end",
-            status=response.status.value,
-            finish_reason=response.finish_reason,
-            error_message=response.error_message,
-            reward=response.reward,
-            metrics=metrics.model_dump(),
-            final_from=final_from,
-            final_messages=final_tail,
-        )
-    _log_finished(response)
-    return response
+def _end_span(span: Any, response: RolloutResponse) -> None:
+    telemetry.end_rollout(span, response.status.value, response.finish_reason, response.reward)
 
 
 def _log_finished(response: RolloutResponse) -> None:

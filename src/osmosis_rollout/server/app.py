@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from pydantic import SecretStr, TypeAdapter, ValidationError
+from pydantic import SecretStr, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import telemetry
-from ..agent import RolloutAgentLoop, resolve_tools
+from ..agent import RolloutAgentLoop, resolve_tool_set
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
 from ..errors import TrainGateError
@@ -74,7 +74,6 @@ _JSON = "application/json"
 #: Inits larger than this are refused with 413 before parsing (messages can be long).
 _MIN_BODY_LIMIT = 16 * 1024 * 1024
 _RETRY_AFTER_S = "5"
-_TOOLS_JSON = TypeAdapter(list[OpenAIFunctionToolSchema])
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 _DELIVERY_GRACE_S = 15.0
@@ -377,7 +376,7 @@ class RolloutServer:
         entry = self.registry.reserve(rollout, digest)
         try:
             with anyio.fail_after(self.settings.get_tools_timeout_s):
-                tools = await resolve_tools(self.agent, rollout)
+                tool_set = await resolve_tool_set(self.agent, rollout)
         except TimeoutError:
             detail = f"get_tools did not return within {self.settings.get_tools_timeout_s:g} s"
             logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)
@@ -394,7 +393,7 @@ class RolloutServer:
         unavailable = self._unavailable()
         if unavailable is not None:
             return await self._refuse(entry, unavailable)
-        tools_json = _TOOLS_JSON.dump_json(tools, exclude_none=True)
+        tools_json = tool_set.json
         payload = init_body(rollout.rollout_id, tools_json)
         # A free slot here needs no place in the shared queue (counted before any await, so a
         # burst of inits cannot all see the same free slot).
@@ -426,7 +425,7 @@ class RolloutServer:
         if queue:
             self._counted.add(entry.key)
         assert self._tasks is not None  # _unavailable() checked it; the lifespan outlives us
-        self._tasks.start_soon(self._run_traced, entry, tools)
+        self._tasks.start_soon(self._run, entry, tool_set.tools)
         return Response(payload, status_code=202, media_type=_JSON)
 
     async def _claim(self, rollout: RolloutRequest, digest: int) -> Response | None:
@@ -515,78 +514,75 @@ class RolloutServer:
 
     # -- one rollout's background life ----------------------------------------------------------
 
-    async def _run_traced(
-        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]
-    ) -> None:
-        """``_run`` in the rollout's OpenTelemetry span, so the callback joins its trace."""
-        with telemetry.rollout_span(entry.rollout_id, self.agent.name):
-            await self._run(entry, tools)
-
     async def _run(self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]) -> None:
-        """Run the agent when a slot frees up, then send exactly one callback."""
-        request = entry.request
-        assert self.client is not None  # the lifespan opened it
-        response: RolloutResponse | None = None
-        try:
-            async with self._slots:
-                if entry.key in self._counted:
-                    self._counted.discard(entry.key)
-                    await self._unqueue(entry)
-                self.registry.start(entry)
-                if self.metrics is not None:
-                    self.metrics.started.inc()
-                queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
-                try:
-                    response = await run_rollout(
-                        self.agent,
-                        request,
-                        self.client.channel(request),
-                        tools=tools,
-                        deadline_s=self.settings.rollout_timeout_s,
-                        tracer=self.tracer,
-                        control=entry.control,
-                        observer=self.metrics,
+        """Run the agent when a slot frees up, then send exactly one callback; all of it in
+        the rollout's OpenTelemetry span, so the callback joins its trace."""
+        with telemetry.rollout_span(entry.rollout_id, self.agent.name):
+            request = entry.request
+            assert self.client is not None  # the lifespan opened it
+            response: RolloutResponse | None = None
+            try:
+                async with self._slots:
+                    if entry.key in self._counted:
+                        self._counted.discard(entry.key)
+                        await self._unqueue(entry)
+                    self.registry.start(entry)
+                    if self.metrics is not None:
+                        self.metrics.started.inc()
+                    queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
+                    try:
+                        response = await run_rollout(
+                            self.agent,
+                            request,
+                            self.client.channel(request),
+                            tools=tools,
+                            deadline_s=self.settings.rollout_timeout_s,
+                            tracer=self.tracer,
+                            control=entry.control,
+                            observer=self.metrics,
+                        )
+                    except Exception as exc:  # a toolkit bug must still end in one callback
+                        _log_exception(request, "internal error")
+                        response = RolloutResponse(
+                            rollout_id=request.rollout_id,
+                            status=RolloutStatus.ERROR,
+                            final_messages=list(request.messages),
+                            finish_reason="error",
+                            error_message=f"internal error: {type(exc).__name__}",
+                        )
+                if response.metrics is not None:
+                    response.metrics = response.metrics.model_copy(
+                        update={"queue_latency_ms": queued_ms}
                     )
-                except Exception as exc:  # a toolkit bug must still end in one callback
-                    _log_exception(request, "internal error")
-                    response = RolloutResponse(
+                if self.metrics is not None:
+                    self.metrics.rollout_ended(response.status.value, response.finish_reason)
+                self.registry.delivering(entry)
+                if await self._still_ours(entry):
+                    # A drain that gives up on this delivery cancels this scope: the result goes to
+                    # the outbox at once, not when the process exits.
+                    with anyio.CancelScope() as entry.delivery:
+                        await self._deliver(entry, response)
+            except BaseException:
+                if response is None:  # stopped before the agent ran: the result is still kept
+                    cancelled = RolloutResponse(
                         rollout_id=request.rollout_id,
                         status=RolloutStatus.ERROR,
                         final_messages=list(request.messages),
-                        finish_reason="error",
-                        error_message=f"internal error: {type(exc).__name__}",
+                        finish_reason="cancelled",
+                        error_message="rollout cancelled (server stopped before it ran)",
                     )
-            if response.metrics is not None:
-                response.metrics = response.metrics.model_copy(
-                    update={"queue_latency_ms": queued_ms}
-                )
-            if self.metrics is not None:
-                self.metrics.rollout_ended(response.status.value, response.finish_reason)
-            self.registry.delivering(entry)
-            if await self._still_ours(entry):
-                # A drain that gives up on this delivery cancels this scope: the result goes to
-                # the outbox at once, not when the process exits.
-                with anyio.CancelScope() as entry.delivery:
-                    await self._deliver(entry, response)
-        except BaseException:
-            if response is None:  # stopped before the agent ran: the result is still kept
-                cancelled = RolloutResponse(
-                    rollout_id=request.rollout_id,
-                    status=RolloutStatus.ERROR,
-                    final_messages=list(request.messages),
-                    finish_reason="cancelled",
-                    error_message="rollout cancelled (server stopped before it ran)",
-                )
-                if self.metrics is not None:
-                    self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
-                await self._to_outbox(request, cancelled, "server stopped before the rollout ran")
-            raise
-        finally:
-            self._counted.discard(entry.key)
-            self._leased_at.pop(entry.key, None)
-            self.registry.finish(entry)
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await self._release_lease(entry)
+                    if self.metrics is not None:
+                        self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
+                    await self._to_outbox(
+                        request, cancelled, "server stopped before the rollout ran"
+                    )
+                raise
+            finally:
+                self._counted.discard(entry.key)
+                self._leased_at.pop(entry.key, None)
+                self.registry.finish(entry)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await self._release_lease(entry)
 
     async def _unqueue(self, entry: RolloutEntry) -> None:
         try:

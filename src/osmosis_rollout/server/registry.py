@@ -61,32 +61,62 @@ class Phase(Enum):
     DONE = "done"
 
 
-@dataclass
+@dataclass(slots=True)
 class RolloutEntry:
-    """One rollout as the registry tracks it; ``init_*`` is the answer every duplicate gets."""
+    """One rollout as the registry tracks it; ``init_*`` is the answer every duplicate gets.
+
+    Slotted, and its two events are made only when someone waits (a duplicate init during
+    get_tools, a drain, a test): most rollouts never need them, and each costs ~760 bytes.
+    An accepted entry rebuilds its 202 from the shared tools JSON rather than keeping a copy.
+    """
 
     request: RolloutRequest
     key: str
     fingerprint: int = 0
     phase: Phase = Phase.PENDING
-    init_status: int = 0
-    init_body: bytes = b""
-    init_ready: anyio.Event = field(default_factory=anyio.Event)
-    finished: anyio.Event = field(default_factory=anyio.Event)
+    init_status: int = 0  # 0 until the first init is answered
+    init_body: bytes = b""  # a refusal's body (an accepted one is rebuilt from ``tools``)
     control: RolloutControl = field(default_factory=RolloutControl)
     delivery: anyio.CancelScope | None = None  # set while the callback is being sent
     accepted_at: float = field(default_factory=time.perf_counter)
     outcome: str = "done"  # set by the server before finish(): the callback's status or "outbox"
     tools: _Tools | None = None
+    _init_ready: anyio.Event | None = None
+    _finished: anyio.Event | None = None
 
     @property
     def rollout_id(self) -> str:
         """The rollout's id."""
         return self.request.rollout_id
 
+    @property
+    def finished(self) -> anyio.Event:
+        """Set once the rollout's callback was handled (``RolloutRegistry.finish``)."""
+        if self._finished is None:
+            self._finished = anyio.Event()
+            if self.phase is Phase.DONE:
+                self._finished.set()
+        return self._finished
+
+    def answered(self, status: int, body: bytes = b"") -> None:
+        """The first init's answer is known: wake the duplicates waiting for it."""
+        self.init_status, self.init_body = status, body
+        if self._init_ready is not None:
+            self._init_ready.set()
+
+    def done(self) -> None:
+        """The rollout is over: wake whoever waits on ``finished``."""
+        if self._finished is not None:
+            self._finished.set()
+
     async def init_answer(self) -> tuple[int, bytes]:
         """The status and body every duplicate init gets (once the first init is answered)."""
-        await self.init_ready.wait()
+        if not self.init_status:
+            if self._init_ready is None:
+                self._init_ready = anyio.Event()
+            await self._init_ready.wait()
+        if self.init_status == 202 and self.tools is not None:
+            return 202, init_body(self.rollout_id, self.tools.json)
         return self.init_status, self.init_body
 
 
@@ -174,8 +204,7 @@ class RolloutRegistry:
 
     def release(self, entry: RolloutEntry, status: int, body: bytes) -> None:
         """Refuse a pending rollout: waiting duplicates get the same answer, retries start anew."""
-        entry.init_status, entry.init_body = status, body
-        entry.init_ready.set()
+        entry.answered(status, body)
         self._counts[entry.phase] -= 1  # a refused init is counted nowhere
         self._forget(entry)
 
@@ -189,17 +218,15 @@ class RolloutRegistry:
         """
         return self.active + self.queued < self.max_concurrent + self.max_queued
 
-    def accept(self, entry: RolloutEntry, tools_json: bytes) -> bytes:
-        """Mark a pending rollout accepted and queued; returns the 202 body duplicates get."""
+    def accept(self, entry: RolloutEntry, tools_json: bytes) -> None:
+        """Mark a pending rollout accepted and queued; duplicates get its 202 from now on."""
         self._move(entry, Phase.QUEUED)
         entry.accepted_at = time.perf_counter()
         tools = self._tool_sets.get(tools_json)
         if tools is None:
             tools = self._tool_sets[tools_json] = _Tools(tools_json)
         entry.tools = tools
-        entry.init_status, entry.init_body = 202, init_body(entry.rollout_id, tools_json)
-        entry.init_ready.set()
-        return entry.init_body
+        entry.answered(202)
 
     def finish(self, entry: RolloutEntry) -> None:
         """The callback was handled: free the rollout id, keep a compact record for the TTL.
@@ -221,7 +248,7 @@ class RolloutRegistry:
                 while len(self._records) > self.max_records:
                     self._drop(self._records.popleft())
         self.completed_total += 1
-        entry.finished.set()
+        entry.done()
 
     def start(self, entry: RolloutEntry) -> None:
         """The rollout got a concurrency slot; its agent starts now."""

@@ -76,7 +76,7 @@ def fingerprint(request: RolloutRequest) -> int:
     return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=8).digest(), "big")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeasedRollout:
     """What a peer needs to end a rollout whose replica died: where and how to call back."""
 
@@ -99,7 +99,8 @@ class LeasedRollout:
 
     def to_json(self) -> str:
         """Serialised for the store (the api_key included: the store is trusted like the host)."""
-        return json.dumps(self.__dict__, ensure_ascii=False, separators=(",", ":"))
+        data = {name: getattr(self, name) for name in self.__slots__}
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> LeasedRollout:
