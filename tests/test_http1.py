@@ -298,6 +298,47 @@ async def test_chunked_close_delimited_and_interim_responses() -> None:
         assert (delimited.headers["x-kind"], delimited.content) == ("eof", b"until the close")
 
 
+async def test_a_response_dribbled_byte_by_byte_is_read_whole() -> None:
+    whole = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: b\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+
+    async def dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        for i in range(len(whole)):
+            writer.write(whole[i : i + 1])
+            await writer.drain()
+            await asyncio.sleep(0)
+        await reader.read()  # until the client closes
+        writer.close()
+        await writer.wait_closed()
+        finished.set()
+
+    finished = asyncio.Event()
+    server = await asyncio.start_server(dribble, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with lean() as http:
+            reply = await http.post(f"http://127.0.0.1:{port}/", b"", {})
+            assert (reply.headers["x-a"], reply.content) == ("b", b"abc")
+        await asyncio.wait_for(finished.wait(), 5)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_traingate_client_retries_over_the_lean_transport() -> None:
+    async def flaky(seen: Seen) -> bytes:
+        if len(server.seen) == 1:
+            return response(b"busy", status=503, headers=("Retry-After: 0",))
+        return await ok(seen)
+
+    async with raw(flaky) as server, TrainGateClient(retry=RetryPolicy(retries=2)) as client:
+        reply = await client._post(f"{server.url}/v1/x", b"{}", api_key=None, request_id="r-7")
+        assert reply.json() == {"echo": "{}"}
+        assert [seen.header("x-request-id") for seen in server.seen] == ["r-7", "r-7"]
+        assert (client.stats.retries, client.stats.by_status) == (1, {503: 1, 200: 1})
+        assert server.connections == 1  # the 503 kept the connection alive
+
+
 async def test_error_statuses_come_back_with_their_bodies() -> None:
     async def answer(seen: Seen) -> bytes:
         status = int(seen.body)
@@ -409,9 +450,14 @@ async def test_a_slow_server_is_a_read_timeout_and_the_pool_recovers() -> None:
 async def test_a_server_that_stops_reading_is_a_write_timeout() -> None:
     stop = asyncio.Event()
 
+    finished = asyncio.Event()
+
     async def never_read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await stop.wait()
         writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+        finished.set()
 
     server = await asyncio.start_server(never_read, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -423,6 +469,7 @@ async def test_a_server_that_stops_reading_is_a_write_timeout() -> None:
             assert http._open == 0
     finally:
         stop.set()
+        await asyncio.wait_for(finished.wait(), 5)
         server.close()
         await server.wait_closed()
 
@@ -552,6 +599,7 @@ async def test_ipv6_literals_and_default_ports() -> None:
         writer.write(response(b"v6"))
         await writer.drain()
         writer.close()
+        await writer.wait_closed()
 
     server = await asyncio.start_server(handle, "::1", 0)
     port = server.sockets[0].getsockname()[1]

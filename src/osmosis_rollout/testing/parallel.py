@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
+from .collector import lighter_gc
 from .runner import BatchReport, RowInput, RowResult, RunOptions
 
 if TYPE_CHECKING:
@@ -117,6 +118,23 @@ class _Settings:
 
 
 @dataclass
+class _Run:
+    """The parent's state of one :meth:`WorkerPool.run`."""
+
+    settings: _Settings
+    pending: deque[tuple[int, RowInput]]
+    bind: Callable[[RowInput], CassetteRow | None] | None
+    on_result: Callable[[RowResult], None] | None
+    results: dict[int, RowResult] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)  # why the batch stopped early
+
+    def finish(self, position: int, result: RowResult) -> None:
+        self.results[position] = result
+        if self.on_result is not None:
+            self.on_result(result)
+
+
+@dataclass
 class _Worker:
     """The parent's view of one worker: its process, pipes, and the rows it holds."""
 
@@ -124,6 +142,7 @@ class _Worker:
     process: Any  # multiprocessing.context.SpawnProcess
     tasks: Connection  # parent -> worker: (settings or None, [items]); [] when no rows are left
     results: Connection  # worker -> parent: messages
+    lifeline: Connection  # only the parent holds it open: when it closes, the worker exits
     held: dict[int, RowInput] = field(default_factory=dict)
     configured: bool = False
     failure: str | None = None
@@ -151,6 +170,11 @@ class WorkerPool:
         self._early: list[tuple[_Worker, _Message]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: asyncio.Queue[tuple[_Worker, _Message]] | None = None
+        self._started = False
+        self._owns_forkserver = False
+        self._starter: threading.Thread | None = None  # forking the workers from a forkserver
+        self._start_error: BaseException | None = None
+        self._closed = False
 
     def __enter__(self) -> WorkerPool:
         self.start()
@@ -160,28 +184,58 @@ class WorkerPool:
         self.close()
 
     def start(self) -> None:
-        """Spawn the workers (once); they load the agent while the caller prepares the rows."""
-        if self._workers:
+        """Start the workers (once); they load the agent while the caller prepares the rows.
+
+        With a forkserver, the server is launched here (with SIGINT ignored, which it and the
+        workers inherit) and the workers are forked from a thread, since each fork waits for the
+        server's imports: the caller goes on meanwhile.
+        """
+        if self._started:
             return
-        context = multiprocessing.get_context("spawn")
-        for number in range(1, self.jobs + 1):
-            task_out, task_in = context.Pipe(duplex=False)
-            result_out, result_in = context.Pipe(duplex=False)
-            process = context.Process(
-                target=_worker_main,
-                args=(self.spec, task_out, result_in),
-                name=f"osmosis-test-worker-{number}",
+        self._started = True
+        context = _context()
+        if context.get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            server = getattr(forkserver, "_forkserver", None)
+            self._owns_forkserver = getattr(server, "_forkserver_pid", 0) is None
+            with _sigint_ignored():
+                forkserver.ensure_running()
+            self._starter = threading.Thread(
+                target=self._start_all, args=(context,), name="osmosis-test-start", daemon=True
             )
-            with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
-                process.start()
-            task_out.close()
-            result_in.close()
-            worker = _Worker(number, process, task_in, result_out)
-            worker.reader = threading.Thread(
-                target=self._forward, args=(worker,), name=f"{process.name}-reader", daemon=True
-            )
-            self._workers.append(worker)
-            worker.reader.start()
+            self._starter.start()
+        else:
+            self._start_all(context)
+
+    def _start_all(self, context: Any) -> None:
+        try:
+            for number in range(1, self.jobs + 1):
+                if self._closed:
+                    return
+                self._start_one(context, number)
+        except BaseException as exc:  # raised again by run()
+            self._start_error = exc
+
+    def _start_one(self, context: Any, number: int) -> None:
+        task_out, task_in = context.Pipe(duplex=False)
+        result_out, result_in = context.Pipe(duplex=False)
+        life_out, life_in = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_worker_main,
+            args=(self.spec, task_out, result_in, life_out),
+            name=f"osmosis-test-worker-{number}",
+        )
+        with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
+            process.start()
+        for child_end in (task_out, result_in, life_out):
+            child_end.close()
+        worker = _Worker(number, process, task_in, result_out, life_in)
+        worker.reader = threading.Thread(
+            target=self._forward, args=(worker,), name=f"{process.name}-reader", daemon=True
+        )
+        self._workers.append(worker)
+        worker.reader.start()
 
     async def run(
         self,
@@ -200,6 +254,10 @@ class WorkerPool:
         self.start()
         loop = asyncio.get_running_loop()
         started = loop.time()
+        await asyncio.to_thread(self._wait_started)
+        if self._start_error is not None:
+            self.close()
+            raise self._start_error
         inbox: asyncio.Queue[tuple[_Worker, _Message]] = asyncio.Queue()
         with self._lock:
             self._loop, self._inbox = loop, inbox
@@ -211,68 +269,73 @@ class WorkerPool:
             from .cassette import Cassette
 
             header = Cassette(cassette.path, cassette.header, [], cassette.complete)
-        settings = _Settings(options, header)
-        pending: deque[tuple[int, RowInput]] = deque(enumerate(rows))
-        results: dict[int, RowResult] = {}
-        stopped: list[str] = []
-        concurrency = max(1, options.concurrency)
-
-        def finish(position: int, result: RowResult) -> None:
-            results[position] = result
-            if on_result is not None:
-                on_result(result)
-
+        run = _Run(
+            settings=_Settings(options, header),
+            pending=deque(enumerate(rows)),
+            bind=bind,
+            on_result=on_result,
+        )
         try:
             live = len(self._workers)
-            while live:
-                worker, message = await inbox.get()
-                kind = message[0]
-                if kind == "want":
-                    # Guided self-scheduling: big chunks early, single rows at the end.
-                    size = min(concurrency, max(1, len(pending) // (8 * len(self._workers))))
-                    chunk: list[_Item] = []
-                    for _ in range(min(size, len(pending))):
-                        position, row = pending.popleft()
-                        chunk.append((position, row, bind(row) if bind is not None else None))
-                        worker.held[position] = row
-                    first = None if worker.configured else settings
-                    worker.configured = True
-                    with contextlib.suppress(OSError):  # it died: "gone" follows
-                        worker.tasks.send((first, chunk))
-                elif kind == "row":
-                    position, result = message[1], message[2]
-                    worker.held.pop(position, None)
-                    finish(position, result)
-                elif kind == "stopped":
-                    stopped.append(message[1])
-                elif kind == "fatal":
-                    worker.failure = message[1]
-                elif kind == "bye":
-                    self.max_in_flight += int(message[1].get("max_in_flight", 0))
-                elif kind == "gone":
-                    live -= 1
-                    how = await self._ended(worker)
-                    if worker.held or worker.failure or how != "exited":
-                        self._lost(worker, how, finish)
-            if pending:
+            with lighter_gc():  # the command holds the cassette: collect as one batch would
+                while live:
+                    worker, message = await inbox.get()
+                    if message[0] == "gone":
+                        live -= 1
+                        how = await self._ended(worker)
+                        if worker.held or worker.failure or how != "exited":
+                            self._lost(worker, how, run)
+                    else:
+                        self._handle(worker, message, run)
+            if run.pending:
                 reason = "every worker process died"
                 last = next((w.failure for w in reversed(self._workers) if w.failure), None)
-                stopped.append(f"{reason}: {last}" if last else reason)
-                while pending:
-                    position, row = pending.popleft()
-                    finish(position, _error_row(row, self.spec.run_id, f"not run: {stopped[-1]}"))
+                run.stopped.append(f"{reason}: {last}" if last else reason)
+                while run.pending:
+                    position, row = run.pending.popleft()
+                    why = f"not run: {run.stopped[-1]}"
+                    run.finish(position, _error_row(row, self.spec.run_id, why))
         finally:
             self.close()
         return BatchReport(
-            rows=[results[i] for i in range(len(rows))],
+            rows=[run.results[i] for i in range(len(rows))],
             wall_s=loop.time() - started,
-            stopped_early=stopped[0] if stopped else None,
+            stopped_early=run.stopped[0] if run.stopped else None,
         )
+
+    def _handle(self, worker: _Worker, message: _Message, run: _Run) -> None:
+        """One message from a worker: a request for rows, a row's result, or news of it."""
+        kind = message[0]
+        if kind == "want":
+            # Guided self-scheduling: big chunks early, single rows at the end.
+            concurrency = max(1, run.settings.options.concurrency)
+            size = min(concurrency, max(1, len(run.pending) // (8 * len(self._workers))))
+            chunk: list[_Item] = []
+            for _ in range(min(size, len(run.pending))):
+                position, row = run.pending.popleft()
+                chunk.append((position, row, run.bind(row) if run.bind is not None else None))
+                worker.held[position] = row
+            first = None if worker.configured else run.settings
+            worker.configured = True
+            with contextlib.suppress(OSError):  # it died: "gone" follows
+                worker.tasks.send((first, chunk))
+        elif kind == "row":
+            worker.held.pop(message[1], None)
+            run.finish(message[1], message[2])
+        elif kind == "stopped":
+            run.stopped.append(message[1])
+        elif kind == "fatal":
+            worker.failure = message[1]
+        elif kind == "bye":
+            self.max_in_flight += int(message[1].get("max_in_flight", 0))
 
     def close(self) -> None:
         """No worker outlives the pool: close their pipes, kill any still running, reap them."""
+        self._closed = True
+        self._wait_started()
         for worker in self._workers:
             worker.tasks.close()
+            worker.lifeline.close()
         for worker in self._workers:
             if worker.process.is_alive():
                 worker.process.kill()
@@ -281,6 +344,16 @@ class WorkerPool:
             if worker.reader is not None:
                 worker.reader.join(_STOP_GRACE_S)
             worker.results.close()
+        if self._owns_forkserver:  # started for this pool: stopped and reaped with it
+            self._owns_forkserver = False
+            from multiprocessing import forkserver
+
+            with contextlib.suppress(Exception):
+                forkserver._forkserver._stop()  # type: ignore[attr-defined]
+
+    def _wait_started(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
 
     def _forward(self, worker: _Worker) -> None:
         """The reader thread of one worker: every message to the event loop, then ``gone``."""
@@ -316,7 +389,7 @@ class WorkerPool:
                 return f"killed by {signal.Signals(-code).name}"
         return f"exit code {code}"
 
-    def _lost(self, worker: _Worker, how: str, finish: Callable[[int, RowResult], None]) -> None:
+    def _lost(self, worker: _Worker, how: str, run: _Run) -> None:
         """A worker ended with rows in hand (or failed): those rows end as errors that say why."""
         reason = f"worker process {worker.number} (pid {worker.process.pid}) {how}"
         if worker.failure:
@@ -329,7 +402,7 @@ class WorkerPool:
             self.notify(reason)
         for position, row in held:
             message = f"{reason} before this row finished"
-            finish(position, _error_row(row, self.spec.run_id, message))
+            run.finish(position, _error_row(row, self.spec.run_id, message))
 
 
 def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
@@ -345,6 +418,30 @@ def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
 def _rollout_id(row: RowInput, run_id: str) -> str:
     """The rollout id :func:`~.runner.run_batch` gives ``row`` in the run ``run_id``."""
     return f"row-{row.index}-{run_id}"
+
+
+def _context() -> Any:
+    """How workers start. ``forkserver`` where there is one: a clean server process imports the
+    worker's modules once and forks each worker from that (no event loop or thread is ever
+    forked); else (Windows) ``spawn``, each worker importing everything itself.
+    ``_OSMOSIS_JOBS_START=spawn`` (internal, for the tests) takes spawn everywhere."""
+    if os.environ.get("_OSMOSIS_JOBS_START") == "spawn" or (
+        "forkserver" not in multiprocessing.get_all_start_methods()
+    ):
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # "__main__" (the `osmosis` script): imported once there, so no worker runs it again.
+    context.set_forkserver_preload(["__main__", *_PRELOAD])
+    return context
+
+
+#: What a worker imports before it loads the agent (the forkserver imports it once).
+_PRELOAD = (
+    "osmosis_rollout.testing.parallel",
+    "osmosis_rollout.testing.harness",
+    "osmosis_rollout.testing.replay",
+    "osmosis_rollout.loader",
+)
 
 
 @contextlib.contextmanager
@@ -406,11 +503,13 @@ class _RowReplays:
         return backend
 
 
-def _worker_main(spec: WorkerSpec, tasks: Connection, results: Connection) -> None:
+def _worker_main(
+    spec: WorkerSpec, tasks: Connection, results: Connection, lifeline: Connection
+) -> None:
     """A worker's life: load the agent and backend, run the rows handed to it, say goodbye."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _exit_with_parent()
+    _exit_with_parent(lifeline)
     library_log = logging.getLogger("osmosis_rollout")
     library_log.setLevel(logging.WARNING if spec.verbose else logging.CRITICAL)
     if spec.verbose:
@@ -496,18 +595,20 @@ async def _work(
         concurrency=1,
     )
     try:
-        async with (
-            Harness(
-                agent,
-                gate=MockTrainGate(backend),
-                rollout_timeout_s=options.timeout_s,
-                max_concurrent=options.concurrency,
-                debug_dir=spec.debug_dir,
-            ) as harness,
-            anyio.create_task_group() as lanes,
-        ):
-            for _ in range(max(1, options.concurrency)):
-                lanes.start_soon(lane, harness, one_at_a_time)
+        # The collector set once for the worker's life, not per row's run_batch (collector.py).
+        with lighter_gc():
+            async with (
+                Harness(
+                    agent,
+                    gate=MockTrainGate(backend),
+                    rollout_timeout_s=options.timeout_s,
+                    max_concurrent=options.concurrency,
+                    debug_dir=spec.debug_dir,
+                ) as harness,
+                anyio.create_task_group() as lanes,
+            ):
+                for _ in range(max(1, options.concurrency)):
+                    lanes.start_soon(lane, harness, one_at_a_time)
     finally:
         close = getattr(backend, "aclose", None)
         if close is not None:
@@ -515,14 +616,14 @@ async def _work(
     return int(getattr(backend, "max_in_flight", 0))
 
 
-def _exit_with_parent() -> None:
-    """A daemon thread that ends this worker the moment its parent is gone (even ``kill -9``)."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
+def _exit_with_parent(lifeline: Connection) -> None:
+    """A daemon thread that ends this worker the moment its parent is gone (even ``kill -9``):
+    the parent holds the only other end of ``lifeline``, which closes with it."""
 
     def watch() -> None:
-        parent.join()
+        with contextlib.suppress(OSError, EOFError):
+            while not lifeline.poll(None):
+                pass
         os._exit(1)
 
     threading.Thread(target=watch, name="osmosis-parent-watch", daemon=True).start()
