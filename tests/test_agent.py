@@ -503,7 +503,9 @@ async def test_tool_models_mutated_in_place_are_not_served_stale() -> None:
     """Tool models returned again (as a Toolbox does) but edited are checked again."""
     model = OpenAIFunctionToolSchema(function=OpenAIFunctionSchema(name="add"))
     agent = ToolsAgent([model])
-    assert (await resolve_tool_set(agent, make_request())).tools[0].function.description is None
+    first = await resolve_tool_set(agent, make_request())
+    assert first.tools[0].function.description is None
+    assert await resolve_tool_set(agent, make_request()) is first  # unchanged: checked once
     model.function.description = "Adds two numbers"
     model.function.parameters["properties"]["a"] = {"type": "number"}
     tool_set = await resolve_tool_set(agent, make_request())
