@@ -383,10 +383,11 @@ def start_slow_run(
 @pytest.mark.parametrize(
     ("signum", "group", "start"),
     [
-        (signal.SIGINT, False, "forkserver"),
-        (signal.SIGINT, True, "forkserver"),  # a terminal's Ctrl-C reaches the whole group
-        (signal.SIGTERM, True, "forkserver"),  # a CI timeout or a container stop
-        (signal.SIGINT, True, "spawn"),
+        pytest.param(signal.SIGINT, False, "forkserver", id="sigint-command"),
+        # A terminal's Ctrl-C reaches the whole process group; so may a CI timeout's SIGTERM.
+        pytest.param(signal.SIGINT, True, "forkserver", id="sigint-group"),
+        pytest.param(signal.SIGTERM, True, "forkserver", id="sigterm-group"),
+        pytest.param(signal.SIGINT, True, "spawn", id="sigint-group-spawn"),
     ],
 )
 def test_ctrl_c_stops_every_worker_and_keeps_the_finished_rows(
