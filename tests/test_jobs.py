@@ -28,6 +28,7 @@ from osmosis_rollout.cli import app
 from osmosis_rollout.testing import Finding, read_cassette
 from osmosis_rollout.testing.runner import RowResult
 
+from .openai_stub import OpenAIStub, RecordedRequest, Reply, text, tool_call
 from .support import ASSETS
 
 AGENTS = ASSETS / "jobs_agents.py"
@@ -233,6 +234,67 @@ def test_a_replay_with_jobs_2_matches_jobs_1_and_reports_divergences_the_same(
     assert (details["turn"], details["field"]) == (2, "messages[3].content")
     assert divergence_lines(done2.stdout) == divergence_lines(done1.stdout)
     assert "+result: " in done2.stdout
+
+
+def test_a_lenient_replay_of_a_changed_dataset_gives_jobs_1_results(tmp_path: Path) -> None:
+    """--replay-mode lenient with rows the cassette lacks: the command picks each row's nearest
+    recording as one process does, and the answers and findings are the same."""
+    _, cassette = record(tmp_path, 4)
+    changed = write_rows(
+        tmp_path / "changed.jsonl",
+        [{"user_prompt": f"What is {i % 3} + 20?", "ground_truth": "2"} for i in range(4)],
+    )
+    runs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"lenient{jobs}.jsonl"
+        done = run_osmosis(
+            f"{REPLAY_AGENTS}:CalcAgent", "--replay", str(cassette), "--replay-mode", "lenient",
+            "-d", str(changed), "-o", str(out), "--jobs", jobs, "--concurrency", "1",
+            env=osmosis_env(),
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        runs.append(read_results(out))
+    (rows1, summary1), (rows2, summary2) = runs
+    assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
+    assert comparable_summary(summary2) == comparable_summary(summary1)
+    assert summary2["findings"]["replay_diverged"] >= 4
+
+
+def answer(request: RecordedRequest) -> Reply:
+    """A deterministic model: call add with the question's numbers, then quote the result."""
+    last = request.body["messages"][-1]
+    if last["role"] == "tool":
+        return text(f"The answer is {last['content']}.")
+    a, b = (int(n) for n in re.findall(r"\d+", last["content"])[:2])
+    return tool_call("add", {"a": a, "b": b})
+
+
+def test_jobs_2_against_an_openai_compatible_server(tmp_path: Path) -> None:
+    """--llm-url: every worker talks to the server with the key from its environment; results
+    as with --jobs 1."""
+    dataset = write_rows(
+        tmp_path / "rows.jsonl",
+        [{"user_prompt": f"What is {i} + 2?", "ground_truth": str(i + 2)} for i in range(6)],
+    )
+    stub = OpenAIStub(responder=answer)
+    runs = []
+    with stub.serve() as base_url:
+        for jobs in ("1", "2"):
+            out = tmp_path / f"out{jobs}.jsonl"
+            done = run_osmosis(
+                f"{REPLAY_AGENTS}:CalcAgent", "-d", str(dataset), "--llm-url", base_url,
+                "--model", "stub-model", "-o", str(out), "--jobs", jobs,
+                env=osmosis_env(OPENAI_API_KEY="sk-jobs-0123456789"),
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            runs.append(read_results(out))
+    (rows1, summary1), (rows2, summary2) = runs
+    assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
+    assert comparable_summary(summary2) == comparable_summary(summary1)
+    assert summary2["passed"] == 6
+    chats = [r for r in stub.requests if r.path.endswith("/chat/completions")]
+    assert len(chats) == 24
+    assert {r.headers.get("authorization") for r in chats} == {"Bearer sk-jobs-0123456789"}
 
 
 # -- nothing lost, nothing left --------------------------------------------------------------------
