@@ -420,6 +420,48 @@ async def test_drain_cancels_what_outlives_the_grace_period(tmp_path: Path) -> N
     assert agent.runs == ["running"]  # the queued one never reached the agent
 
 
+class _Stubborn(RolloutAgentLoop):
+    """Finishes its work whatever happens (a shielded wait): it outlives the whole drain."""
+
+    name = "stubborn"
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+
+    def get_tools(self, request: Any) -> list[Any]:
+        return []
+
+    async def run(self, ctx: Any) -> Any:
+        self.started.set()
+        with anyio.CancelScope(shield=True):  # past the drain's last 1 s wait for deliveries
+            await anyio.sleep(1.3)
+        return ctx.complete([{"role": "assistant", "content": "done anyway"}])
+
+
+async def test_rollouts_left_after_the_drain_are_stopped_and_kept(tmp_path: Path) -> None:
+    """At shutdown, the rollout still queued behind one that outlived the drain is stopped and
+    its result kept in the outbox; the one that outlived it still ends in exactly one callback
+    or outbox entry."""
+    agent = _Stubborn()
+    async with serving(agent, tmp_path, max_concurrent=1) as s:
+        s.server.delivery_grace_s = 0.05
+        await s.init(init_body("running"))
+        await s.init(init_body("queued"))
+        await agent.started.wait()
+
+    saved = [json.loads(f.read_text()) for f in (tmp_path / "outbox").iterdir()]
+    kept = {record["response"]["rollout_id"]: record for record in saved}
+    assert len(kept) == len(saved)  # one entry per rollout at most
+    assert s.completions("queued") == []
+    assert kept["queued"]["response"]["finish_reason"] == "cancelled"
+    assert kept["queued"]["error"] == "server stopped before the rollout ran"
+    ran = [r.status for r in s.completions("running")]
+    if "running" in kept:
+        ran.append(kept["running"]["response"]["status"])
+    assert ran == ["COMPLETED"]
+    assert s.server.registry.unfinished() == []
+
+
 # --------------------------------------------------------------------------------------------
 # Bad input: 4xx with a clear message, the server stays healthy, no callback is sent
 # --------------------------------------------------------------------------------------------
