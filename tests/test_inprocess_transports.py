@@ -254,3 +254,6 @@ async def test_harness_keeps_server_http_for_other_calls() -> None:
         health = (await http.get("/health")).json()
         assert health["completed_rollouts"] == 1
     assert Harness(agent).server_http is None  # not entered
+    async with Harness(agent, backend=MockLLMBackend()) as unused:
+        pass
+    assert unused.server_http is None  # never made, and not made once the server is gone

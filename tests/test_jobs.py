@@ -380,14 +380,30 @@ def start_slow_run(
     return proc, out, pids
 
 
-@pytest.mark.parametrize("start", ["forkserver", "spawn"])
-def test_ctrl_c_stops_every_worker_and_keeps_the_finished_rows(tmp_path: Path, start: str) -> None:
-    """SIGINT to the command: exit 130, the finished rows and a partial summary in -o and on
-    stdout, like --jobs 1; the workers, busy with minute-long rows, are gone at once."""
+@pytest.mark.parametrize(
+    ("signum", "group", "start"),
+    [
+        pytest.param(signal.SIGINT, False, "forkserver", id="sigint-command"),
+        # A terminal's Ctrl-C reaches the whole process group; so may a CI timeout's SIGTERM.
+        pytest.param(signal.SIGINT, True, "forkserver", id="sigint-group"),
+        pytest.param(signal.SIGTERM, True, "forkserver", id="sigterm-group"),
+        pytest.param(signal.SIGINT, True, "spawn", id="sigint-group-spawn"),
+    ],
+)
+def test_ctrl_c_stops_every_worker_and_keeps_the_finished_rows(
+    tmp_path: Path, signum: int, group: bool, start: str
+) -> None:
+    """Ctrl-C or SIGTERM, to the command or its whole process group: exit 130, the finished
+    rows and a partial summary in -o and on stdout, like --jobs 1, no traceback from anyone;
+    the workers, busy with minute-long rows, are gone at once."""
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     proc, out, pids = start_slow_run(tmp_path, start)
     workers = worker_pids(pids, proc.pid)
     try:
-        proc.send_signal(signal.SIGINT)
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -397,9 +413,10 @@ def test_ctrl_c_stops_every_worker_and_keeps_the_finished_rows(tmp_path: Path, s
     assert not [pid for pid in workers if alive(pid)]
     rows, summary = read_results(out)
     assert [r["row"] for r in rows] == [1, 2]
-    assert summary["stopped_early"] == "interrupted (Ctrl-C)"
-    assert json.loads(stdout)["stopped_early"] == "interrupted (Ctrl-C)"
+    assert summary["stopped_early"] == f"interrupted ({name})"
+    assert json.loads(stdout)["stopped_early"] == f"interrupted ({name})"
     assert "Traceback" not in stderr
+    assert "KeyboardInterrupt" not in stderr
 
 
 @pytest.mark.parametrize("start", ["forkserver", "spawn"])

@@ -146,7 +146,10 @@ class Harness:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self._stack.aclose()
+        try:
+            await self._stack.aclose()
+        finally:
+            self._app = None  # no new server_http once the server is gone
 
     async def _start_in_process(self, agent: RolloutAgentLoop) -> None:
         from ..server import create_app

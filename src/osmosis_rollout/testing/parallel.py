@@ -186,9 +186,9 @@ class WorkerPool:
     def start(self) -> None:
         """Start the workers (once); they load the agent while the caller prepares the rows.
 
-        With a forkserver, the server is launched here (with SIGINT ignored, which it and the
-        workers inherit) and the workers are forked from a thread, since each fork waits for the
-        server's imports: the caller goes on meanwhile.
+        With a forkserver, the server is launched here (with SIGINT and SIGTERM ignored, which
+        it and the workers inherit) and the workers are forked from a thread, since each fork
+        waits for the server's imports: the caller goes on meanwhile.
         """
         if self._started:
             return
@@ -199,7 +199,7 @@ class WorkerPool:
 
             server = getattr(forkserver, "_forkserver", None)
             self._owns_forkserver = getattr(server, "_forkserver_pid", 0) is None
-            with _sigint_ignored():
+            with _signals_ignored():
                 forkserver.ensure_running()
             self._starter = threading.Thread(
                 target=self._start_all, args=(context,), name="osmosis-test-start", daemon=True
@@ -226,7 +226,7 @@ class WorkerPool:
             args=(self.spec, task_out, result_in, life_out),
             name=f"osmosis-test-worker-{number}",
         )
-        with _sigint_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
+        with _signals_ignored():  # inherited: a Ctrl-C while it starts cannot kill it
             process.start()
         for child_end in (task_out, result_in, life_out):
             child_end.close()
@@ -445,16 +445,22 @@ _PRELOAD = (
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """SIGINT ignored for a moment (a spawned child starts with it ignored), main thread only."""
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for a moment, in the main thread: a process started meanwhile
+    (the forkserver, a spawned worker) starts with them ignored, and so do the workers forked
+    from it. A Ctrl-C or a ``kill`` of the process group then reaches only the command, which
+    stops the rest itself."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {
+        signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 # -- in the worker process ----------------------------------------------------------------------
