@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from osmosis_rollout.client import TrainGateClient
-from osmosis_rollout.protocol import RolloutRequest, RolloutStatus
+from osmosis_rollout.protocol import REDACTED, RolloutRequest, RolloutStatus
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate
-from osmosis_rollout.tracing import Tracer, safe_trace_name
+from osmosis_rollout.tracing import Tracer, safe_trace_name, secret_free_json
 
 from .support import load_asset
 
@@ -313,3 +313,25 @@ def test_trace_files_are_written_on_the_writer_thread_only(
     tracer.close()
     assert opened_on
     assert set(opened_on) == {"osmosis-tracer"}
+
+
+def test_secret_keys_are_redacted_at_any_depth_beside_plain_numbers() -> None:
+    """Lists of token ids and logprobs skip the per-number walk; secrets under them do not."""
+
+    record = {
+        "token_ids": list(range(50)),
+        "logprobs": [-0.5, -1.25, None, True],
+        "nested": [1, "two", {"api_key": "k-1"}, [{"Authorization": "Bearer k-2"}], ("x", 3)],
+        "password": 7,
+    }
+    data = json.loads(secret_free_json(record))
+    assert data["token_ids"] == list(range(50))
+    assert data["logprobs"] == [-0.5, -1.25, None, True]
+    assert data["nested"] == [
+        1,
+        "two",
+        {"api_key": REDACTED},
+        [{"Authorization": REDACTED}],
+        ["x", 3],
+    ]
+    assert data["password"] == REDACTED

@@ -75,14 +75,25 @@ def clip_text(text: str, limit: int = MAX_TRACED_TEXT) -> tuple[str, int | None]
     return text[:limit], len(text)
 
 
+#: Leaf types that need no look inside: tested inline, so a list of 2,000 token ids or logprobs
+#: costs no Python call per number (recording a cassette spent most of its extra CPU there).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: (REDACTED if str(k).lower() in _SECRET_KEYS else _redact(v))
+            k: (
+                REDACTED
+                if str(k).lower() in _SECRET_KEYS
+                else v
+                if type(v) in _LEAVES
+                else _redact(v)
+            )
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_redact(v) for v in value]
+        return [v if type(v) in _LEAVES else _redact(v) for v in value]
     return value
 
 
