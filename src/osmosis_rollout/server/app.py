@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -90,6 +91,9 @@ _BODY_TIMEOUT_S = 30.0
 _MAX_ERRORS = 20
 _MAX_ERROR_CHARS = 200
 _MAX_ERRORS_BYTES = 4096
+
+#: The context rollout tasks' done-callbacks run in (they read no context variable).
+_CALLBACK_CONTEXT = contextvars.Context()
 
 #: A start-up or shutdown hook: an async function without arguments (a sync one works too).
 Hook = Callable[[], Awaitable[None] | None]
@@ -208,6 +212,7 @@ class RolloutServer:
         #: cancel scope that stands in for the task group's.
         self._rollouts: dict[asyncio.Task[None], anyio.CancelScope] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_rollout_end = self._rollout_ended
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.body_timeout_s = _BODY_TIMEOUT_S
         self.delivery_grace_s = _DELIVERY_GRACE_S
@@ -534,7 +539,9 @@ class RolloutServer:
             return
         task = self._loop.create_task(self._run(entry, tools, scope))
         self._rollouts[task] = scope
-        task.add_done_callback(self._rollout_ended)
+        # Bound once, and run in one shared empty context: by default each callback would hold
+        # its own bound method and a copy of the init's context for the rollout's whole life.
+        task.add_done_callback(self._on_rollout_end, context=_CALLBACK_CONTEXT)
 
     def _rollout_ended(self, task: asyncio.Task[None]) -> None:
         self._rollouts.pop(task, None)
