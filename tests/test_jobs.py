@@ -88,6 +88,16 @@ def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if k not in VOLATILE_SUMMARY}
 
 
+def assert_same_run(
+    first: tuple[list[dict[str, Any]], dict[str, Any]],
+    second: tuple[list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    """Two runs' rows and summaries are the same but for timings and ids."""
+    (rows1, summary1), (rows2, summary2) = first, second
+    assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
+    assert comparable_summary(summary2) == comparable_summary(summary1)
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
     try:
@@ -163,8 +173,7 @@ def test_jobs_2_gives_the_results_and_summary_of_jobs_1_with_the_mock_llm(tmp_pa
         runs[jobs] = (rows, summary, {int(p.name) for p in pids.iterdir()})
     (rows1, summary1, pids1), (rows2, summary2, pids2) = runs["1"], runs["2"]
     assert [r["row"] for r in rows2] == list(range(1, 13))
-    assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
-    assert comparable_summary(summary2) == comparable_summary(summary1)
+    assert_same_run((rows1, summary1), (rows2, summary2))
     assert summary2["passed"] == 11
     assert summary2["errors"] == 1
     assert {r["reward"] for r in rows2} == {0.0, 1.0, None}
@@ -216,9 +225,7 @@ def test_a_replay_with_jobs_2_matches_jobs_1_and_reports_divergences_the_same(
             assert done.returncode == (0 if agent == "CalcAgent" else 1), done.stderr
             outputs[agent, jobs] = (done, *read_results(out))
     for agent in ("CalcAgent", "ChangedToolFormatAgent"):
-        (_, rows1, summary1), (done2, rows2, summary2) = outputs[agent, "1"], outputs[agent, "2"]
-        assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
-        assert comparable_summary(summary2) == comparable_summary(summary1)
+        assert_same_run(outputs[agent, "1"][1:], outputs[agent, "2"][1:])
     clean = outputs["CalcAgent", "2"][2]
     assert clean["passed"] == 8
     assert clean["findings"] == {}
@@ -227,7 +234,7 @@ def test_a_replay_with_jobs_2_matches_jobs_1_and_reports_divergences_the_same(
     replayed = {r["row"]: json.dumps(r["final_messages"]) for r in outputs["CalcAgent", "2"][1]}
     assert len({recorded[n] for n in (1, 4, 7)}) == 3
     assert sorted(replayed[n] for n in (1, 4, 7)) == sorted(recorded[n] for n in (1, 4, 7))
-    done1, rows1, _ = outputs["ChangedToolFormatAgent", "1"]
+    done1, _, _ = outputs["ChangedToolFormatAgent", "1"]
     done2, rows2, summary2 = outputs["ChangedToolFormatAgent", "2"]
     assert summary2["findings"] == {"replay_diverged": 8}
     details = rows2[0]["findings"][0]["details"]
@@ -254,9 +261,8 @@ def test_a_lenient_replay_of_a_changed_dataset_gives_jobs_1_results(tmp_path: Pa
         )  # fmt: skip
         assert done.returncode == 1, done.stderr
         runs.append(read_results(out))
-    (rows1, summary1), (rows2, summary2) = runs
-    assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
-    assert comparable_summary(summary2) == comparable_summary(summary1)
+    assert_same_run(*runs)
+    summary2 = runs[1][1]
     assert summary2["findings"]["replay_diverged"] >= 4
 
 
@@ -288,9 +294,8 @@ def test_jobs_2_against_an_openai_compatible_server(tmp_path: Path) -> None:
             )  # fmt: skip
             assert done.returncode == 0, done.stderr
             runs.append(read_results(out))
-    (rows1, summary1), (rows2, summary2) = runs
-    assert [comparable(r) for r in rows2] == [comparable(r) for r in rows1]
-    assert comparable_summary(summary2) == comparable_summary(summary1)
+    assert_same_run(*runs)
+    summary2 = runs[1][1]
     assert summary2["passed"] == 6
     chats = [r for r in stub.requests if r.path.endswith("/chat/completions")]
     assert len(chats) == 24

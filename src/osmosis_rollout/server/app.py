@@ -252,12 +252,14 @@ class RolloutServer:
                     yield
                 finally:
                     with anyio.CancelScope(shield=True):
-                        await self.drain()
                         try:
-                            await _call_hook(self.hooks[1], "shutdown")
-                        except Exception:
-                            logger.exception("the on_shutdown hook raised")
-                        await self._stop_rollouts()
+                            await self.drain()
+                            try:
+                                await _call_hook(self.hooks[1], "shutdown")
+                            except Exception:
+                                logger.exception("the on_shutdown hook raised")
+                        finally:  # whatever happened above: no plain rollout task outlives us
+                            await self._stop_rollouts()
                     tasks.cancel_scope.cancel()
         finally:
             self._tasks = None
