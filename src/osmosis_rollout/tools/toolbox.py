@@ -9,13 +9,11 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
-import anyio.to_thread
 import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
@@ -27,6 +25,7 @@ from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_er
 from ..tracing import clip_text
 from .arguments import _check, _shorten, _validator, parse_arguments, quick_check
 from .schema import _build_spec, _ToolSpec
+from .threads import ToolThreads
 
 logger = logging.getLogger("osmosis_rollout.tools")
 
@@ -86,10 +85,16 @@ class Toolbox:
             self._validators[spec.name] = _validator(spec.name, spec.schema.function.parameters)
             self._quick[spec.name] = quick_check(spec.schema.function.parameters)
         self.timeout_s = timeout_s
-        self.max_threads = max_threads
-        self._limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on use
-        self._lock = threading.Lock()
-        self._stuck = 0  # sync calls abandoned at their timeout whose thread still runs
+        self._threads = ToolThreads(max_threads)
+
+    @property
+    def max_threads(self) -> int:
+        """At most this many sync calls run at once, and this many more may be stuck."""
+        return self._threads.limit
+
+    @max_threads.setter
+    def max_threads(self, value: int) -> None:
+        self._threads.limit = value
 
     @property
     def schemas(self) -> list[OpenAIFunctionToolSchema]:
@@ -204,43 +209,15 @@ class Toolbox:
         return _encode(result)
 
     async def _run_in_thread(self, name: str, call: Callable[[], Any]) -> Any:
-        """Run a sync tool in a worker thread, counting threads left behind by timeouts."""
-        with self._lock:
-            if self._stuck >= self.max_threads:
-                raise ToolError(
-                    f"tool {name!r} cannot run now: {self._stuck} earlier sync tool calls "
-                    "timed out and have not returned yet",
-                    tool_name=name,
-                )
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.max_threads)
-        state = ["queued"]  # -> running -> done, or -> abandoned -> done, or -> dropped
-
-        def guarded() -> Any:
-            with self._lock:
-                if state[0] == "dropped":
-                    return None
-                state[0] = "running"
-            try:
-                return call()
-            finally:
-                with self._lock:
-                    if state[0] == "abandoned":
-                        self._stuck -= 1
-                    state[0] = "done"
-
-        try:
-            return await anyio.to_thread.run_sync(
-                guarded, abandon_on_cancel=True, limiter=self._limiter
+        """Run a sync tool on this toolbox's threads, unless too many are stuck already."""
+        stuck = self._threads.stuck
+        if stuck >= self._threads.limit:
+            raise ToolError(
+                f"tool {name!r} cannot run now: {stuck} earlier sync tool calls "
+                "timed out and have not returned yet",
+                tool_name=name,
             )
-        except anyio.get_cancelled_exc_class():
-            with self._lock:
-                if state[0] == "running":
-                    state[0] = "abandoned"
-                    self._stuck += 1
-                elif state[0] == "queued":
-                    state[0] = "dropped"
-            raise
+        return await self._threads.run(call)
 
     @staticmethod
     def _bind(
