@@ -384,6 +384,22 @@ def _as_message(item: Any) -> Message:
     raise TypeError(f"messages must be dicts (OpenAI chat messages), got {type(item).__name__}")
 
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _snapshot(value: Any) -> Any:
+    """A deep copy of JSON-shaped data, a few times cheaper than :func:`copy.deepcopy` on a
+    message; anything else is deep-copied. What the append-only check compares against."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _snapshot(item) for key, item in value.items()}
+    if kind is list:
+        return [_snapshot(item) for item in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)
+
+
 class _LLMView:
     """``ctx.llm`` over our backend, with v1's client contract: each call is a ``ctx.chat``
     turn (so it is measured and checked like one) and ``get_metrics()`` reports the LLM side."""
@@ -565,7 +581,7 @@ class RolloutContext:
         self._prompt_tokens += usage.prompt_tokens
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
-        self._sent = [*kept, *copy.deepcopy(history[len(kept) :]), copy.deepcopy(reply)]
+        self._sent = [*kept, *_snapshot(history[len(kept) :]), _snapshot(reply)]
         self._last_messages = [*history, reply]
         self.finish_reasons.append(result.finish_reason)
         return result
