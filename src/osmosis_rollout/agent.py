@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import telemetry
@@ -285,11 +286,18 @@ class _ToolSetCache:
 _tool_sets = _ToolSetCache()
 
 
-async def resolve_tool_set(agent: RolloutAgentLoop, request: RolloutRequest) -> ToolSet:
-    """:func:`resolve_tools` with the tools' JSON, checked once per distinct tool list."""
+async def resolve_tool_set(
+    agent: RolloutAgentLoop, request: RolloutRequest, *, timeout_s: float | None = None
+) -> ToolSet:
+    """:func:`resolve_tools` with the tools' JSON, checked once per distinct tool list.
+
+    ``timeout_s`` bounds an async ``get_tools`` (``TimeoutError``); a sync one cannot be
+    interrupted, so it gets no cancel scope to pay for.
+    """
     raw = agent.get_tools(request)
     if inspect.isawaitable(raw):
-        raw = await raw
+        with anyio.fail_after(timeout_s):
+            raw = await raw
     if raw is None:
         return _NO_TOOLS
     if not isinstance(raw, list | tuple):

@@ -207,28 +207,37 @@ class Toolbox:
         if quick is None or not quick(args):  # the full check, for its messages
             _check(spec.name, self._validators[spec.name], args)
         positional, keywords = self._bind(ctx, spec, args)
+        if time_limit is None:  # no cancel scope to pay for
+            return _encode(await self._invoke(spec, positional, keywords))
         result: Any = None
         with anyio.move_on_after(time_limit) as scope:
-            try:
-                if spec.is_async:
-                    result = await spec.fn(*positional, **keywords)
-                else:
-                    call = functools.partial(spec.fn, *positional, **keywords)
-                    result = await self._run_in_thread(spec.name, call)
-                if inspect.isawaitable(result):
-                    result = await result
-            except ToolError:
-                raise  # the tool's own message, meant for the model
-            except Exception as exc:  # a tool's bug is the model's feedback, not a crash
-                logger.debug("tool %r raised", spec.name, exc_info=True)
-                raise ToolError(
-                    f"tool {spec.name!r} raised {type(exc).__name__}: {exc}", tool_name=spec.name
-                ) from None
+            result = await self._invoke(spec, positional, keywords)
         if scope.cancelled_caught:
             raise ToolError(
-                f"tool {spec.name!r} timed out after {time_limit or 0:g} s", tool_name=spec.name
+                f"tool {spec.name!r} timed out after {time_limit:g} s", tool_name=spec.name
             )
         return _encode(result)
+
+    async def _invoke(
+        self, spec: _ToolSpec, positional: list[Any], keywords: dict[str, Any]
+    ) -> Any:
+        """Call the tool (sync ones on this toolbox's threads); its exceptions become ToolError."""
+        try:
+            if spec.is_async:
+                result = await spec.fn(*positional, **keywords)
+            else:
+                call = functools.partial(spec.fn, *positional, **keywords)
+                result = await self._run_in_thread(spec.name, call)
+            if inspect.isawaitable(result):
+                result = await result
+        except ToolError:
+            raise  # the tool's own message, meant for the model
+        except Exception as exc:  # a tool's bug is the model's feedback, not a crash
+            logger.debug("tool %r raised", spec.name, exc_info=True)
+            raise ToolError(
+                f"tool {spec.name!r} raised {type(exc).__name__}: {exc}", tool_name=spec.name
+            ) from None
+        return result
 
     async def _run_in_thread(self, name: str, call: Callable[[], Any]) -> Any:
         """Run a sync tool on this toolbox's threads, unless too many are stuck already."""
