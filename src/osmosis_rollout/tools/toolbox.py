@@ -12,10 +12,9 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
@@ -24,9 +23,12 @@ from ..agent import RolloutContext
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
 from ..tracing import clip_text
-from .arguments import _check, _shorten, _validator, parse_arguments, quick_check
+from .arguments import _check, _shorten, _validator, parse_arguments, quick_check, surely_valid
 from .schema import _build_spec, _ToolSpec
 from .threads import ToolThreads
+
+if TYPE_CHECKING:
+    import jsonschema
 
 logger = logging.getLogger("osmosis_rollout.tools")
 
@@ -79,7 +81,8 @@ class Toolbox:
         else:
             specs = [_build_spec(fn) for fn in functions]
         self._specs: dict[str, _ToolSpec] = {}
-        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        # Compiled on first need when the schema is surely valid (most typed functions).
+        self._validators: dict[str, jsonschema.Draft202012Validator | None] = {}
         self._quick: dict[str, Callable[[Mapping[str, Any]], bool] | None] = {}
         for spec in specs:
             if spec.unbound_self:
@@ -91,8 +94,10 @@ class Toolbox:
             if spec.name in self._specs:
                 raise ToolError(f"two tools are named {spec.name!r}", tool_name=spec.name)
             self._specs[spec.name] = spec
-            self._validators[spec.name] = _validator(spec.name, spec.schema.function.parameters)
-            self._quick[spec.name] = quick_check(spec.schema.function.parameters)
+            parameters = spec.schema.function.parameters
+            self._quick[spec.name] = quick_check(parameters)
+            surely = surely_valid(parameters)  # else compiled now: a bad schema fails here
+            self._validators[spec.name] = None if surely else _validator(spec.name, parameters)
         self.timeout_s = timeout_s
         self._threads = ToolThreads(max_threads)
 
@@ -205,7 +210,11 @@ class Toolbox:
         args = parse_arguments(raw_args, tool_name=spec.name)
         quick = self._quick[spec.name]
         if quick is None or not quick(args):  # the full check, for its messages
-            _check(spec.name, self._validators[spec.name], args)
+            validator = self._validators[spec.name]
+            if validator is None:
+                parameters = spec.schema.function.parameters
+                validator = self._validators[spec.name] = _validator(spec.name, parameters)
+            _check(spec.name, validator, args)
         positional, keywords = self._bind(ctx, spec, args)
         if time_limit is None:  # no cancel scope to pay for
             return _encode(await self._invoke(spec, positional, keywords))
