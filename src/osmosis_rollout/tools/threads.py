@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -22,24 +24,40 @@ import anyio.to_thread
 
 #: An idle worker thread exits after this long without a call.
 IDLE_S = 10.0
+#: The context of a job on the anyio path, which copies the caller's itself.
+_UNUSED = contextvars.Context()
 
 
 class _Job:
     """One sync call: ``queued`` -> ``running`` -> ``done``; or -> ``abandoned`` (its caller
     gave up while it ran) -> ``done``; or ``queued`` -> ``dropped`` (never runs)."""
 
-    __slots__ = ("fn", "future", "loop", "state")
+    __slots__ = ("context", "fn", "future", "loop", "state")
 
     def __init__(
         self,
         fn: Callable[[], Any],
         loop: asyncio.AbstractEventLoop | None,
         future: asyncio.Future[Any] | None,
+        context: contextvars.Context,
     ) -> None:
         self.fn = fn
         self.loop = loop
         self.future = future
+        self.context = context
         self.state = "queued"
+
+
+def _carried(error: BaseException) -> BaseException:
+    """``error`` as its caller may receive it. A future cannot carry StopIteration; and
+    SystemExit, KeyboardInterrupt or CancelledError raised by the tool (in a worker thread they
+    cannot mean a signal or a cancellation) would stop the caller's event loop or pass for its
+    own cancellation: those arrive as a RuntimeError caused by the original."""
+    if isinstance(error, Exception) and not isinstance(error, StopIteration):
+        return error
+    carried = RuntimeError(f"the tool raised {type(error).__name__}: {error}")
+    carried.__cause__ = error
+    return carried
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -47,22 +65,24 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         return
     if error is None:
         future.set_result(result)
-    elif isinstance(error, StopIteration):  # a future cannot carry one
-        future.set_exception(RuntimeError(f"the tool raised StopIteration: {error}"))
     else:
-        future.set_exception(error)
+        future.set_exception(_carried(error))
 
 
 class ToolThreads:
     """Run sync calls on daemon threads, at most ``limit`` at once.
 
+    Results and exceptions come back as if called inline, in a copy of the caller's context
+    variables (as ``anyio.to_thread`` does); see ``_carried`` for the few exceptions that cannot.
     A call whose caller is cancelled while it runs (a timeout) is *abandoned*: its thread runs
     on, its result is dropped, and it stops counting against ``limit``; :attr:`stuck` counts
-    them until they return. A call cancelled while still queued never runs.
+    them until they return. A call cancelled while still queued never runs. ``limit`` may be
+    changed at any time. Works on any asyncio loop (one after another, as tests do); on other
+    event loops (trio) through ``anyio.to_thread`` with the same accounting.
     """
 
     def __init__(self, limit: int) -> None:
-        self.limit = limit
+        self._limit = _checked(limit)
         self.stuck = 0  # abandoned calls whose thread still runs
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
@@ -70,7 +90,23 @@ class ToolThreads:
         self._threads = 0  # live worker threads
         self._waiting = 0  # of which idle, waiting for a call
         self._holding = 0  # calls running and not abandoned: each holds one of `limit` places
-        self._limiter: anyio.CapacityLimiter | None = None  # for the non-asyncio path only
+        # The non-asyncio path only: places, and anyio threads that no abandoned call can starve.
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._unlimited: anyio.CapacityLimiter | None = None
+
+    @property
+    def limit(self) -> int:
+        """At most this many calls run at once (abandoned ones aside)."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        with self._lock:
+            self._limit = _checked(value)
+            for _ in range(min(len(self._queue), value)):  # raised: queued calls start now
+                self._dispatch()
+        if self._limiter is not None:
+            self._limiter.total_tokens = value
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on a worker thread; its result, or its exception."""
@@ -78,25 +114,28 @@ class ToolThreads:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio (trio): anyio's threads, the same accounting
             return await self._run_on_anyio(fn)
-        job = _Job(fn, loop, loop.create_future())
-        with self._lock:
-            self._queue.append(job)
-            self._dispatch()
+        job = _Job(fn, loop, loop.create_future(), contextvars.copy_context())
         try:
+            with self._lock:
+                self._queue.append(job)
+                self._dispatch()
             return await job.future  # type: ignore[misc]
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (or no thread could start): give the call up
             self._abandon(job)
             raise
 
     async def _run_on_anyio(self, fn: Callable[[], Any]) -> Any:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.limit)
-        job = _Job(fn, None, None)
+        if self._limiter is None or self._unlimited is None:
+            self._limiter = anyio.CapacityLimiter(self._limit)
+            self._unlimited = anyio.CapacityLimiter(math.inf)
+        job = _Job(fn, None, None, _UNUSED)  # anyio copies the context
         try:
-            return await anyio.to_thread.run_sync(
-                self._execute, job, abandon_on_cancel=True, limiter=self._limiter
-            )
-        except anyio.get_cancelled_exc_class():
+            # The place is held here, not by the thread: an abandoned call gives it back at once.
+            async with self._limiter:
+                return await anyio.to_thread.run_sync(
+                    self._execute, job, abandon_on_cancel=True, limiter=self._unlimited
+                )
+        except BaseException:
             self._abandon(job)
             raise
 
@@ -109,6 +148,11 @@ class ToolThreads:
             self._holding += 1
         try:
             return job.fn()
+        except BaseException as exc:
+            carried = _carried(exc)
+            if carried is exc:
+                raise
+            raise carried from exc
         finally:
             with self._lock:
                 self._finish(job)
@@ -135,13 +179,18 @@ class ToolThreads:
         """Under the lock: wake an idle worker for the queue, or start one if none is idle."""
         if self._waiting:
             self._ready.notify()
-        if len(self._queue) > self._waiting and self._threads - self.stuck < self.limit:
+        if len(self._queue) > self._waiting and self._threads - self.stuck < self._limit:
             self._threads += 1
-            threading.Thread(target=self._work, name="osmosis-tool", daemon=True).start()
+            try:
+                threading.Thread(target=self._work, name="osmosis-tool", daemon=True).start()
+            except BaseException:  # e.g. "can't start new thread": a live worker may serve it
+                self._threads -= 1
+                if not self._threads:
+                    raise
 
     def _next(self) -> _Job | None:
         """Under the lock: the next call to run, if a place is free."""
-        while self._queue and self._holding < self.limit:
+        while self._queue and self._holding < self._limit:
             job = self._queue.popleft()
             if job.state == "queued":
                 job.state = "running"
@@ -166,7 +215,7 @@ class ToolThreads:
                 result: Any = None
                 error: BaseException | None = None
                 try:
-                    result = job.fn()
+                    result = job.context.run(job.fn)
                 except BaseException as exc:  # the caller's to handle, as if called there
                     error = exc
                 finally:
@@ -177,3 +226,9 @@ class ToolThreads:
                     with contextlib.suppress(RuntimeError):
                         job.loop.call_soon_threadsafe(_settle, job.future, result, error)
                 del job, result, error  # not kept alive while idle
+
+
+def _checked(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"max_threads must be a whole number of at least 1, not {limit!r}")
+    return limit
