@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import functools
 import importlib.util
+import random
 import subprocess
 import sys
 import textwrap
@@ -87,6 +88,10 @@ async def outcome(awaitable: Awaitable[Any]) -> BaseException | None:
     except BaseException as exc:
         return exc
     return None
+
+
+def refuse_to_start(self: threading.Thread) -> None:
+    raise RuntimeError("can't start new thread")
 
 
 def raiser(error: BaseException) -> Callable[[], Any]:
@@ -356,6 +361,44 @@ async def test_a_call_cancelled_while_running_is_abandoned_and_frees_its_place()
     assert await pool.run(lambda: "next") == "next"
 
 
+async def test_cancellations_at_random_moments_leave_no_stuck_call_and_no_lost_place() -> None:
+    """Calls cancelled while queued, while running, or as they finish, among calls that
+    complete: every completed call has its own value, every abandoned call is counted until it
+    returns, and afterwards all ``limit`` places are free."""
+    rng = random.Random(17)
+    pool = ToolThreads(3)
+    release = threading.Event()
+    completed: dict[int, int] = {}
+
+    def work(i: int, blocks: bool) -> int:
+        if blocks:
+            release.wait(10)
+        return i
+
+    async def one(i: int, blocks: bool, deadline: float) -> None:
+        with anyio.move_on_after(deadline):
+            completed[i] = await pool.run(functools.partial(work, i, blocks))
+
+    plan = [(i, rng.random() < 0.2, rng.random() * 0.02) for i in range(200)]
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                for i, blocks, deadline in plan:
+                    group.start_soon(one, i, blocks, deadline)
+    finally:
+        release.set()
+    assert all(value == i for i, value in completed.items())
+    assert not any(blocks for i, blocks, _ in plan if i in completed)  # they all timed out
+    await eventually(lambda: pool.stuck == 0, "every abandoned call to return")
+    gauge = Gauge()
+    barrier = threading.Barrier(3, timeout=10)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            for i in range(3):
+                group.start_soon(pool.run, functools.partial(barrier_work, gauge, barrier, i))
+    assert gauge.peak == 3
+
+
 async def test_a_stuck_call_counts_against_the_changed_max_threads() -> None:
     """After a timeout, raising max_threads lets new sync calls in while the first is stuck."""
     release = threading.Event()
@@ -387,16 +430,59 @@ async def test_a_call_whose_thread_cannot_start_fails_and_never_runs(
     pool = ToolThreads(1)
     ran: list[str] = []
 
-    def refuse(self: threading.Thread) -> None:
-        raise RuntimeError("can't start new thread")
-
     with monkeypatch.context() as patched:
-        patched.setattr(threading.Thread, "start", refuse)
+        patched.setattr(threading.Thread, "start", refuse_to_start)
         with pytest.raises(RuntimeError, match="can't start new thread"):
             await pool.run(lambda: ran.append("refused"))
     with anyio.fail_after(10):
         assert await pool.run(lambda: "next") == "next"
     assert ran == []
+
+
+@ASYNCIO_ONLY
+async def test_a_timeout_is_still_a_timeout_when_no_thread_can_start_for_the_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Abandoning a call tries to start a thread for the queue; that failing is not the
+    abandoned caller's error: the queued call waits for the worker to come back."""
+    pool = ToolThreads(1)
+    started, release = threading.Event(), threading.Event()
+    abandoned = anyio.Event()
+    results: list[str] = []
+    hung = anyio.CancelScope()
+
+    def hang() -> str:
+        started.set()
+        release.wait(10)
+        return "late"
+
+    async def run_hang() -> None:
+        with hung:
+            results.append(await pool.run(hang))
+        abandoned.set()
+
+    async def run_queued() -> None:
+        results.append(await pool.run(lambda: "queued"))
+
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run_hang)
+                await eventually(started.is_set, "the hanging call to run")
+                group.start_soon(run_queued)
+                await anyio.wait_all_tasks_blocked()  # queued behind `hang`
+                with monkeypatch.context() as patched:
+                    patched.setattr(threading.Thread, "start", refuse_to_start)
+                    hung.cancel()
+                    await abandoned.wait()
+                assert hung.cancelled_caught
+                assert pool.stuck == 1
+                assert results == []
+                release.set()  # the worker returns, and serves the queue
+    finally:
+        release.set()
+    assert results == ["queued"]
+    assert pool.stuck == 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,8 +514,10 @@ async def test_many_calls_from_many_tasks_all_return_their_values_without_leakin
     assert results == [i * i for i in range(len(results))]
     assert 1 <= gauge.peak <= 4
     if anyio_backend == "asyncio":  # on trio, the threads are trio's own cache
-        await eventually(lambda: threading.active_count() <= baseline, "idle workers to exit")
-        assert [t for t in threading.enumerate() if t not in before] == []
+        started = [t for t in threading.enumerate() if t not in before]
+        assert len(started) <= 4  # never more workers than the limit
+        await eventually(lambda: not any(t.is_alive() for t in started), "idle workers to exit")
+        assert threading.active_count() <= baseline
 
 
 def test_idle_workers_exit_and_a_later_call_starts_a_new_one(

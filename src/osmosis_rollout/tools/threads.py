@@ -104,7 +104,7 @@ class ToolThreads:
         with self._lock:
             self._limit = _checked(value)
             for _ in range(min(len(self._queue), value)):  # raised: queued calls start now
-                self._dispatch()
+                self._wake()
         if self._limiter is not None:
             self._limiter.total_tokens = value
 
@@ -165,7 +165,7 @@ class ToolThreads:
                 job.state = "abandoned"
                 self._holding -= 1
                 self.stuck += 1
-                self._dispatch()  # its place is free for a queued call
+                self._wake()  # its place is free for a queued call
 
     def _finish(self, job: _Job) -> None:
         """Under the lock: ``job`` returned."""
@@ -183,10 +183,16 @@ class ToolThreads:
             self._threads += 1
             try:
                 threading.Thread(target=self._work, name="osmosis-tool", daemon=True).start()
-            except BaseException:  # e.g. "can't start new thread": a live worker may serve it
+            except BaseException:  # "can't start new thread": a worker not stuck may serve it
                 self._threads -= 1
-                if not self._threads:
+                if self._threads <= self.stuck:
                     raise
+
+    def _wake(self) -> None:
+        """Under the lock: ``_dispatch`` for calls already queued; if no thread can start, they
+        wait for a worker (or their timeout), and the caller here is not the one to tell."""
+        with contextlib.suppress(RuntimeError):
+            self._dispatch()
 
     def _next(self) -> _Job | None:
         """Under the lock: the next call to run, if a place is free."""
