@@ -73,3 +73,40 @@ async def test_run_batch_leaves_the_collector_as_it_was() -> None:
     assert report.rows[0].status == "COMPLETED"
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0
+
+
+def test_a_command_sets_up_without_collections_then_freezes_what_it_set_up() -> None:
+    """``command_gc``: off while the command sets up; ``ready()`` freezes what was built and
+    turns collections back on; the end (or an error) leaves the collector as it was."""
+    from osmosis_rollout.testing.collector import command_gc
+
+    seen: dict[str, object] = {}
+
+    def command() -> None:
+        with command_gc() as ready:
+            seen["off while setting up"] = not gc.isenabled()
+            kept = [{"row": n} for n in range(1000)]  # a cassette's rows, say
+            ready()
+            seen["on after ready"] = gc.isenabled()
+            seen["frozen"] = gc.get_freeze_count() >= len(kept)
+            raise RuntimeError("the run failed")
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        command()
+    assert seen == {"off while setting up": True, "on after ready": True, "frozen": True}
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_command_leaves_objects_a_program_froze_frozen() -> None:
+    from osmosis_rollout.testing.collector import command_gc
+
+    gc.disable()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with command_gc() as ready:
+        ready()
+        assert not gc.isenabled()  # it was off before the command: it stays off
+    assert gc.get_freeze_count() == frozen
+    assert not gc.isenabled()

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -166,7 +166,6 @@ def command_test(
     Offline by default: the built-in mock LLM calls your tools with schema-valid arguments,
     then answers. Exit 0 when every row completed without findings, 1 otherwise.
     """
-    from ..errors import OsmosisError
 
     if server is None:
         from ._target import agent_target
@@ -205,6 +204,83 @@ def command_test(
         )
     if server is not None:
         _check_server_url(server)
+    from ..testing.collector import command_gc
+
+    with command_gc() as gc_ready:
+        raise typer.Exit(
+            _test(
+                gc_ready,
+                target=target,
+                dataset=dataset,
+                limit=limit,
+                offset=offset,
+                concurrency=concurrency,
+                workers=workers,
+                server=server,
+                api_key=api_key,
+                llm=llm,
+                llm_url=llm_url,
+                model=model,
+                seed=seed,
+                max_turns=max_turns,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                llm_timeout=llm_timeout,
+                timeout=timeout,
+                output=output,
+                json_output=json_output,
+                debug_dir=debug_dir,
+                verbose=verbose,
+                interactive=interactive,
+                row=row,
+                record=record,
+                replay=replay,
+                replay_mode=replay_mode,
+                token_check=token_check,
+                explicit={
+                    name
+                    for name in ("max_turns", "temperature", "max_tokens")
+                    if _given(context, name)
+                },
+            )
+        )
+
+
+def _test(
+    gc_ready: Callable[[], None],
+    *,
+    target: str | None,
+    dataset: Path | None,
+    limit: int | None,
+    offset: int,
+    concurrency: int,
+    workers: int,
+    server: str | None,
+    api_key: str | None,
+    llm: str,
+    llm_url: str | None,
+    model: str | None,
+    seed: int,
+    max_turns: int,
+    temperature: float | None,
+    max_tokens: int | None,
+    llm_timeout: float,
+    timeout: float,
+    output: Path | None,
+    json_output: bool,
+    debug_dir: Path | None,
+    verbose: bool,
+    interactive: bool,
+    row: int | None,
+    record: Path | None,
+    replay: Path | None,
+    replay_mode: str | None,
+    token_check: bool,
+    explicit: set[str],
+) -> int:
+    """The checked command: set up (no garbage collections), then run; the exit code."""
+    from ..errors import OsmosisError
+
     pool = None
     if workers > 1 and target is not None:  # started now: the workers import meanwhile
         pool = _start_pool(
@@ -228,9 +304,6 @@ def command_test(
             note = cassette_note(backend)
             if note:
                 stderr_console().print(f"[yellow]Warning:[/] {escape(note)}", soft_wrap=True)
-            explicit = {
-                name for name in ("max_turns", "temperature", "max_tokens") if _given(context, name)
-            }
             given = {"max_turns": max_turns, "temperature": temperature, "max_tokens": max_tokens}
             settings = recorded_settings(backend, given, explicit)
             max_turns, temperature = settings["max_turns"], settings["temperature"]
@@ -256,20 +329,19 @@ def command_test(
             from ..loader import load_agent
 
             agent = load_agent(target)
+        gc_ready()  # what is set up stays: frozen, never walked by a collection
         if interactive:
-            raise typer.Exit(
-                run_async(
-                    _interactive(
-                        agent,
-                        backend=backend,
-                        rows=rows,
-                        start_row=row,
-                        server_url=server,
-                        server_key=api_key if server is not None else None,
-                        completion_params=completion_params,
-                        max_turns=max_turns,
-                        debug_dir=debug_dir,
-                    )
+            return run_async(
+                _interactive(
+                    agent,
+                    backend=backend,
+                    rows=rows,
+                    start_row=row,
+                    server_url=server,
+                    server_key=api_key if server is not None else None,
+                    completion_params=completion_params,
+                    max_turns=max_turns,
+                    debug_dir=debug_dir,
                 )
             )
         code = run_async(
@@ -298,7 +370,7 @@ def command_test(
     finally:
         if pool is not None:
             pool.close()
-    raise typer.Exit(code)
+    return code
 
 
 def _check_jobs(

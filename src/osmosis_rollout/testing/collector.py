@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["lighter_gc", "paused_gc"]
+__all__ = ["command_gc", "lighter_gc", "paused_gc"]
 
 #: The youngest generation's threshold during a batch (CPython's default is 700).
 _BATCH_GC_THRESHOLD = 7000
@@ -61,5 +61,37 @@ def paused_gc() -> Iterator[None]:
     try:
         yield
     finally:
+        if enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def command_gc() -> Iterator[Callable[[], None]]:
+    """A command's collector: none while it sets up, then what it set up frozen.
+
+    ``with command_gc() as ready: <set up>; ready(); <run>``. Setting up (imports done, the
+    agent loaded, a cassette of thousands of rows read) builds long-lived objects only; with the
+    collector on, each is walked two or three times before it settles in the oldest generation
+    (~0.1 s for a 1,000-row cassette). Disabled meanwhile, and frozen by ``ready()``
+    (``gc.freeze``), they are never walked; the first collection after would otherwise walk
+    them all at once. On exit the collector is as it was (unfrozen if this froze).
+    """
+    enabled = gc.isenabled()
+    froze = False
+
+    def ready() -> None:
+        nonlocal froze
+        if not froze and gc.get_freeze_count() == 0:
+            gc.freeze()
+            froze = True
+        if enabled:
+            gc.enable()
+
+    gc.disable()
+    try:
+        yield ready
+    finally:
+        if froze:
+            gc.unfreeze()
         if enabled:
             gc.enable()
