@@ -1054,6 +1054,57 @@ def test_the_quick_argument_check_agrees_with_json_schema(
     assert quick(args) == jsonschema.Draft202012Validator(schema).is_valid(args)
 
 
+_annotation_values = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=3)
+    | st.lists(st.integers(), max_size=2)
+)
+_loose_property_schemas = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(_JSON_TYPES) | st.lists(st.sampled_from(_JSON_TYPES), min_size=1),
+        "description": _annotation_values,
+        "title": _annotation_values,
+        "deprecated": _annotation_values,
+        "examples": _annotation_values,
+        "$comment": _annotation_values,
+    },
+)
+
+
+@st.composite
+def _loose_object_schemas(draw: st.DrawFn) -> dict[str, Any]:
+    """Simple object schemas, some of them invalid (an annotation of the wrong type, a type or
+    required name listed twice)."""
+    properties = draw(st.dictionaries(_names, _loose_property_schemas, max_size=3))
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if draw(st.booleans()):
+        schema["required"] = draw(st.lists(_names, max_size=3))
+    if draw(st.booleans()):
+        schema["description"] = draw(_annotation_values)
+    return schema
+
+
+@given(_loose_object_schemas())
+@example({"type": "object", "properties": {"a": {"type": ["string", "string"]}}})
+@example({"type": "object", "properties": {"a": {"description": 5}}})
+@example({"type": "object", "properties": {}, "required": ["a", "a"]})
+def test_a_schema_compiled_late_is_one_json_schema_accepts(schema: dict[str, Any]) -> None:
+    """A toolbox compiles a "surely valid" schema only when an argument fails the quick check:
+    every such schema must pass the meta-schema check it would have got at construction."""
+    import jsonschema
+
+    from osmosis_rollout.tools.arguments import surely_valid
+
+    if surely_valid(schema):
+        jsonschema.Draft202012Validator.check_schema(schema)
+    else:
+        with contextlib.suppress(jsonschema.exceptions.SchemaError):
+            jsonschema.Draft202012Validator.check_schema(schema)
+
+
 def test_the_quick_check_leaves_other_schemas_to_json_schema() -> None:
     from osmosis_rollout.tools.arguments import quick_check
 

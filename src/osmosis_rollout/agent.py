@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import telemetry
@@ -285,11 +286,18 @@ class _ToolSetCache:
 _tool_sets = _ToolSetCache()
 
 
-async def resolve_tool_set(agent: RolloutAgentLoop, request: RolloutRequest) -> ToolSet:
-    """:func:`resolve_tools` with the tools' JSON, checked once per distinct tool list."""
+async def resolve_tool_set(
+    agent: RolloutAgentLoop, request: RolloutRequest, *, timeout_s: float | None = None
+) -> ToolSet:
+    """:func:`resolve_tools` with the tools' JSON, checked once per distinct tool list.
+
+    ``timeout_s`` bounds an async ``get_tools`` (``TimeoutError``); a sync one cannot be
+    interrupted, so it gets no cancel scope to pay for.
+    """
     raw = agent.get_tools(request)
     if inspect.isawaitable(raw):
-        raw = await raw
+        with anyio.fail_after(timeout_s):
+            raw = await raw
     if raw is None:
         return _NO_TOOLS
     if not isinstance(raw, list | tuple):
@@ -382,6 +390,22 @@ def _as_message(item: Any) -> Message:
     if isinstance(item, dict):
         return item
     raise TypeError(f"messages must be dicts (OpenAI chat messages), got {type(item).__name__}")
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _snapshot(value: Any) -> Any:
+    """A deep copy of JSON-shaped data, a few times cheaper than :func:`copy.deepcopy` on a
+    message; anything else is deep-copied. What the append-only check compares against."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _snapshot(item) for key, item in value.items()}
+    if kind is list:
+        return [_snapshot(item) for item in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)
 
 
 class _LLMView:
@@ -565,7 +589,7 @@ class RolloutContext:
         self._prompt_tokens += usage.prompt_tokens
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
-        self._sent = [*kept, *copy.deepcopy(history[len(kept) :]), copy.deepcopy(reply)]
+        self._sent = [*kept, *_snapshot(history[len(kept) :]), _snapshot(reply)]
         self._last_messages = [*history, reply]
         self.finish_reasons.append(result.finish_reason)
         return result

@@ -392,8 +392,9 @@ class RolloutServer:
                 return earlier
         entry = self.registry.reserve(rollout, digest)
         try:
-            with anyio.fail_after(self.settings.get_tools_timeout_s):
-                tool_set = await resolve_tool_set(self.agent, rollout)
+            tool_set = await resolve_tool_set(
+                self.agent, rollout, timeout_s=self.settings.get_tools_timeout_s
+            )
         except TimeoutError:
             detail = f"get_tools did not return within {self.settings.get_tools_timeout_s:g} s"
             logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), detail)

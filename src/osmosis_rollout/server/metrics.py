@@ -101,6 +101,9 @@ class ServerMetrics:
             ["kind"],
             registry=r,
         )
+        # Looked up once: `labels()` costs a lock and a dict lookup, twice every turn.
+        self._prompt_tokens = self.tokens.labels(kind="prompt")
+        self._completion_tokens = self.tokens.labels(kind="completion")
         in_flight = Gauge(
             "osmosis_rollouts_in_flight",
             "Rollouts running or delivering their callback.",
@@ -128,8 +131,8 @@ class ServerMetrics:
     def turn(self, latency_s: float, prompt_tokens: int, completion_tokens: int) -> None:
         """One LLM turn (the context's observer hook)."""
         self.llm_seconds.observe(latency_s)
-        self.tokens.labels(kind="prompt").inc(prompt_tokens)
-        self.tokens.labels(kind="completion").inc(completion_tokens)
+        self._prompt_tokens.inc(prompt_tokens)
+        self._completion_tokens.inc(completion_tokens)
 
     def tool(self, latency_s: float) -> None:
         """One tool call (the context's observer hook)."""

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
-import uvicorn
 from pydantic import ValidationError
 
 from ..agent import RolloutAgentLoop
@@ -75,11 +74,17 @@ class RolloutOutcome:
         return f"init refused with HTTP {self.init_status}" + (f": {detail}" if detail else "")
 
 
-class _BackgroundServer(uvicorn.Server):
-    """uvicorn inside our event loop: it must not take over the process's signal handlers."""
+def _background_server(app: Any) -> Any:
+    """A uvicorn server for ``app`` inside our event loop, which leaves the process's signal
+    handlers alone. uvicorn is imported here: in-process runs never need it (~50 ms)."""
+    import uvicorn
 
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
-        return contextlib.nullcontext()
+    class _BackgroundServer(uvicorn.Server):
+        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+            return contextlib.nullcontext()
+
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    return _BackgroundServer(config)
 
 
 class Harness:
@@ -177,8 +182,7 @@ class Harness:
         sock = bind_socket("127.0.0.1", 0)
         port = sock.getsockname()[1]
         self.gate.base_url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(self.gate.app, log_level="warning", lifespan="off")
-        server = _BackgroundServer(config)
+        server = _background_server(self.gate.app)
         stopped = anyio.Event()
         tasks = await self._stack.enter_async_context(anyio.create_task_group())
 

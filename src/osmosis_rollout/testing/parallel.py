@@ -36,13 +36,15 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
 from .collector import lighter_gc
-from .runner import BatchReport, RowInput, RowResult, RunOptions
 
 if TYPE_CHECKING:
+    # .runner (and through it the harness) is imported on use: `osmosis test --jobs` starts
+    # its workers before it has imported them.
     from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
     from .cassette import Cassette, CassetteRow
     from .harness import Harness
     from .replay import ReplayBackend
+    from .runner import BatchReport, RowInput, RowResult, RunOptions
     from .traingate import RolloutRecord
 
 __all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count"]
@@ -51,7 +53,7 @@ __all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count"]
 _STOP_GRACE_S = 2.0
 
 #: One row as handed to a worker: its position in the batch, the row, its recorded row (replay).
-_Item = tuple[int, RowInput, Any]
+_Item = tuple[int, "RowInput", Any]
 _Message = tuple[Any, ...]
 
 
@@ -251,6 +253,8 @@ class WorkerPool:
         For a replay, ``cassette`` is the cassette read by the caller and ``bind`` gives the
         recorded row each row replays (:meth:`~.replay.ReplayBackend.take_row`).
         """
+        from .runner import BatchReport
+
         self.start()
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -406,6 +410,8 @@ class WorkerPool:
 
 
 def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
+    from .runner import RowResult
+
     return RowResult(
         index=row.index,
         rollout_id=_rollout_id(row, run_id),
@@ -544,7 +550,7 @@ async def _work(
     import anyio
 
     from .harness import Harness
-    from .runner import run_batch
+    from .runner import RunOptions, run_batch
     from .traingate import MockTrainGate
 
     lock = anyio.Lock()

@@ -259,6 +259,8 @@ class ReplayBackend:
         return None
 
     def _same_tools(self, replay: _Replay, record: RolloutRecord) -> bool:
+        if record.tools_wire is not None and record.tools_wire == replay.row.tools:
+            return True  # as sent: no need to dump each tool again
         return [_wire_tool(t) for t in record.tools] == replay.row.tools
 
     def _request_divergence(

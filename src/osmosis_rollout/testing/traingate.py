@@ -102,6 +102,9 @@ class RolloutRecord:
     #: Whether ``tools`` is what the server declared (from an init or ``expect(tools=...)``);
     #: only then are undeclared tool calls reported.
     tools_known: bool = False
+    #: ``tools`` as the init's JSON had them, when they came from an init (a replay compares
+    #: them with its recording without dumping every tool again).
+    tools_wire: list[Any] | None = None
     chats: list[CompletionsRequest] = field(default_factory=list)
     replies: list[CompletionsResponse] = field(default_factory=list)
     completions: list[RolloutResponse] = field(default_factory=list)
@@ -311,6 +314,7 @@ class MockTrainGate:
             init = InitResponse.model_validate_json(content)
             record.tools = list(init.tools)
             record.tools_known = True
+            record.tools_wire = json.loads(content).get("tools")
 
     async def wait_completed(self, rollout_id: str, timeout_s: float) -> RolloutRecord:
         """Wait for the completion callback; a miss becomes a ``no_completion`` finding."""

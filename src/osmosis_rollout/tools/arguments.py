@@ -8,13 +8,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
-
-import jsonschema
-from jsonschema.exceptions import SchemaError
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ToolError
 from ..protocol import OpenAIFunctionSchema, OpenAIFunctionToolSchema
+
+if TYPE_CHECKING:  # imported on use: ~0.1 s, and a typed toolbox may never need it
+    import jsonschema
 
 _MAX_MESSAGE = 1000
 
@@ -62,12 +62,16 @@ def parse_arguments(
 
 @functools.lru_cache(maxsize=512)
 def _compiled(parameters_json: str) -> jsonschema.Draft202012Validator:
+    import jsonschema
+
     schema = json.loads(parameters_json)
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 
 
 def _validator(name: str, parameters: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
+    from jsonschema.exceptions import SchemaError
+
     try:
         return _compiled(json.dumps(parameters, sort_keys=True, default=str))
     except SchemaError as exc:
@@ -148,6 +152,34 @@ def quick_check(parameters: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], 
         return True
 
     return accepts
+
+
+#: The annotation keywords' values as the 2020-12 meta-schema wants them (``default``: any).
+_ANNOTATION_TESTS: dict[str, Callable[[Any], bool]] = {
+    "description": lambda v: isinstance(v, str),
+    "title": lambda v: isinstance(v, str),
+    "$comment": lambda v: isinstance(v, str),
+    "deprecated": lambda v: isinstance(v, bool),
+    "examples": lambda v: isinstance(v, list),
+}
+
+
+def surely_valid(parameters: Mapping[str, Any]) -> bool:
+    """Whether ``parameters`` is a schema :func:`quick_check` handles *and* one the draft
+    2020-12 meta-schema accepts, so that compiling it with ``jsonschema`` (and importing that)
+    can wait until an argument fails the quick check. False means: check the schema now."""
+    if quick_check(parameters) is None:
+        return False
+    schemas = [parameters, *parameters.get("properties", {}).values()]
+    for schema in schemas:
+        for key, test in _ANNOTATION_TESTS.items():
+            if key in schema and not test(schema[key]):
+                return False
+        kind = schema.get("type")
+        if isinstance(kind, list) and len(set(kind)) != len(kind):
+            return False
+    required = parameters.get("required", [])
+    return len(set(required)) == len(required)
 
 
 def _check(name: str, validator: jsonschema.Draft202012Validator, args: Mapping[str, Any]) -> None:

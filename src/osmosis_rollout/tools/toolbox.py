@@ -6,15 +6,15 @@ would end the rollout.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import jsonschema
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
@@ -23,9 +23,12 @@ from ..agent import RolloutContext
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
 from ..tracing import clip_text
-from .arguments import _check, _shorten, _validator, parse_arguments, quick_check
+from .arguments import _check, _shorten, _validator, parse_arguments, quick_check, surely_valid
 from .schema import _build_spec, _ToolSpec
 from .threads import ToolThreads
+
+if TYPE_CHECKING:
+    import jsonschema
 
 logger = logging.getLogger("osmosis_rollout.tools")
 
@@ -37,6 +40,14 @@ def _encode(result: Any) -> str:
         return to_json(result, fallback=str).decode()
     except Exception as exc:  # e.g. a circular structure
         raise ToolError(f"the result could not be encoded as JSON: {exc}") from None
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # e.g. trio, through anyio
+        return False
+    return True
 
 
 def _as_dict(call: Any) -> dict[str, Any]:
@@ -70,7 +81,8 @@ class Toolbox:
         else:
             specs = [_build_spec(fn) for fn in functions]
         self._specs: dict[str, _ToolSpec] = {}
-        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
+        # Compiled on first need when the schema is surely valid (most typed functions).
+        self._validators: dict[str, jsonschema.Draft202012Validator | None] = {}
         self._quick: dict[str, Callable[[Mapping[str, Any]], bool] | None] = {}
         for spec in specs:
             if spec.unbound_self:
@@ -82,8 +94,10 @@ class Toolbox:
             if spec.name in self._specs:
                 raise ToolError(f"two tools are named {spec.name!r}", tool_name=spec.name)
             self._specs[spec.name] = spec
-            self._validators[spec.name] = _validator(spec.name, spec.schema.function.parameters)
-            self._quick[spec.name] = quick_check(spec.schema.function.parameters)
+            parameters = spec.schema.function.parameters
+            self._quick[spec.name] = quick_check(parameters)
+            surely = surely_valid(parameters)  # else compiled now: a bad schema fails here
+            self._validators[spec.name] = None if surely else _validator(spec.name, parameters)
         self.timeout_s = timeout_s
         self._threads = ToolThreads(max_threads)
 
@@ -134,9 +148,22 @@ class Toolbox:
             results[index] = await self._run_one(ctx, _as_dict(call), timeout)
 
         with ctx._tool_batch():
-            async with anyio.create_task_group() as group:
-                for index, call in enumerate(tool_calls):
-                    group.start_soon(run, index, call)
+            if len(tool_calls) == 1:  # most turns: no task group to pay for
+                await run(0, tool_calls[0])
+                return results
+            try:
+                if _on_asyncio():  # a quarter of the cost of anyio's task group
+                    async with asyncio.TaskGroup() as tasks:
+                        for index, call in enumerate(tool_calls):
+                            tasks.create_task(run(index, call))
+                else:
+                    async with anyio.create_task_group() as group:
+                        for index, call in enumerate(tool_calls):
+                            group.start_soon(run, index, call)
+            except BaseExceptionGroup as group:  # a toolkit bug: raised as one call raises it
+                if len(group.exceptions) == 1:
+                    raise group.exceptions[0] from None
+                raise
         return results
 
     async def _run_one(
@@ -183,30 +210,43 @@ class Toolbox:
         args = parse_arguments(raw_args, tool_name=spec.name)
         quick = self._quick[spec.name]
         if quick is None or not quick(args):  # the full check, for its messages
-            _check(spec.name, self._validators[spec.name], args)
+            validator = self._validators[spec.name]
+            if validator is None:
+                parameters = spec.schema.function.parameters
+                validator = self._validators[spec.name] = _validator(spec.name, parameters)
+            _check(spec.name, validator, args)
         positional, keywords = self._bind(ctx, spec, args)
+        if time_limit is None:  # no cancel scope to pay for
+            return _encode(await self._invoke(spec, positional, keywords))
         result: Any = None
         with anyio.move_on_after(time_limit) as scope:
-            try:
-                if spec.is_async:
-                    result = await spec.fn(*positional, **keywords)
-                else:
-                    call = functools.partial(spec.fn, *positional, **keywords)
-                    result = await self._run_in_thread(spec.name, call)
-                if inspect.isawaitable(result):
-                    result = await result
-            except ToolError:
-                raise  # the tool's own message, meant for the model
-            except Exception as exc:  # a tool's bug is the model's feedback, not a crash
-                logger.debug("tool %r raised", spec.name, exc_info=True)
-                raise ToolError(
-                    f"tool {spec.name!r} raised {type(exc).__name__}: {exc}", tool_name=spec.name
-                ) from None
+            result = await self._invoke(spec, positional, keywords)
         if scope.cancelled_caught:
             raise ToolError(
-                f"tool {spec.name!r} timed out after {time_limit or 0:g} s", tool_name=spec.name
+                f"tool {spec.name!r} timed out after {time_limit:g} s", tool_name=spec.name
             )
         return _encode(result)
+
+    async def _invoke(
+        self, spec: _ToolSpec, positional: list[Any], keywords: dict[str, Any]
+    ) -> Any:
+        """Call the tool (sync ones on this toolbox's threads); its exceptions become ToolError."""
+        try:
+            if spec.is_async:
+                result = await spec.fn(*positional, **keywords)
+            else:
+                call = functools.partial(spec.fn, *positional, **keywords)
+                result = await self._run_in_thread(spec.name, call)
+            if inspect.isawaitable(result):
+                result = await result
+        except ToolError:
+            raise  # the tool's own message, meant for the model
+        except Exception as exc:  # a tool's bug is the model's feedback, not a crash
+            logger.debug("tool %r raised", spec.name, exc_info=True)
+            raise ToolError(
+                f"tool {spec.name!r} raised {type(exc).__name__}: {exc}", tool_name=spec.name
+            ) from None
+        return result
 
     async def _run_in_thread(self, name: str, call: Callable[[], Any]) -> Any:
         """Run a sync tool on this toolbox's threads, unless too many are stuck already."""
