@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from osmosis_rollout import telemetry
@@ -346,7 +347,7 @@ async def test_a_call_cancelled_while_queued_keeps_nothing_alive() -> None:
                     queued.cancel()
                     await pool.run(functools.partial(id, payload))
                 del payload
-                await anyio.sleep(0)  # the loop lets go of the cancellation's traceback
+                await anyio.lowlevel.checkpoint()  # the loop lets go of the cancelling traceback
                 gc.collect()
                 assert alive() is None
                 release.set()
