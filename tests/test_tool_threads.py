@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import gc
 import importlib.util
 import random
 import subprocess
@@ -15,11 +16,13 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from osmosis_rollout import telemetry
@@ -318,6 +321,38 @@ async def test_a_call_cancelled_while_queued_never_runs() -> None:
         assert await pool.run(lambda: "after") == "after"  # FIFO: the dropped one came before
     assert ran == []
     assert pool.stuck == 0
+
+
+async def test_a_call_cancelled_while_queued_keeps_nothing_alive() -> None:
+    """Its arguments are freed at once, even while a hung call keeps the queue from moving."""
+    pool = ToolThreads(1)
+    started, release = threading.Event(), threading.Event()
+
+    def hang() -> str:
+        started.set()
+        release.wait(10)
+        return "late"
+
+    class Payload:
+        pass
+
+    payload = Payload()
+    alive = weakref.ref(payload)
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(pool.run, hang)
+                await eventually(started.is_set, "the hanging call to run")
+                with anyio.CancelScope() as queued:
+                    queued.cancel()
+                    await pool.run(functools.partial(id, payload))
+                del payload
+                await anyio.lowlevel.checkpoint()  # the loop lets go of the cancelling traceback
+                gc.collect()
+                assert alive() is None
+                release.set()
+    finally:
+        release.set()
 
 
 async def test_a_call_cancelled_while_running_is_abandoned_and_frees_its_place() -> None:

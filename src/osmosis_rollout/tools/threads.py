@@ -48,6 +48,10 @@ class _Job:
         self.state = "queued"
 
 
+def _dropped() -> None:
+    """What a dropped call holds instead of its function (and the arguments bound to it)."""
+
+
 def _carried(error: BaseException) -> BaseException:
     """``error`` as its caller may receive it. A future cannot carry StopIteration; and
     SystemExit, KeyboardInterrupt or CancelledError raised by the tool (in a worker thread they
@@ -159,8 +163,9 @@ class ToolThreads:
 
     def _abandon(self, job: _Job) -> None:
         with self._lock:
-            if job.state == "queued":
+            if job.state == "queued":  # it stays queued until a worker skips it: keep nothing
                 job.state = "dropped"
+                job.fn, job.context, job.loop, job.future = _dropped, _UNUSED, None, None
             elif job.state == "running":
                 job.state = "abandoned"
                 self._holding -= 1
