@@ -166,7 +166,8 @@ def command_test(
     Offline by default: the built-in mock LLM calls your tools with schema-valid arguments,
     then answers. Exit 0 when every row completed without findings, 1 otherwise.
     """
-
+    if server is None and record is None and not (interactive or token_check):
+        _warm_up_workers(jobs)
     if server is None:
         from ._target import agent_target
 
@@ -371,6 +372,17 @@ def _test(
         if pool is not None:
             pool.close()
     return code
+
+
+def _warm_up_workers(jobs: str) -> None:
+    """With ``--jobs`` above 1 (checked properly later), launch the workers' forkserver first
+    thing: it imports what they need while this process imports, reads and binds its rows."""
+    from ..testing.parallel import cpu_count, warm_up
+
+    value = jobs.strip().lower()
+    count = cpu_count() if value == "auto" else int(value) if value.isdigit() else 1
+    if count > 1:
+        warm_up()
 
 
 def _check_jobs(

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .runner import BatchReport, RowInput, RowResult, RunOptions
     from .traingate import RolloutRecord
 
-__all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count"]
+__all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count", "warm_up"]
 
 #: Seconds a worker is given to exit after its pipe closed, before it is killed.
 _STOP_GRACE_S = 2.0
@@ -197,12 +197,7 @@ class WorkerPool:
         self._started = True
         context = _context()
         if context.get_start_method() == "forkserver":
-            from multiprocessing import forkserver
-
-            server = getattr(forkserver, "_forkserver", None)
-            self._owns_forkserver = getattr(server, "_forkserver_pid", 0) is None
-            with _signals_ignored():
-                forkserver.ensure_running()
+            self._owns_forkserver = _launch_forkserver()
             self._starter = threading.Thread(
                 target=self._start_all, args=(context,), name="osmosis-test-start", daemon=True
             )
@@ -426,6 +421,33 @@ def _rollout_id(row: RowInput, run_id: str) -> str:
     return f"row-{row.index}-{run_id}"
 
 
+#: Whether :func:`warm_up` launched the forkserver that no pool has taken charge of yet.
+_warmed_up = False
+
+
+def warm_up() -> None:
+    """Launch the forkserver now, before the command reads its rows and imports the rest: it
+    imports what the workers need meanwhile. The next :class:`WorkerPool` takes it over."""
+    global _warmed_up
+    if _context().get_start_method() == "forkserver" and _launch_forkserver():
+        _warmed_up = True
+
+
+def _launch_forkserver() -> bool:
+    """Make sure the forkserver runs (with SIGINT and SIGTERM ignored, which it and the workers
+    inherit); whether the caller is in charge of stopping it: it launched it, or took it over
+    from :func:`warm_up`."""
+    global _warmed_up
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    launched = getattr(server, "_forkserver_pid", 0) is None
+    with _signals_ignored():
+        forkserver.ensure_running()
+    owned, _warmed_up = launched or _warmed_up, False
+    return owned
+
+
 def _context() -> Any:
     """How workers start. ``forkserver`` where there is one: a clean server process imports the
     worker's modules once and forks each worker from that (no event loop or thread is ever
@@ -447,6 +469,8 @@ _PRELOAD = (
     "osmosis_rollout.testing.harness",
     "osmosis_rollout.testing.replay",
     "osmosis_rollout.loader",
+    "osmosis_rollout.server",  # each worker's harness builds the app
+    "osmosis_rollout.tools",  # what agents import
 )
 
 
