@@ -53,11 +53,14 @@ def check_flags(
         )
 
 
-def replay_backend(path: Path, mode: str | None) -> ReplayBackend:
-    """Read the cassette (a bad one is a ConfigError with its file and line)."""
+def replay_backend(path: Path, mode: str | None, *, sources: bool = False) -> ReplayBackend:
+    """Read the cassette (a bad one is a ConfigError with its file and line); ``sources``
+    keeps each row's line, for ``--jobs`` workers."""
+    from ..testing.cassette import read_cassette
     from ..testing.replay import ReplayBackend
 
-    return ReplayBackend(path, mode="lenient" if mode == "lenient" else "strict")
+    cassette = read_cassette(path, sources=sources)
+    return ReplayBackend(cassette, mode="lenient" if mode == "lenient" else "strict")
 
 
 def recorded_settings(

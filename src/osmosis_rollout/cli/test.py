@@ -301,7 +301,7 @@ def _test(
         if replay is not None:
             from ._cassettes import cassette_note, recorded_settings, replay_backend
 
-            backend = replay_backend(replay, replay_mode)
+            backend = replay_backend(replay, replay_mode, sources=pool is not None)
             note = cassette_note(backend)
             if note:
                 stderr_console().print(f"[yellow]Warning:[/] {escape(note)}", soft_wrap=True)

@@ -171,15 +171,26 @@ class CassetteRow(_Part):
 
 
 class Cassette:
-    """A read cassette: its header, its rows in file order, and whether the run finished."""
+    """A read cassette: its header, its rows in file order, and whether the run finished.
+
+    ``sources`` (when read with ``sources=True``) is each row's line as in the file, in the same
+    order: ``osmosis test --jobs`` hands a row to a worker as its line, which costs a third of
+    pickling the parsed row and unpickling it there.
+    """
 
     def __init__(
-        self, path: Path, header: CassetteHeader, rows: list[CassetteRow], complete: bool
+        self,
+        path: Path,
+        header: CassetteHeader,
+        rows: list[CassetteRow],
+        complete: bool,
+        sources: list[str] | None = None,
     ) -> None:
         self.path = path
         self.header = header
         self.rows = rows
         self.complete = complete
+        self.sources = sources
 
 
 def reply_message(reply: CompletionsResponse) -> Message:
@@ -253,10 +264,11 @@ class CassetteWriter:
         self._file.flush()
 
 
-def read_cassette(path: str | Path) -> Cassette:
+def read_cassette(path: str | Path, *, sources: bool = False) -> Cassette:
     """Read a cassette; a partial one (no end line) reads up to its last complete row.
 
-    Raises :class:`CassetteError` naming the file and line when it cannot be used.
+    Raises :class:`CassetteError` naming the file and line when it cannot be used. With
+    ``sources``, each row's line is kept too (:attr:`Cassette.sources`).
     """
     path = Path(path)
     try:
@@ -276,13 +288,17 @@ def read_cassette(path: str | Path) -> Cassette:
     if not lines:
         raise CassetteError(f"{path} is empty: not a cassette")
     header = _parse(path, 1, lines[0], CassetteHeader, "header")
+    kept: list[str] | None = [] if sources else None
     with paused_gc():  # thousands of objects, all kept: collections would only walk them
-        rows, complete = _rows(path, lines)
-    return Cassette(path, header, rows, complete)
+        rows, complete = _rows(path, lines, kept)
+    return Cassette(path, header, rows, complete, kept)
 
 
-def _rows(path: Path, lines: list[str]) -> tuple[list[CassetteRow], bool]:
-    """The rows after the header, and whether the end line was reached."""
+def _rows(
+    path: Path, lines: list[str], sources: list[str] | None = None
+) -> tuple[list[CassetteRow], bool]:
+    """The rows after the header, and whether the end line was reached; each row's line is
+    appended to ``sources`` when given."""
     rows: list[CassetteRow] = []
     complete = False
     for number, line in enumerate(lines[1:], start=2):
@@ -294,6 +310,8 @@ def _rows(path: Path, lines: list[str]) -> tuple[list[CassetteRow], bool]:
             # validate takes the slow path below, for its usual error message.
             try:
                 rows.append(CassetteRow.model_validate_json(line))
+                if sources is not None:
+                    sources.append(line)
                 continue
             except ValidationError:
                 pass
@@ -303,6 +321,8 @@ def _rows(path: Path, lines: list[str]) -> tuple[list[CassetteRow], bool]:
             break
         if kind == "row":
             rows.append(_parse(path, number, line, CassetteRow, "row"))
+            if sources is not None:
+                sources.append(line)
         # other types: added by a later 1.x writer, skipped
     return rows, complete
 

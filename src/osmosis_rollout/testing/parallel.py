@@ -129,6 +129,16 @@ class _Run:
     on_result: Callable[[RowResult], None] | None
     results: dict[int, RowResult] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)  # why the batch stopped early
+    #: Each recorded row's line in the cassette, by the row's id (sent instead of the row).
+    sources: dict[int, str] = field(default_factory=dict)
+
+    def recorded(self, row: RowInput) -> str | None:
+        """The recorded row ``row`` replays, as JSON for its worker (None: no recording)."""
+        recorded = self.bind(row) if self.bind is not None else None
+        if recorded is None:
+            return None
+        source = self.sources.get(id(recorded))
+        return source if source is not None else recorded.model_dump_json()
 
     def finish(self, position: int, result: RowResult) -> None:
         self.results[position] = result
@@ -268,11 +278,17 @@ class WorkerPool:
             from .cassette import Cassette
 
             header = Cassette(cassette.path, cassette.header, [], cassette.complete)
+        sources = {}
+        if cassette is not None and cassette.sources is not None:
+            if len(cassette.sources) == len(cassette.rows):  # else: rows changed since read
+                pairs = zip(cassette.rows, cassette.sources, strict=True)
+                sources = {id(row): line for row, line in pairs}
         run = _Run(
             settings=_Settings(options, header),
             pending=deque(enumerate(rows)),
             bind=bind,
             on_result=on_result,
+            sources=sources,
         )
         try:
             live = len(self._workers)
@@ -312,7 +328,7 @@ class WorkerPool:
             chunk: list[_Item] = []
             for _ in range(min(size, len(run.pending))):
                 position, row = run.pending.popleft()
-                chunk.append((position, row, run.bind(row) if run.bind is not None else None))
+                chunk.append((position, row, run.recorded(row)))
                 worker.held[position] = row
             first = None if worker.configured else run.settings
             worker.configured = True
@@ -505,14 +521,15 @@ class _RowReplays:
         self.cassette: Cassette | None = None  # the header, from the first settings
         self._by_rollout: dict[str, ReplayBackend] = {}
 
-    def expect(self, rollout_id: str, recorded: CassetteRow | None) -> None:
-        """The next rollout ``rollout_id`` replays ``recorded`` (None: a row not recorded)."""
-        from .cassette import Cassette
+    def expect(self, rollout_id: str, recorded: str | None) -> None:
+        """The next rollout ``rollout_id`` replays ``recorded`` (a cassette row line; None: a
+        row not recorded)."""
+        from .cassette import Cassette, CassetteRow
         from .replay import ReplayBackend
 
         assert self.cassette is not None
         header = self.cassette
-        rows = [recorded] if recorded is not None else []
+        rows = [CassetteRow.model_validate_json(recorded)] if recorded is not None else []
         cassette = Cassette(header.path, header.header, rows, header.complete)
         self._by_rollout[rollout_id] = ReplayBackend(cassette, mode=self.mode)
 
