@@ -40,8 +40,8 @@ def find_text_tool_call(content: Any, tool_names: Collection[str]) -> TextToolCa
     ``{"function": {...}}`` shape), alone or in a list. Text that merely mentions a tool's
     name is not a call.
     """
-    if not isinstance(content, str) or not tool_names:
-        return None
+    if not isinstance(content, str) or not tool_names or "{" not in content:
+        return None  # every way of writing a call has an object in it: most replies have none
     text = content[:_MAX_CHARS]
     for style, fragment in _fragments(text):
         name = _called_tool(fragment, tool_names)
