@@ -279,10 +279,10 @@ class WorkerPool:
 
             header = Cassette(cassette.path, cassette.header, [], cassette.complete)
         sources = {}
-        if cassette is not None and cassette.sources is not None:
-            if len(cassette.sources) == len(cassette.rows):  # else: rows changed since read
-                pairs = zip(cassette.rows, cassette.sources, strict=True)
-                sources = {id(row): line for row, line in pairs}
+        # Unless the rows changed since they were read (then each is dumped as it is sent).
+        if cassette is not None and len(cassette.sources or ()) == len(cassette.rows):
+            pairs = zip(cassette.rows, cassette.sources or (), strict=True)
+            sources = {id(row): line for row, line in pairs}
         run = _Run(
             settings=_Settings(options, header),
             pending=deque(enumerate(rows)),
