@@ -633,7 +633,10 @@ class RolloutServer:
                 self._counted.discard(entry.key)
                 self._leased_at.pop(entry.key, None)
                 self.registry.finish(entry)
-                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                if self.state.shared:  # a round trip: shielded from shutdown, and bounded
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                        await self._release_lease(entry)
+                else:  # this process's memory: nothing to wait for, nothing to interrupt
                     await self._release_lease(entry)
 
     async def _unqueue(self, entry: RolloutEntry) -> None:
