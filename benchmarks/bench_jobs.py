@@ -9,6 +9,10 @@ its rows/s, the batch time the command reports, and the CPU time of the whole pr
 is what each run pays before its rows (spawning and importing the workers included).
 
     python benchmarks/bench_jobs.py [--rows 1000] [--concurrency 8] [--repeats 2]
+        [--baseline-osmosis OTHER/.venv/bin/osmosis]
+
+``--baseline-osmosis`` also runs the same replays with another install of the command (an
+earlier version, in its own venv), alternating with this one: before/after in one run.
 """
 
 from __future__ import annotations
@@ -36,10 +40,13 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _osmosis_test(*args: str) -> tuple[dict[str, Any], float, float]:
+def _osmosis_test(*args: str, osmosis: str | None = None) -> tuple[dict[str, Any], float, float]:
     """One ``osmosis test TARGET ... --json`` process: its summary, wall and tree's CPU."""
-    osmosis = Path(sys.executable).parent / "osmosis"
-    command = [str(osmosis)] if osmosis.exists() else [sys.executable, "-m", "osmosis_rollout"]
+    here = Path(sys.executable).parent / "osmosis"
+    if osmosis is not None:
+        command = [osmosis]
+    else:
+        command = [str(here)] if here.exists() else [sys.executable, "-m", "osmosis_rollout"]
     command += ["test", TARGET, *args, "--json"]
     cpu, started = _children_cpu_s(), time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
@@ -49,10 +56,13 @@ def _osmosis_test(*args: str) -> tuple[dict[str, Any], float, float]:
     return json.loads(done.stdout[done.stdout.index("{") :]), wall, cpu
 
 
-def _replay(cassette: Path, jobs: str, concurrency: int, limit: int | None) -> dict[str, Any]:
+def _replay(
+    cassette: Path, jobs: str, concurrency: int, limit: int | None, osmosis: str | None = None
+) -> dict[str, Any]:
     """One ``osmosis test --replay --jobs JOBS`` run, as a user runs it."""
     args = ["--replay", str(cassette), "--concurrency", str(concurrency), "--jobs", jobs]
-    summary, wall, cpu = _osmosis_test(*args, *(["--limit", str(limit)] if limit else []))
+    limited = ["--limit", str(limit)] if limit else []
+    summary, wall, cpu = _osmosis_test(*args, *limited, osmosis=osmosis)
     return {
         "process_wall_s": round(wall, 3),
         "batch_wall_s": summary["wall_s"],
@@ -69,7 +79,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1000, help="dataset rows")
     parser.add_argument("--concurrency", type=int, default=8, help="rollouts at once per process")
     parser.add_argument("--repeats", type=int, default=2, help="rounds of each")
+    parser.add_argument(
+        "--baseline-osmosis", help="another install's osmosis command, run alternately"
+    )
     args = parser.parse_args()
+    ways = [(jobs, None) for jobs in JOBS]
+    if args.baseline_osmosis:
+        ways += [(jobs, args.baseline_osmosis) for jobs in JOBS]
 
     with tempfile.TemporaryDirectory() as tmp:
         dataset, cassette = Path(tmp) / "rows.jsonl", Path(tmp) / "cassette.jsonl"
@@ -77,22 +93,23 @@ def main() -> None:
         summary, wall, cpu = _osmosis_test("-d", str(dataset), "--record", str(cassette))
         recorded = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "passed": summary["passed"]}
         recorded["cassette_bytes"] = cassette.stat().st_size
-        rounds: dict[str, list[dict[str, Any]]] = {jobs: [] for jobs in JOBS}
-        startup: dict[str, list[dict[str, Any]]] = {jobs: [] for jobs in JOBS}
+        rounds: dict[str, list[dict[str, Any]]] = {_name(*way): [] for way in ways}
+        startup: dict[str, list[dict[str, Any]]] = {_name(*way): [] for way in ways}
         for _ in range(args.repeats):
-            for jobs in JOBS:
-                rounds[jobs].append(_replay(cassette, jobs, args.concurrency, None))
-                startup[jobs].append(_replay(cassette, jobs, args.concurrency, 10))
+            for jobs, osmosis in ways:
+                name = _name(jobs, osmosis)
+                rounds[name].append(_replay(cassette, jobs, args.concurrency, None, osmosis))
+                startup[name].append(_replay(cassette, jobs, args.concurrency, 10, osmosis))
 
-    best = {jobs: min(runs, key=lambda r: r["process_wall_s"]) for jobs, runs in rounds.items()}
-    first = {jobs: min(r["process_wall_s"] for r in runs) for jobs, runs in startup.items()}
-    base = best["1"]
+    best = {name: min(runs, key=lambda r: r["process_wall_s"]) for name, runs in rounds.items()}
+    first = {name: min(r["process_wall_s"] for r in runs) for name, runs in startup.items()}
+    base = best["--jobs 1"]
     table = []
-    for jobs in JOBS:
-        run = best[jobs]
+    for name in rounds:
+        run = best[name]
         table.append(
             [
-                f"--jobs {jobs}" + (" (baseline)" if jobs == "1" else ""),
+                name + (" (baseline)" if name == "--jobs 1" else ""),
                 run["process_wall_s"],
                 run["rows_per_s"],
                 ratio(run["rows_per_s"], base["rows_per_s"]),
@@ -117,9 +134,21 @@ def main() -> None:
         ],
         table,
     )
+    if args.baseline_osmosis:
+        for jobs in JOBS:
+            now, before = best[f"--jobs {jobs}"], best[_name(jobs, args.baseline_osmosis)]
+            print(
+                f"--jobs {jobs}: this install / the baseline install, process wall "
+                f"{ratio(now['process_wall_s'], before['process_wall_s'])}, "
+                f"CPU {ratio(now['cpu_s'], before['cpu_s'])}"
+            )
     assert all(r["passed"] == r["rows"] for runs in rounds.values() for r in runs)
     results = {"record": recorded, "rounds": rounds, "startup_10_rows": startup}
     write_results("jobs", {"parameters": vars(args), "results": results})
+
+
+def _name(jobs: str, osmosis: str | None) -> str:
+    return f"--jobs {jobs}" + (" (baseline install)" if osmosis else "")
 
 
 if __name__ == "__main__":
