@@ -116,7 +116,7 @@ def main() -> None:
                 round(args.rows / run["batch_wall_s"], 1),
                 run["cpu_s"],
                 round(run["cpu_s"] * 1000 / args.rows, 2),
-                first[jobs],
+                first[name],
             ]
         )
     print_table(
@@ -148,7 +148,7 @@ def main() -> None:
 
 
 def _name(jobs: str, osmosis: str | None) -> str:
-    return f"--jobs {jobs}" + (" (baseline install)" if osmosis else "")
+    return f"--jobs {jobs}" + (" @baseline" if osmosis else "")
 
 
 if __name__ == "__main__":
