@@ -1,8 +1,8 @@
 """What a sync tool call costs for its worker thread: ``Toolbox`` with a sync vs an async tool.
 
-``Toolbox`` runs a sync tool in a worker thread (``anyio.to_thread.run_sync`` with the toolbox's
-own limiter), so that a tool that blocks never blocks the event loop of a served agent; an async
-tool runs in the loop. This script runs batches of four calls (what the calculator example's
+``Toolbox`` runs a sync tool on a worker thread of its own pool (``tools/threads.py``:
+``ToolThreads``), so that a tool that blocks never blocks the event loop of a served agent; an
+async tool runs in the loop. This script runs batches of four calls (what the calculator example's
 model asks for per turn) of the same one-line function both ways, and prints the CPU time a call
 against the async one (the baseline). Two reference lines show what a bare thread hop costs
 without ``Toolbox``: ``anyio.to_thread.run_sync`` and ``loop.run_in_executor``, against calling
