@@ -489,7 +489,7 @@ def test_a_usage_error_found_after_the_workers_started_stops_them(tmp_path: Path
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "many"])
+@pytest.mark.parametrize("value", ["0", "-1", "many", "²"])
 def test_a_jobs_value_that_is_not_a_count_is_a_usage_error(value: str) -> None:
     result = CliRunner().invoke(
         app, ["test", f"{AGENTS}:WordAgent", "-d", "rows.jsonl", f"--jobs={value}"]

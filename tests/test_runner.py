@@ -171,3 +171,27 @@ async def test_a_retried_turn_is_not_a_history_rewrite() -> None:
     assert record.findings == []
     assert record.request_ids == ["r-1:1", "r-1:2"]
     assert [r.message.content for r in record.replies] == ["one", "two"]
+
+
+def test_the_testing_package_still_reaches_its_submodules_as_attributes() -> None:
+    """Its names load on first use; ``import osmosis_rollout.testing`` then
+    ``osmosis_rollout.testing.runner.run_batch`` (what mypy accepts) must work as it did when
+    the package imported its submodules eagerly, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    script = (
+        "import osmosis_rollout.testing as t\n"
+        "assert callable(t.runner.run_batch)\n"
+        "assert t.harness.Harness is t.Harness\n"
+        "assert t.replay.ReplayBackend is t.ReplayBackend\n"
+        "for missing in ('no_such_module', '_private'):\n"
+        "    try:\n"
+        "        getattr(t, missing)\n"
+        "    except AttributeError as exc:\n"
+        "        assert missing in str(exc), exc\n"
+        "    else:\n"
+        "        raise AssertionError(missing)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -380,7 +380,7 @@ def _warm_up_workers(jobs: str) -> None:
     from ..testing.parallel import cpu_count, warm_up
 
     value = jobs.strip().lower()
-    count = cpu_count() if value == "auto" else int(value) if value.isdigit() else 1
+    count = cpu_count() if value == "auto" else int(value) if value.isdecimal() else 1
     if count > 1:
         warm_up()
 

@@ -69,6 +69,14 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
+        # A submodule (``osmosis_rollout.testing.runner``...): an attribute of the package once
+        # imported, as it was when the package imported its submodules eagerly.
+        if name.isidentifier() and not name.startswith("_"):
+            try:
+                return importlib.import_module(f".{name}", __name__)
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{name}":
+                    raise
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{home}", __name__), name)
     globals()[name] = value  # the next lookup is a plain module attribute
