@@ -377,11 +377,12 @@ def _test(
 def _warm_up_workers(jobs: str) -> None:
     """With ``--jobs`` above 1 (checked properly later), launch the workers' forkserver first
     thing: it imports what they need while this process imports, reads and binds its rows."""
+    value = jobs.strip().lower()
+    if value != "auto" and not (value.isdecimal() and int(value) > 1):
+        return  # one process (the default): nothing to import or launch
     from ..testing.parallel import cpu_count, warm_up
 
-    value = jobs.strip().lower()
-    count = cpu_count() if value == "auto" else int(value) if value.isdecimal() else 1
-    if count > 1:
+    if value != "auto" or cpu_count() > 1:
         warm_up()
 
 
@@ -389,10 +390,10 @@ def _check_jobs(
     jobs: str, *, interactive: bool, server: str | None, record: Path | None, token_check: bool
 ) -> int:
     """``--jobs N|auto`` as a number of worker processes; refused where it cannot work."""
-    from ..testing.parallel import cpu_count
-
     value = jobs.strip().lower()
     if value == "auto":
+        from ..testing.parallel import cpu_count
+
         count = cpu_count()
     else:
         try:
