@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, Optional, TypedDict
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -1142,3 +1143,73 @@ async def test_tool_arguments_are_still_checked_with_their_messages() -> None:
     assert missing["content"] == (
         "Error: invalid arguments for tool 'add': $: 'b' is a required property"
     )
+
+
+@pytest.mark.parametrize("calls", [1, 2, 3])
+async def test_a_deadline_around_a_batch_also_cancels_what_a_tool_awaits_while_cleaning_up(
+    calls: int,
+) -> None:
+    """A rollout's deadline is an anyio one: every await under it is cancelled, the ones in a
+    tool's ``finally`` too, for a batch of calls as for one. A tool whose cleanup waits for
+    something that never comes must not hold a timed-out rollout (and its callback) forever."""
+    never = anyio.Event()
+    ended: list[str] = []
+
+    async def sticky(label: str) -> str:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            try:
+                await never.wait()
+                ended.append("waited")
+            except anyio.get_cancelled_exc_class():
+                ended.append("cancelled")
+                raise
+        return label
+
+    async def end_a_failing_run() -> None:
+        await anyio.sleep(10)  # only reached when the cleanup was not cancelled
+        never.set()
+
+    batch = [call("sticky", json.dumps({"label": str(i)}), f"call_{i}") for i in range(calls)]
+    async with anyio.create_task_group() as guard:
+        guard.start_soon(end_a_failing_run)
+        with anyio.move_on_after(0.1) as deadline:
+            await Toolbox([sticky]).execute(make_ctx(), batch)
+        guard.cancel_scope.cancel()
+    assert deadline.cancelled_caught
+    assert ended == ["cancelled"] * calls
+    await anyio.lowlevel.checkpoint()  # the caller goes on: no cancellation is left over
+
+
+async def test_a_toolkit_error_in_one_call_of_a_batch_cancels_the_others_and_is_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not a tool's error (those are messages) but the toolkit's own: raised as the call raised
+    it, once every other call of the batch has been cancelled and has ended."""
+    cancelled: list[str] = []
+
+    async def slow(label: str) -> str:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(label)
+            raise
+        return label
+
+    async def broken(label: str) -> str:
+        return label
+
+    box = Toolbox([slow, broken])
+    original = box._run_one
+
+    async def run_one(ctx: RolloutContext, tool_call: dict[str, Any], limit: Any) -> Any:
+        if tool_call["function"]["name"] == "broken":
+            raise LookupError("a toolkit bug")
+        return await original(ctx, tool_call, limit)
+
+    monkeypatch.setattr(box, "_run_one", run_one)
+    batch = [call("slow", '{"label": "a"}', "call_1"), call("broken", '{"label": "b"}', "call_2")]
+    with anyio.fail_after(5), pytest.raises(LookupError, match="a toolkit bug"):
+        await box.execute(make_ctx(), batch)
+    assert cancelled == ["a"]

@@ -7,11 +7,12 @@ would end the rollout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -48,6 +49,43 @@ def _on_asyncio() -> bool:
     except RuntimeError:  # e.g. trio, through anyio
         return False
     return True
+
+
+async def _run_tasks(calls: list[Coroutine[Any, Any, None]]) -> None:
+    """Run ``calls`` as asyncio tasks; all have ended when this returns or raises.
+
+    The first toolkit bug cancels the others and is raised (several: as a group). Each
+    cancellation of the caller is passed on to the calls still running: anyio's deadlines (a
+    rollout's) are delivered again until the work under them ends, so, as under an anyio task
+    group, they also cancel what a tool awaits while it cleans up (``asyncio.TaskGroup`` would
+    cancel the calls once, and a tool stuck in its ``finally`` would hold the rollout forever).
+    """
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(call) for call in calls]
+    try:
+        _done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except asyncio.CancelledError:
+        await _cancel_until_done(tasks)
+        raise
+    if pending:  # one raised: the rest are not needed
+        await _cancel_until_done(tasks)
+    errors: list[BaseException] = []
+    for task in tasks:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            errors.append(error)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise BaseExceptionGroup("tool calls failed", errors)
+
+
+async def _cancel_until_done(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling them again at each cancellation of ours."""
+    while not all(task.done() for task in tasks):
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait(tasks)
 
 
 def _as_dict(call: Any) -> dict[str, Any]:
@@ -151,15 +189,15 @@ class Toolbox:
             if len(tool_calls) == 1:  # most turns: no task group to pay for
                 await run(0, tool_calls[0])
                 return results
+            if not tool_calls:
+                return results
+            if _on_asyncio():  # a quarter of the cost of anyio's task group
+                await _run_tasks([run(index, call) for index, call in enumerate(tool_calls)])
+                return results
             try:
-                if _on_asyncio():  # a quarter of the cost of anyio's task group
-                    async with asyncio.TaskGroup() as tasks:
-                        for index, call in enumerate(tool_calls):
-                            tasks.create_task(run(index, call))
-                else:
-                    async with anyio.create_task_group() as group:
-                        for index, call in enumerate(tool_calls):
-                            group.start_soon(run, index, call)
+                async with anyio.create_task_group() as group:  # e.g. trio
+                    for index, call in enumerate(tool_calls):
+                        group.start_soon(run, index, call)
             except BaseExceptionGroup as group:  # a toolkit bug: raised as one call raises it
                 if len(group.exceptions) == 1:
                     raise group.exceptions[0] from None
