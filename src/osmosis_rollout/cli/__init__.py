@@ -5,8 +5,6 @@ Command modules import heavy dependencies inside their functions so ``osmosis --
 
 from __future__ import annotations
 
-import atexit
-import gc
 from typing import Annotated
 
 import typer
@@ -60,8 +58,4 @@ _register()
 
 def main() -> None:
     """Console-script entry point."""
-    # At exit, the interpreter's last collection walks every object still alive: after a
-    # 1,000-row replay that took 0.2-0.3 s, longer than reading the cassette. Frozen, they are
-    # skipped (objects are not freed at exit anyway, and no __del__ is promised there).
-    atexit.register(gc.freeze)
     app()
