@@ -270,3 +270,53 @@ def test_agent_tracebacks_only_with_verbose() -> None:
     assert "Traceback" not in quiet.stderr
     assert "--verbose" in quiet.stderr
     assert "Traceback" in loud.stderr
+
+
+_FILE_AGENT = '''
+import os
+
+from osmosis_rollout import RolloutAgentLoop, Toolbox
+
+
+class FileAgent(RolloutAgentLoop):
+    """Keeps a buffered file open for its whole life; its toolbox holds one of its own methods,
+    so the agent is in a reference cycle and only a garbage collection finalizes it."""
+
+    name = "file-agent"
+
+    def __init__(self):
+        self.log = open(os.environ["AGENT_LOG"], "w")
+        self.toolbox = Toolbox([self.note])
+
+    def note(self, text: str) -> str:
+        """Note a text."""
+        return text
+
+    def get_tools(self, request):
+        return self.toolbox.schemas
+
+    async def run(self, ctx):
+        self.log.write(f"ran {ctx.request.rollout_id}\\n")
+        result = await ctx.chat(list(ctx.request.messages))
+        return ctx.complete([*ctx.request.messages, result.message])
+'''
+
+
+def test_what_an_agent_wrote_to_a_file_it_never_closed_is_there_after_the_command(
+    tmp_path: Path,
+) -> None:
+    """An agent in a reference cycle is finalized at exit and its open file flushed, as Python
+    does by default: the command's garbage-collector tuning (no freeze at exit, none of what the
+    agent built while setting up) must not change that."""
+    (tmp_path / "agent.py").write_text(_FILE_AGENT)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"user_prompt": f"hi {i}"}) + "\n" for i in range(3)))
+    log = tmp_path / "agent.log"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "osmosis"), "test", "agent.py:FileAgent", "-d",
+         str(rows)],
+        cwd=tmp_path, env={**os.environ, "AGENT_LOG": str(log)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().count("ran ") == 3

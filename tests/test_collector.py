@@ -75,9 +75,9 @@ async def test_run_batch_leaves_the_collector_as_it_was() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_a_command_sets_up_without_collections_then_freezes_what_it_set_up() -> None:
-    """``command_gc``: off while the command sets up; ``ready()`` freezes what was built and
-    turns collections back on; the end (or an error) leaves the collector as it was."""
+def test_a_command_sets_up_without_collections_then_runs_with_them() -> None:
+    """``command_gc``: off while the command sets up; ``ready()`` turns collections back on,
+    freezing nothing; the end (or an error) leaves the collector as it was."""
     from osmosis_rollout.testing.collector import command_gc
 
     seen: dict[str, object] = {}
@@ -85,28 +85,23 @@ def test_a_command_sets_up_without_collections_then_freezes_what_it_set_up() -> 
     def command() -> None:
         with command_gc() as ready:
             seen["off while setting up"] = not gc.isenabled()
-            kept = [{"row": n} for n in range(1000)]  # a cassette's rows, say
             ready()
             seen["on after ready"] = gc.isenabled()
-            seen["frozen"] = gc.get_freeze_count() >= len(kept)
+            seen["nothing frozen"] = gc.get_freeze_count() == 0
             raise RuntimeError("the run failed")
 
     assert gc.isenabled()
     with pytest.raises(RuntimeError):
         command()
-    assert seen == {"off while setting up": True, "on after ready": True, "frozen": True}
+    assert seen == {"off while setting up": True, "on after ready": True, "nothing frozen": True}
     assert gc.isenabled()
-    assert gc.get_freeze_count() == 0
 
 
-def test_a_command_leaves_objects_a_program_froze_frozen() -> None:
+def test_a_command_leaves_the_collector_off_when_it_was_off() -> None:
     from osmosis_rollout.testing.collector import command_gc
 
     gc.disable()
-    gc.freeze()
-    frozen = gc.get_freeze_count()
     with command_gc() as ready:
         ready()
         assert not gc.isenabled()  # it was off before the command: it stays off
-    assert gc.get_freeze_count() == frozen
     assert not gc.isenabled()

@@ -67,23 +67,19 @@ def paused_gc() -> Iterator[None]:
 
 @contextlib.contextmanager
 def command_gc() -> Iterator[Callable[[], None]]:
-    """A command's collector: none while it sets up, then what it set up frozen.
+    """A command's collector: none while it sets up, back on when it is ready to run.
 
     ``with command_gc() as ready: <set up>; ready(); <run>``. Setting up (imports done, the
-    agent loaded, a cassette of thousands of rows read) builds long-lived objects only; with the
-    collector on, each is walked two or three times before it settles in the oldest generation
-    (~0.1 s for a 1,000-row cassette). Disabled meanwhile, and frozen by ``ready()``
-    (``gc.freeze``), they are never walked; the first collection after would otherwise walk
-    them all at once. On exit the collector is as it was (unfrozen if this froze).
+    agent loaded, a cassette of thousands of rows read) builds long-lived objects only, which
+    collections would only walk; the batch then freezes them (:func:`lighter_gc`). Not frozen
+    here: freezing and unfreezing what the agent built changed the order in which the last
+    collection at exit finalizes it, and an agent in a reference cycle with a buffered file
+    lost the file's unflushed data (tests/test_cli_test.py). On exit the collector is enabled
+    or not as it was.
     """
     enabled = gc.isenabled()
-    froze = False
 
     def ready() -> None:
-        nonlocal froze
-        if not froze and gc.get_freeze_count() == 0:
-            gc.freeze()
-            froze = True
         if enabled:
             gc.enable()
 
@@ -91,7 +87,5 @@ def command_gc() -> Iterator[Callable[[], None]]:
     try:
         yield ready
     finally:
-        if froze:
-            gc.unfreeze()
         if enabled:
             gc.enable()
