@@ -335,6 +335,21 @@ def test_a_worker_killed_mid_run_turns_its_rows_into_errors_and_the_run_finishes
     assert not [pid for pid in worker_pids(pids, 0) if alive(pid)]
 
 
+def test_what_an_agent_wrote_in_a_worker_to_a_file_it_never_closed_is_kept(tmp_path: Path) -> None:
+    """A worker ends without the interpreter's teardown (multiprocessing exits it at once): its
+    agent, in a reference cycle, must still be finalized and its open file flushed, as one
+    process does at exit."""
+    dataset = write_rows(tmp_path / "rows.jsonl", [{"user_prompt": f"row {i}"} for i in range(6)])
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    done = run_osmosis(
+        f"{AGENTS}:FileAgent", "-d", str(dataset), "--jobs", "2",
+        env=osmosis_env(JOBS_LOG_DIR=str(logs)),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sum(log.read_text().count("ran ") for log in logs.iterdir()) == 6
+
+
 def test_an_agent_that_cannot_import_in_the_workers_fails_every_row_clearly(
     tmp_path: Path,
 ) -> None:

@@ -82,3 +82,28 @@ class SlowAgent(WordAgent):
     async def on_tool_turn(self, ctx: RolloutContext) -> None:
         if ctx.request.messages[-1]["content"] == "slow":
             await anyio.sleep(60)
+
+
+class FileAgent(RolloutAgentLoop):
+    """Keeps a buffered file open in each process (``$JOBS_LOG_DIR/<pid>.log``), never closed;
+    its toolbox holds one of its own methods, so only a garbage collection finalizes it (and
+    flushes the file)."""
+
+    name = "file-agent"
+
+    def __init__(self) -> None:
+        path = Path(os.environ["JOBS_LOG_DIR"]) / f"{os.getpid()}.log"
+        self.log = path.open("w")  # open for the agent's life, on purpose
+        self.toolbox = Toolbox([self.note])
+
+    def note(self, text: str) -> str:
+        """Note a text."""
+        return text
+
+    def get_tools(self, request: RolloutRequest) -> list:
+        return self.toolbox.schemas
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        self.log.write(f"ran {ctx.request.rollout_id}\n")
+        result = await ctx.chat(list(ctx.request.messages))
+        return ctx.complete([*ctx.request.messages, result.message])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import multiprocessing
 import os
@@ -575,6 +576,10 @@ def _worker_main(
         agent = load_agent(spec.target)
         backend = spec.backend.build()
         in_flight = asyncio.run(_work(spec, agent, backend, tasks, results))
+        # multiprocessing ends a worker without the interpreter's teardown: what the agent
+        # holds (an open file, say) is finalized here or never, even in a reference cycle.
+        del agent, backend
+        gc.collect()
     except (EOFError, BrokenPipeError):  # the parent went away: nobody to report to
         os._exit(1)
     except BaseException as exc:
