@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -205,173 +205,111 @@ def command_test(
         )
     if server is not None:
         _check_server_url(server)
+    from ..errors import OsmosisError
     from ..testing.collector import command_gc
 
-    with command_gc() as gc_ready:
-        raise typer.Exit(
-            _test(
-                gc_ready,
-                target=target,
-                dataset=dataset,
-                limit=limit,
-                offset=offset,
-                concurrency=concurrency,
-                workers=workers,
-                server=server,
-                api_key=api_key,
+    with command_gc() as gc_ready:  # no collections while it sets up
+        pool = None
+        if workers > 1 and target is not None:  # started now: the workers import meanwhile
+            pool = _start_pool(
+                workers,
+                target,
+                replay=replay,
+                replay_mode=replay_mode,
                 llm=llm,
                 llm_url=llm_url,
                 model=model,
                 seed=seed,
-                max_turns=max_turns,
-                temperature=temperature,
-                max_tokens=max_tokens,
                 llm_timeout=llm_timeout,
-                timeout=timeout,
-                output=output,
-                json_output=json_output,
                 debug_dir=debug_dir,
                 verbose=verbose,
-                interactive=interactive,
-                row=row,
-                record=record,
-                replay=replay,
-                replay_mode=replay_mode,
-                token_check=token_check,
-                explicit={
+            )
+        try:
+            if replay is not None:
+                from ._cassettes import cassette_note, recorded_settings, replay_backend
+
+                backend = replay_backend(replay, replay_mode, sources=pool is not None)
+                note = cassette_note(backend)
+                if note:
+                    stderr_console().print(f"[yellow]Warning:[/] {escape(note)}", soft_wrap=True)
+                explicit = {
                     name
                     for name in ("max_turns", "temperature", "max_tokens")
                     if _given(context, name)
-                },
-            )
-        )
+                }
+                given = {
+                    "max_turns": max_turns,
+                    "temperature": temperature,
+                    "max_tokens": max_tokens,
+                }
+                settings = recorded_settings(backend, given, explicit)
+                max_turns, temperature = settings["max_turns"], settings["temperature"]
+                max_tokens = settings["max_tokens"]
+            else:
+                backend = _make_backend(llm, llm_url, model, seed, timeout_s=llm_timeout)
+            completion_params: dict[str, Any] = {}
+            if temperature is not None:
+                completion_params["temperature"] = temperature
+            if max_tokens is not None:
+                completion_params["max_tokens"] = max_tokens
+            if dataset:
+                rows = _load_rows(dataset, limit=limit, offset=offset)
+            elif replay is not None:
+                rows = backend.rows()[offset : offset + limit if limit else None]
+            else:
+                rows = []
+            if row is not None and rows and not any(r.index == row for r in rows):
+                first, last = rows[0].index, rows[-1].index
+                fail(f"--row {row} is not in the dataset rows loaded ({first}-{last})")
+            agent = None
+            if target is not None:
+                from ..loader import load_agent
 
-
-def _test(
-    gc_ready: Callable[[], None],
-    *,
-    target: str | None,
-    dataset: Path | None,
-    limit: int | None,
-    offset: int,
-    concurrency: int,
-    workers: int,
-    server: str | None,
-    api_key: str | None,
-    llm: str,
-    llm_url: str | None,
-    model: str | None,
-    seed: int,
-    max_turns: int,
-    temperature: float | None,
-    max_tokens: int | None,
-    llm_timeout: float,
-    timeout: float,
-    output: Path | None,
-    json_output: bool,
-    debug_dir: Path | None,
-    verbose: bool,
-    interactive: bool,
-    row: int | None,
-    record: Path | None,
-    replay: Path | None,
-    replay_mode: str | None,
-    token_check: bool,
-    explicit: set[str],
-) -> int:
-    """The checked command: set up (no garbage collections), then run; the exit code."""
-    from ..errors import OsmosisError
-
-    pool = None
-    if workers > 1 and target is not None:  # started now: the workers import meanwhile
-        pool = _start_pool(
-            workers,
-            target,
-            replay=replay,
-            replay_mode=replay_mode,
-            llm=llm,
-            llm_url=llm_url,
-            model=model,
-            seed=seed,
-            llm_timeout=llm_timeout,
-            debug_dir=debug_dir,
-            verbose=verbose,
-        )
-    try:
-        if replay is not None:
-            from ._cassettes import cassette_note, recorded_settings, replay_backend
-
-            backend = replay_backend(replay, replay_mode, sources=pool is not None)
-            note = cassette_note(backend)
-            if note:
-                stderr_console().print(f"[yellow]Warning:[/] {escape(note)}", soft_wrap=True)
-            given = {"max_turns": max_turns, "temperature": temperature, "max_tokens": max_tokens}
-            settings = recorded_settings(backend, given, explicit)
-            max_turns, temperature = settings["max_turns"], settings["temperature"]
-            max_tokens = settings["max_tokens"]
-        else:
-            backend = _make_backend(llm, llm_url, model, seed, timeout_s=llm_timeout)
-        completion_params: dict[str, Any] = {}
-        if temperature is not None:
-            completion_params["temperature"] = temperature
-        if max_tokens is not None:
-            completion_params["max_tokens"] = max_tokens
-        if dataset:
-            rows = _load_rows(dataset, limit=limit, offset=offset)
-        elif replay is not None:
-            rows = backend.rows()[offset : offset + limit if limit else None]
-        else:
-            rows = []
-        if row is not None and rows and not any(r.index == row for r in rows):
-            first, last = rows[0].index, rows[-1].index
-            fail(f"--row {row} is not in the dataset rows loaded ({first}-{last})")
-        agent = None
-        if target is not None:
-            from ..loader import load_agent
-
-            agent = load_agent(target)
-        gc_ready()  # what is set up stays: frozen, never walked by a collection
-        if interactive:
-            return run_async(
-                _interactive(
+                agent = load_agent(target)
+            gc_ready()  # set up: collections back on
+            if interactive:
+                raise typer.Exit(
+                    run_async(
+                        _interactive(
+                            agent,
+                            backend=backend,
+                            rows=rows,
+                            start_row=row,
+                            server_url=server,
+                            server_key=api_key if server is not None else None,
+                            completion_params=completion_params,
+                            max_turns=max_turns,
+                            debug_dir=debug_dir,
+                        )
+                    )
+                )
+            code = run_async(
+                _run(
                     agent,
+                    rows,
                     backend=backend,
-                    rows=rows,
-                    start_row=row,
-                    server_url=server,
+                    server=server,
                     server_key=api_key if server is not None else None,
                     completion_params=completion_params,
                     max_turns=max_turns,
+                    timeout_s=timeout,
+                    concurrency=concurrency,
+                    output=output,
+                    json_output=json_output,
                     debug_dir=debug_dir,
+                    verbose=verbose,
+                    record=record,
+                    target=target,
+                    token_check=token_check,
+                    pool=pool,
                 )
             )
-        code = run_async(
-            _run(
-                agent,
-                rows,
-                backend=backend,
-                server=server,
-                server_key=api_key if server is not None else None,
-                completion_params=completion_params,
-                max_turns=max_turns,
-                timeout_s=timeout,
-                concurrency=concurrency,
-                output=output,
-                json_output=json_output,
-                debug_dir=debug_dir,
-                verbose=verbose,
-                record=record,
-                target=target,
-                token_check=token_check,
-                pool=pool,
-            )
-        )
-    except OsmosisError as exc:
-        fail(str(exc))
-    finally:
-        if pool is not None:
-            pool.close()
-    return code
+        except OsmosisError as exc:
+            fail(str(exc))
+        finally:
+            if pool is not None:
+                pool.close()
+        raise typer.Exit(code)
 
 
 def _warm_up_workers(jobs: str) -> None:
