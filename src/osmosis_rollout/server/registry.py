@@ -13,12 +13,16 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import anyio
 from pydantic import TypeAdapter
 
 from ..protocol import RolloutRequest
 from ..rollout import RolloutControl
+
+if TYPE_CHECKING:
+    from .target import DeliveryTarget
 
 __all__ = [
     "DEFAULT_MAX_RECORDS",
@@ -81,6 +85,7 @@ class RolloutEntry:
     accepted_at: float = field(default_factory=time.perf_counter)
     outcome: str = "done"  # set by the server before finish(): the callback's status or "outbox"
     tools: _Tools | None = None
+    target: DeliveryTarget | None = None  # where its traffic goes (set by the scheduler)
     _init_ready: anyio.Event | None = None
     _finished: anyio.Event | None = None
 
