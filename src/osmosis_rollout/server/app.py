@@ -27,8 +27,8 @@ from ..config import ServerSettings
 from ..protocol import DEFAULT_MAX_METADATA_BYTES
 from .auth import key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
-from .scheduler import Answer
 from .state import StateUnavailable
+from .wire import Answer
 
 __all__ = ["Hook", "create_app"]
 

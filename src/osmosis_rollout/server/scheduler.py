@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -40,42 +39,31 @@ from ..protocol import (
 from ..rollout import run_rollout
 from .delivery import Delivery, log_exception
 from .registry import Conflict, RolloutEntry, RolloutRegistry, init_body
+from .replicas import claim_init
 from .state import (
     BODY_CHANGED,
-    ClaimOutcome,
     LeasedRollout,
     StateBackend,
     StateUnavailable,
     fingerprint,
 )
 from .target import DeliveryTarget
+from .wire import Answer, refusal
 
 if TYPE_CHECKING:
     from ..client import TrainGateClient
     from ..tracing import Tracer
     from .metrics import ServerMetrics
 
-__all__ = ["Answer", "Scheduler", "refusal"]
+__all__ = ["Scheduler"]
 
 logger = logging.getLogger("osmosis_rollout.server")
 
-#: How long a duplicate init waits for another replica to decide the first one.
+#: How long a duplicate init waits for another replica to decide the first one, beyond the
+#: get_tools timeout.
 _PEER_DECISION_MARGIN_S = 5.0
 #: The context rollout tasks' done-callbacks run in (they read no context variable).
 _CALLBACK_CONTEXT = contextvars.Context()
-
-
-class Answer(NamedTuple):
-    """What to answer a start request: a status and a JSON body (``Retry-After`` if asked)."""
-
-    status: int
-    body: bytes
-    retry_after: bool = False
-
-
-def refusal(status: int, detail: str, *, retry_after: bool = False) -> Answer:
-    """An ``{"detail": ...}`` answer."""
-    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after)
 
 
 class Scheduler:
@@ -164,7 +152,8 @@ class Scheduler:
             return Answer(*await found.init_answer())
         if self.state.shared:
             try:
-                earlier = await self._claim(rollout, digest)
+                limit = self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S
+                earlier = await claim_init(self.state, self.registry, rollout, digest, limit)
             except StateUnavailable as exc:
                 return self._state_down(rollout, exc)
             if earlier is not None:
@@ -224,36 +213,6 @@ class Scheduler:
             self._counted.add(entry.key)
         self._start(entry, tool_set.tools)
         return Answer(202, payload)
-
-    async def _claim(self, rollout: RolloutRequest, digest: int) -> Answer | None:
-        """Claim the init in the shared state: None when it is ours to decide (first of its key
-        anywhere); otherwise the answer: the first init's 202, a 409, or a 503 when the replica
-        deciding it takes longer than get_tools may."""
-        limit = self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S
-        deadline = anyio.current_time() + limit
-        pause = 0.01
-        while True:
-            claim = await self.state.claim_init(
-                rollout.dedup_key, rollout.rollout_id, str(digest), pending_ttl_s=limit
-            )
-            if claim.outcome is ClaimOutcome.CLAIMED:
-                return None
-            if claim.outcome is ClaimOutcome.CONFLICT:
-                return refusal(409, claim.detail)
-            if claim.outcome is ClaimOutcome.ANSWERED:
-                return Answer(claim.status, claim.body)
-            local = self.registry.lookup(rollout)
-            if local is not None and not isinstance(local, Conflict):
-                # Decided in this process: wait for it without polling the store.
-                status, answer = await local.init_answer()
-                if status != 202:  # refused: duplicates waiting meanwhile get the same answer
-                    return Answer(status, answer)
-                continue
-            if anyio.current_time() > deadline:
-                detail = "an init with this key is still being decided by another replica; retry"
-                return refusal(503, detail, retry_after=True)
-            await anyio.sleep(pause)
-            pause = min(0.25, pause * 2)
 
     def _state_down(self, rollout: RolloutRequest, exc: StateUnavailable) -> Answer:
         logger.error("rollout %s refused: %s", loggable(rollout.rollout_id), exc)

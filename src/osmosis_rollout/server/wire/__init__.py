@@ -1,16 +1,18 @@
 """Wire protocols: each one module that maps its HTTP shapes onto the protocol-neutral core.
 
 A ``Wire`` names the route that starts a rollout, parses that route's body into the rollout
-the agent runs plus its ``DeliveryTarget``, turns the scheduler's ``Answer`` into its response,
-and rebuilds targets from what the outbox and the leases keep. The app (``server/app.py``) does
-the HTTP edge for every wire: auth, body limits, 422 bodies, the 503 while not running. v1
-(``wire/v1.py``) is today's protocol; another one is one more module beside it, plus its
-extra routes (``routes``: e.g. a status or cancel route reading ``registry.by_id``).
+the agent runs plus its ``DeliveryTarget``, turns the core's ``Answer`` (a status and a JSON
+body) into its response, and rebuilds targets from what the outbox and the leases keep. The
+app (``server/app.py``) does the HTTP edge for every wire: auth, body limits, 422 bodies, the
+503 while not running. v1 (``wire/v1.py``) is today's protocol; another one is one more module
+beside it, plus its extra routes (``routes``: e.g. a status or cancel route reading
+``registry.by_id``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import json
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -18,10 +20,22 @@ if TYPE_CHECKING:
 
     from ...protocol import RolloutRequest
     from ..core import RolloutServer
-    from ..scheduler import Answer
     from ..target import DeliveryTarget
 
-__all__ = ["Wire"]
+__all__ = ["Answer", "Wire", "refusal"]
+
+
+class Answer(NamedTuple):
+    """What to answer a start request: a status and a JSON body (``Retry-After`` if asked)."""
+
+    status: int
+    body: bytes
+    retry_after: bool = False
+
+
+def refusal(status: int, detail: str, *, retry_after: bool = False) -> Answer:
+    """An ``{"detail": ...}`` answer."""
+    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after)
 
 
 class Wire(Protocol):

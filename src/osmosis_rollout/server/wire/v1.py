@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ...client import RolloutChannel, TrainGateClient
     from ..core import RolloutServer
-    from ..scheduler import Answer
+    from . import Answer
 
 __all__ = ["V1", "V1Callback"]
 
