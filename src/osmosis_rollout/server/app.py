@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from ..protocol import DEFAULT_MAX_METADATA_BYTES
 from .auth import key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
 from .state import StateUnavailable
-from .wire import Answer
+from .wire import Answer, Wire
+from .wire.v1 import V1
 
 __all__ = ["Hook", "create_app"]
 
@@ -93,18 +95,19 @@ def create_app(
     server = RolloutServer(
         agent_loop,
         settings,
+        wires=(V1(),),
         client=client,
         delivery_grace_s=_DELIVERY_GRACE_S,
         body_timeout_s=_BODY_TIMEOUT_S,
     )
     server.hooks = (on_startup, on_shutdown)
     edge = Edge(server)
-    routes: list[BaseRoute] = [
-        Route(server.wire.start_path, edge.start, methods=["POST"]),
-        Route("/health", edge.health, methods=["GET"]),
-        Route("/platform/health", edge.platform_health, methods=["GET"]),
-        *server.wire.routes(server),
-    ]
+    routes: list[BaseRoute] = []
+    for wire in server.wires:
+        routes.append(Route(wire.start_path, edge.start_route(wire), methods=["POST"]))
+        routes.extend(wire.routes(server))
+    routes.append(Route("/health", edge.health, methods=["GET"]))
+    routes.append(Route("/platform/health", edge.platform_health, methods=["GET"]))
     if server.metrics is not None:
         routes.append(Route("/metrics", edge.metrics_page, methods=["GET"]))
     app = Starlette(routes=routes, lifespan=server.lifespan)
@@ -166,9 +169,17 @@ class Edge:
 
     # -- the wire's start route (v1: POST /v1/rollout/init) -------------------------------------
 
-    async def start(self, request: Request) -> Response:
+    def start_route(self, wire: Wire) -> Callable[[Request], Awaitable[Response]]:
+        """The handler of ``wire``'s start route."""
+
+        async def start(request: Request) -> Response:
+            return await self.start(wire, request)
+
+        return start
+
+    async def start(self, wire: Wire, request: Request) -> Response:
         """``_start``, with every answer other than 202 counted by cause in the metrics."""
-        response = await self._start(request)
+        response = await self._start(wire, request)
         metrics = self.server.metrics
         if metrics is not None and response.status_code != 202:
             from .metrics import refusal_cause
@@ -181,11 +192,11 @@ class Edge:
             metrics.rejected.labels(cause=cause).inc()
         return response
 
-    async def _start(self, request: Request) -> Response:
+    async def _start(self, wire: Wire, request: Request) -> Response:
         """Auth, the body, its shape; then the scheduler admits (or refuses) the rollout."""
         if not self._authorized(request):
             return _json(401, _UNAUTHORIZED)
-        server, wire = self.server, self.server.wire
+        server = self.server
         scheduler = server.scheduler
         unavailable = scheduler.unavailable()
         if unavailable is not None:
@@ -197,7 +208,7 @@ class Edge:
             rollout = wire.parse(body, max_metadata_bytes=server.settings.max_metadata_bytes)
         except ValidationError as exc:
             return _json(422, _validation_body(exc))
-        answer: Answer = await scheduler.admit(rollout, wire.target(rollout))
+        answer: Answer = await scheduler.admit(rollout, wire.target(rollout), wire.accepted)
         return wire.respond(answer)
 
     async def _read_body(self, request: Request) -> bytes | Response:

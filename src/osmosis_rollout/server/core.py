@@ -4,7 +4,7 @@ It owns the registry, the state, the tracer and the metrics, and composes the ``
 (admission and runs), ``Delivery`` (callbacks and the outbox) and, with a shared state,
 ``Replicas``. Its lifespan opens the pooled ``TrainGateClient`` and the task group the
 background loops run in (never request-scoped), and on exit drains before closing anything.
-The HTTP edge is ``app.py``; the wire protocol's shapes are ``wire/``.
+The HTTP edge is ``app.py``; the wire protocols' shapes are ``wire/``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -34,7 +34,6 @@ from .replicas import Replicas
 from .scheduler import Scheduler
 from .state import StateBackend, open_state
 from .wire import Wire
-from .wire.v1 import V1
 
 if TYPE_CHECKING:
     from .metrics import ServerMetrics
@@ -61,20 +60,24 @@ async def _call_hook(hook: Hook | None, when: str) -> None:
 
 
 class RolloutServer:
-    """The state and parts behind ``create_app``; one per app (``app.state.rollout_server``)."""
+    """The state and parts behind ``create_app``; one per app (``app.state.rollout_server``).
+
+    ``wires`` are the protocols it serves (``create_app`` passes v1's)."""
 
     def __init__(
         self,
         agent: RolloutAgentLoop,
         settings: ServerSettings,
         *,
+        wires: Sequence[Wire],
         client: TrainGateClient | None = None,
-        wire: Wire | None = None,
         delivery_grace_s: float = DELIVERY_GRACE_S,
         body_timeout_s: float = 30.0,
     ) -> None:
         self.agent = agent
-        self.wire: Wire = wire if wire is not None else V1()
+        #: The wire protocols served (each its own start route); the first is the one whose
+        #: callbacks the outbox and the leases keep (they record no protocol yet).
+        self.wires = tuple(wires)
         self.registry = RolloutRegistry(
             max_concurrent=settings.max_concurrent,
             max_queued=settings.max_queued,
@@ -116,7 +119,7 @@ class RolloutServer:
             self.replicas = Replicas(
                 self.scheduler,
                 self.delivery,
-                target_of=self.wire.target_of,
+                target_of=self.wires[0].target_of,
                 lease_ttl_s=settings.lease_ttl_s,
                 record_ttl_s=settings.record_ttl_s,
             )

@@ -19,7 +19,7 @@ import anyio.abc
 
 from ..protocol import RolloutResponse, RolloutStatus, loggable
 from .delivery import Delivery, redeliver
-from .registry import Conflict
+from .registry import AcceptedBody, Conflict
 from .state import ClaimOutcome, LeasedRollout, StateBackend, StateUnavailable
 from .target import TargetFactory
 from .wire import Answer, refusal
@@ -44,6 +44,7 @@ async def claim_init(
     rollout: RolloutRequest,
     digest: int,
     limit: float,
+    accepted: AcceptedBody,
 ) -> Answer | None:
     """Claim the init in the shared state: None when it is ours to decide (first of its key
     anywhere); otherwise the answer: the first init's 202, a 409, or a 503 when the replica
@@ -63,7 +64,7 @@ async def claim_init(
         local = registry.lookup(rollout)
         if local is not None and not isinstance(local, Conflict):
             # Decided in this process: wait for it without polling the store.
-            status, answer = await local.init_answer()
+            status, answer = await local.init_answer(accepted)
             if status != 202:  # refused: duplicates waiting meanwhile get the same answer
                 return Answer(status, answer)
             continue

@@ -38,7 +38,7 @@ from ..protocol import (
 )
 from ..rollout import run_rollout
 from .delivery import Delivery, log_exception
-from .registry import Conflict, RolloutEntry, RolloutRegistry, init_body
+from .registry import AcceptedBody, Conflict, RolloutEntry, RolloutRegistry
 from .replicas import claim_init
 from .state import (
     BODY_CHANGED,
@@ -140,8 +140,12 @@ class Scheduler:
 
     # -- admission ------------------------------------------------------------------------------
 
-    async def admit(self, rollout: RolloutRequest, target: DeliveryTarget) -> Answer:
-        """Deduplicate, get tools, admit and start ``rollout``; see protocol.md section 1."""
+    async def admit(
+        self, rollout: RolloutRequest, target: DeliveryTarget, accepted: AcceptedBody
+    ) -> Answer:
+        """Deduplicate, get tools, admit and start ``rollout``; see protocol.md section 1.
+
+        ``target`` is where its traffic goes; ``accepted`` builds the 202 body (the wire's)."""
         digest = fingerprint(rollout)
         found = self.registry.lookup(rollout)  # this process first: no round trip
         if isinstance(found, Conflict):
@@ -149,11 +153,13 @@ class Scheduler:
         if found is not None:
             if found.fingerprint != digest:
                 return refusal(409, BODY_CHANGED)
-            return Answer(*await found.init_answer())
+            return Answer(*await found.init_answer(accepted))
         if self.state.shared:
             try:
                 limit = self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S
-                earlier = await claim_init(self.state, self.registry, rollout, digest, limit)
+                earlier = await claim_init(
+                    self.state, self.registry, rollout, digest, limit, accepted
+                )
             except StateUnavailable as exc:
                 return self._state_down(rollout, exc)
             if earlier is not None:
@@ -181,7 +187,7 @@ class Scheduler:
         if unavailable is not None:
             return await self._refuse(entry, unavailable)
         tools_json = tool_set.json
-        payload = init_body(rollout.rollout_id, tools_json)
+        payload = accepted(rollout.rollout_id, tools_json)
         # A free slot here needs no place in the shared queue (counted before any await, so a
         # burst of inits cannot all see the same free slot).
         registry = self.registry

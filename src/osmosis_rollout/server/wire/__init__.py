@@ -56,6 +56,10 @@ class Wire(Protocol):
         """A target rebuilt from an outbox entry or a lease."""
         ...
 
+    def accepted(self, rollout_id: str, tools_json: bytes) -> bytes:
+        """The body of an accepted start request's answer (and of its duplicates')."""
+        ...
+
     def respond(self, answer: Answer) -> Response:
         """The HTTP response for the scheduler's answer to a start request."""
         ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pydantic import TypeAdapter
 from starlette.responses import Response
 
 from ...protocol import RolloutRequest, RolloutResponse
@@ -25,6 +26,7 @@ __all__ = ["V1", "V1Callback"]
 
 _JSON = "application/json"
 _RETRY_AFTER = {"Retry-After": "5"}
+_JSON_STR = TypeAdapter(str)
 
 
 class V1Callback:
@@ -66,6 +68,13 @@ class V1:
     def target_of(self, rollout_id: str, server_url: str, api_key: str | None) -> V1Callback:
         """A v1 callback rebuilt from the outbox or a lease."""
         return V1Callback(rollout_id, server_url, api_key)
+
+    def accepted(self, rollout_id: str, tools_json: bytes) -> bytes:
+        """The 202 body ``{"rollout_id": ..., "tools": [...]}``, built the same way for the first
+        answer and for every duplicate (from a finished record's shared tools JSON)."""
+        return (
+            b'{"rollout_id":' + _JSON_STR.dump_json(rollout_id) + b',"tools":' + tools_json + b"}"
+        )
 
     def respond(self, answer: Answer) -> Response:
         """The answer as JSON, with ``Retry-After`` when it asks for a retry."""
