@@ -32,7 +32,7 @@ from .state import StateUnavailable
 from .wire import Answer, Wire
 from .wire.v1 import V1
 
-__all__ = ["Hook", "create_app"]
+__all__ = ["Edge", "Hook", "build_app", "create_app"]
 
 _JSON = "application/json"
 #: Inits larger than this are refused with 413 before parsing (messages can be long).
@@ -101,6 +101,12 @@ def create_app(
         body_timeout_s=_BODY_TIMEOUT_S,
     )
     server.hooks = (on_startup, on_shutdown)
+    return build_app(server)
+
+
+def build_app(server: RolloutServer) -> Starlette:
+    """The Starlette app in front of ``server``: each wire's routes, then the health and
+    metrics routes; the app's lifespan is the server's."""
     edge = Edge(server)
     routes: list[BaseRoute] = []
     for wire in server.wires:
