@@ -120,8 +120,6 @@ class RolloutServer:
                 self.scheduler,
                 self.delivery,
                 target_of=self.wires[0].target_of,
-                lease_ttl_s=settings.lease_ttl_s,
-                record_ttl_s=settings.record_ttl_s,
             )
 
     @property

@@ -84,20 +84,24 @@ class Replicas:
         delivery: Delivery,
         *,
         target_of: TargetFactory,
-        lease_ttl_s: float,
-        record_ttl_s: float,
     ) -> None:
         self.scheduler = scheduler
         self.delivery = delivery
         self.state = scheduler.state
         self.target_of = target_of
-        self.lease_ttl_s = lease_ttl_s
-        self.record_ttl_s = record_ttl_s
         self._tasks: anyio.abc.TaskGroup | None = None
 
     @property
     def registry(self) -> RolloutRegistry:
         return self.scheduler.registry
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.scheduler.settings.lease_ttl_s
+
+    @property
+    def record_ttl_s(self) -> float:
+        return self.scheduler.settings.record_ttl_s
 
     @property
     def client(self) -> TrainGateClient:
