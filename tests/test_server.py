@@ -547,6 +547,28 @@ async def test_non_ascii_authorization_header_is_401_not_500(tmp_path: Path) -> 
     assert s.raw.calls == []
 
 
+@pytest.mark.parametrize("declared", ["²", "1²", "¹2"])
+async def test_non_ascii_digits_in_content_length_are_400_not_500(
+    tmp_path: Path, declared: str
+) -> None:
+    """A Content-Length of superscript digits ("²".isdigit() is true) is a 400, not a 500."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.http.post(
+            "/v1/rollout/init",
+            content=json.dumps(init_body()).encode(),
+            headers={
+                "Authorization": f"Bearer {SERVER_KEY}",
+                "Content-Length": declared.encode("latin-1"),
+            },
+        )
+        health = await s.health()
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": "Content-Length must be a whole number of bytes"}
+    assert health.status_code == 200
+    assert s.raw.calls == []
+
+
 async def test_auth_is_checked_before_parsing(tmp_path: Path) -> None:
     """A wrong key with a malformed body gets 401, not 422: strangers learn nothing."""
     async with serving(agents.ToolAgent(), tmp_path) as s:

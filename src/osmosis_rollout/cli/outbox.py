@@ -47,7 +47,7 @@ OutboxDirOption = Annotated[
 def _open(state: str | None, outbox_dir: Path | None) -> StateBackend:
     from ..config import ServerSettings, find_pyproject
     from ..errors import OsmosisError
-    from ..server.outbox import DEFAULT_OUTBOX_DIR
+    from ..server.delivery import DEFAULT_OUTBOX_DIR
     from ..server.state import open_state
 
     cli = {"state": state, "outbox_dir": outbox_dir}
@@ -154,15 +154,18 @@ def replay_command(
     from rich.markup import escape
 
     from ..client import RetryPolicy, TrainGateClient
-    from ..server.replay import replay_outbox
+    from ..server.delivery import replay_outbox
     from ..server.state import StateUnavailable
+    from ..server.wire.v1 import V1
 
     backend = _open(state, outbox_dir)
 
     async def replay() -> Any:
         try:
             async with TrainGateClient(retry=RetryPolicy(retries=1, base_delay_s=0.5)) as client:
-                return await replay_outbox(backend, client, ids=ids or (), api_key=api_key)
+                return await replay_outbox(
+                    backend, client, target_of=V1().target_of, ids=ids or (), api_key=api_key
+                )
         finally:
             await backend.close()
 

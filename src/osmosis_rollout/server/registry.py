@@ -11,35 +11,34 @@ from __future__ import annotations
 import collections
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import anyio
-from pydantic import TypeAdapter
 
 from ..protocol import RolloutRequest
 from ..rollout import RolloutControl
 
+if TYPE_CHECKING:
+    from .target import DeliveryTarget
+
 __all__ = [
     "DEFAULT_MAX_RECORDS",
+    "AcceptedBody",
     "Conflict",
     "FinishedRecord",
     "Phase",
     "RolloutEntry",
     "RolloutRegistry",
-    "init_body",
 ]
 
 #: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
 #: each (see docs/security.md), so the cap bounds them near 200 MB.
 DEFAULT_MAX_RECORDS = 1_000_000
-_JSON_STR = TypeAdapter(str)
-
-
-def init_body(rollout_id: str, tools_json: bytes) -> bytes:
-    """The 202 body ``{"rollout_id": ..., "tools": [...]}``, built the same way for the first
-    answer and for every duplicate (from a finished record's shared tools JSON)."""
-    return b'{"rollout_id":' + _JSON_STR.dump_json(rollout_id) + b',"tools":' + tools_json + b"}"
+#: Builds the 202 body of an accepted rollout from its id and its tools' JSON (the wire's).
+AcceptedBody = Callable[[str, bytes], bytes]
 
 
 class _Tools:
@@ -81,6 +80,7 @@ class RolloutEntry:
     accepted_at: float = field(default_factory=time.perf_counter)
     outcome: str = "done"  # set by the server before finish(): the callback's status or "outbox"
     tools: _Tools | None = None
+    target: DeliveryTarget | None = None  # where its traffic goes (set by the scheduler)
     _init_ready: anyio.Event | None = None
     _finished: anyio.Event | None = None
 
@@ -109,14 +109,15 @@ class RolloutEntry:
         if self._finished is not None:
             self._finished.set()
 
-    async def init_answer(self) -> tuple[int, bytes]:
-        """The status and body every duplicate init gets (once the first init is answered)."""
+    async def init_answer(self, accepted: AcceptedBody) -> tuple[int, bytes]:
+        """The status and body every duplicate init gets (once the first init is answered);
+        an accepted one's body is rebuilt by ``accepted``."""
         if not self.init_status:
             if self._init_ready is None:
                 self._init_ready = anyio.Event()
             await self._init_ready.wait()
         if self.init_status == 202 and self.tools is not None:
-            return 202, init_body(self.rollout_id, self.tools.json)
+            return 202, accepted(self.rollout_id, self.tools.json)
         return self.init_status, self.init_body
 
 
@@ -134,9 +135,9 @@ class FinishedRecord:
         self.tools = tools
         self.done_at = done_at
 
-    async def init_answer(self) -> tuple[int, bytes]:
-        """The first init's 202, rebuilt."""
-        return 202, init_body(self.rollout_id, self.tools.json)
+    async def init_answer(self, accepted: AcceptedBody) -> tuple[int, bytes]:
+        """The first init's 202, rebuilt by ``accepted``."""
+        return 202, accepted(self.rollout_id, self.tools.json)
 
 
 @dataclass(frozen=True)

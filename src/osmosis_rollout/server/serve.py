@@ -25,7 +25,8 @@ import uvicorn
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
 from ..errors import ConfigError, OsmosisError
-from .app import RolloutServer, create_app
+from .app import create_app
+from .core import RolloutServer
 from .workers import die_with_parent, run_workers
 
 __all__ = ["bind_socket", "http_stack", "serve"]

@@ -4,21 +4,29 @@ This is the default and needs nothing installed. Idempotency records are the ser
 registry (compact, capped; see ``server/registry.py``); this backend holds the queue count, the
 leases and the outbox. It is exact for one process; with several workers each has its own copy,
 so a retried init that lands on another worker starts again (``--workers`` warns about it).
-Undeliverable callbacks are JSON files (see ``server/outbox.py``) that survive the process; they
-are replayed with ``osmosis outbox replay``, not automatically, because the files do not keep
-the per-rollout key.
+Undeliverable callbacks are JSON files that survive the process (``write_outbox`` and
+``read_outbox_dir`` below: the file outbox's format in one place); they are replayed with
+``osmosis outbox replay``, not automatically, because the files do not keep the per-rollout key.
+
+One JSON file per undelivered callback, ``<rollout id>.<UTC time>.<random>.json``:
+``{"server_url", "error", "written_at", "response"}``. The per-rollout ``api_key`` is never
+written, in any form (raw, JSON-, repr- or URL-escaped), wherever the agent or TrainGate put it;
+whoever replays a file supplies it again.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import tempfile
 import time
 from pathlib import Path
 
 import anyio.to_thread
 
-from ...protocol import RolloutResponse
-from ..outbox import write_outbox
+from ...protocol import RolloutResponse, scrub_data, wire
+from ...tracing import safe_trace_name
 from .base import (
     Claim,
     ClaimOutcome,
@@ -27,7 +35,7 @@ from .base import (
     StateBackend,
 )
 
-__all__ = ["MemoryState", "read_outbox_dir"]
+__all__ = ["MemoryState", "read_outbox_dir", "write_outbox"]
 
 
 class MemoryState(StateBackend):
@@ -149,6 +157,39 @@ class MemoryState(StateBackend):
     async def outbox_retry(self, entry: OutboxEntry, delay_s: float | None, error: str) -> None:
         """Record the attempt in the file (kept for the next replay)."""
         await anyio.to_thread.run_sync(_record_attempt, Path(entry.location), entry.attempts, error)
+
+
+def write_outbox(
+    directory: Path,
+    server_url: str,
+    response: RolloutResponse,
+    error: str,
+    secret: str | None = None,
+) -> Path:
+    """Atomically write one undelivered callback, ``secret`` scrubbed; returns the file's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    # Unique per write: a rollout id reused later must not overwrite an undelivered result.
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    stem = safe_trace_name(response.rollout_id).removesuffix(".jsonl")
+    target = directory / f"{stem}.{stamp}.{secrets.token_hex(3)}.json"
+    record = scrub_data(
+        {
+            "server_url": server_url,
+            "error": error,
+            "written_at": time.time(),
+            "response": wire(response),
+        },
+        secret,
+    )
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, ensure_ascii=False, indent=1)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
 
 
 def _record_attempt(path: Path, attempts: int, error: str) -> None:

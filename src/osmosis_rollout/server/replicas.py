@@ -1,0 +1,200 @@
+"""What replicas sharing a state do for each other; started only with a shared state.
+
+``claim_init`` decides which replica answers an init whose key another replica may have seen
+(admission calls it before ``get_tools``). ``Replicas`` runs the three loops: each replica keeps
+its leases (and its heartbeat) fresh, sweeps the lapsed leases of replicas that died (each
+orphan is claimed by one sweeper, which ends it with an ERROR result), and retries the results
+kept in the shared outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from ..protocol import RolloutResponse, RolloutStatus, loggable
+from .delivery import Delivery, redeliver
+from .registry import AcceptedBody, Conflict
+from .state import ClaimOutcome, LeasedRollout, StateBackend, StateUnavailable
+from .target import TargetFactory
+from .wire import Answer, refusal
+
+if TYPE_CHECKING:
+    from ..client import TrainGateClient
+    from ..protocol import RolloutRequest
+    from .registry import RolloutRegistry
+    from .scheduler import Scheduler
+
+__all__ = ["Replicas", "claim_init"]
+
+logger = logging.getLogger("osmosis_rollout.server")
+
+#: How long a replica trying an outbox entry hides it from its peers.
+_OUTBOX_VISIBILITY_S = 900.0
+
+
+async def claim_init(
+    state: StateBackend,
+    registry: RolloutRegistry,
+    rollout: RolloutRequest,
+    digest: int,
+    limit: float,
+    accepted: AcceptedBody,
+) -> Answer | None:
+    """Claim the init in the shared state: None when it is ours to decide (first of its key
+    anywhere); otherwise the answer: the first init's 202, a 409, or a 503 when the replica
+    deciding it takes longer than ``limit`` (seconds)."""
+    deadline = anyio.current_time() + limit
+    pause = 0.01
+    while True:
+        claim = await state.claim_init(
+            rollout.dedup_key, rollout.rollout_id, str(digest), pending_ttl_s=limit
+        )
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            return None
+        if claim.outcome is ClaimOutcome.CONFLICT:
+            return refusal(409, claim.detail)
+        if claim.outcome is ClaimOutcome.ANSWERED:
+            return Answer(claim.status, claim.body)
+        local = registry.lookup(rollout)
+        if local is not None and not isinstance(local, Conflict):
+            # Decided in this process: wait for it without polling the store.
+            status, answer = await local.init_answer(accepted)
+            if status != 202:  # refused: duplicates waiting meanwhile get the same answer
+                return Answer(status, answer)
+            continue
+        if anyio.current_time() > deadline:
+            detail = "an init with this key is still being decided by another replica; retry"
+            return refusal(503, detail, retry_after=True)
+        await anyio.sleep(pause)
+        pause = min(0.25, pause * 2)
+
+
+class Replicas:
+    """The lease renewal, orphan sweep and outbox redelivery loops of one replica."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        delivery: Delivery,
+        *,
+        target_of: TargetFactory,
+    ) -> None:
+        self.scheduler = scheduler
+        self.delivery = delivery
+        self.state = scheduler.state
+        self.target_of = target_of
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    @property
+    def registry(self) -> RolloutRegistry:
+        return self.scheduler.registry
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.scheduler.settings.lease_ttl_s
+
+    @property
+    def record_ttl_s(self) -> float:
+        return self.scheduler.settings.record_ttl_s
+
+    @property
+    def client(self) -> TrainGateClient:
+        assert self.scheduler.client is not None  # the lifespan opened it
+        return self.scheduler.client
+
+    def start(self, tasks: anyio.abc.TaskGroup) -> None:
+        """Run the three loops in ``tasks`` (the lifespan's task group)."""
+        self._tasks = tasks
+        tasks.start_soon(self._renew_leases)
+        tasks.start_soon(self._sweep_orphans)
+        tasks.start_soon(self._redeliver_outbox)
+
+    async def _renew_leases(self) -> None:
+        """Keep this replica's leases (and its heartbeat) fresh, a fifth of the TTL apart."""
+        scheduler = self.scheduler
+        ttl = scheduler.lease_s
+        failing = False
+        while True:
+            keys = [entry.key for entry in self.registry.unfinished()]
+            renewing_at = time.monotonic()
+            try:
+                await self.state.renew(scheduler.replica, keys, ttl)
+                for key in keys:
+                    # Extended only if it had not lapsed (and been swept) before this call.
+                    last = scheduler.leased_at.get(key)
+                    if last is not None and renewing_at - last < ttl / 2:
+                        scheduler.leased_at[key] = renewing_at
+            except StateUnavailable as exc:
+                if not failing:
+                    logger.error("cannot renew %d rollout lease(s): %s", len(keys), exc)
+                failing = True
+            else:
+                if failing:
+                    logger.warning("rollout state store reachable again")
+                failing = False
+            await anyio.sleep(self.lease_ttl_s / 5)
+
+    async def _sweep_orphans(self) -> None:
+        """End the rollouts of replicas that died: each lapsed lease is claimed by one sweeper."""
+        interval = min(1.0, self.lease_ttl_s / 10)
+        while True:
+            await anyio.sleep(interval * (0.75 + random.random() / 2))
+            if self.registry.draining:
+                continue
+            try:
+                orphans = await self.state.claim_orphans(100, self.record_ttl_s)
+            except StateUnavailable:
+                continue
+            assert self._tasks is not None
+            for orphan in orphans:
+                self._tasks.start_soon(self._end_orphan, orphan)
+
+    async def _end_orphan(self, orphan: LeasedRollout) -> None:
+        logger.warning(
+            "rollout %s: its replica stopped renewing its lease; sending the ERROR callback",
+            loggable(orphan.rollout_id),
+        )
+        response = RolloutResponse(
+            rollout_id=orphan.rollout_id,
+            status=RolloutStatus.ERROR,
+            final_messages=orphan.messages,
+            finish_reason="error",
+            error_message=(
+                "the server replica running this rollout stopped (it no longer renewed its "
+                "lease); the rollout was lost with it"
+            ),
+        )
+        target = self.target_of(orphan.rollout_id, orphan.server_url, orphan.api_key)
+        try:
+            await target.deliver(self.client, response)
+        except Exception as exc:
+            await self.delivery.keep(target, response, str(exc))
+        except BaseException as exc:
+            error = f"delivery interrupted: {type(exc).__name__}"
+            await self.delivery.keep(target, response, error)
+            raise
+
+    async def _redeliver_outbox(self) -> None:
+        """Retry undeliverable results kept in the shared outbox, with exponential backoff."""
+        client = self.client
+        while True:
+            await anyio.sleep(0.5 + random.random())
+            if self.registry.draining:
+                continue
+            try:
+                due = await self.state.outbox_due(20, _OUTBOX_VISIBILITY_S)
+            except StateUnavailable:
+                continue
+            for entry in due:
+                try:
+                    outcome = await redeliver(self.state, client, entry, target_of=self.target_of)
+                except StateUnavailable:  # the entry reappears after its visibility timeout
+                    break
+                if outcome.delivered:
+                    logger.info("rollout %s: outbox entry delivered", loggable(entry.rollout_id))

@@ -1,0 +1,86 @@
+"""The v1 wire (docs/protocol.md): ``POST /v1/rollout/init``, answered ``202`` with
+``{"rollout_id", "tools"}``; the agent's chat turns go to ``{server_url}/v1/chat/completions``
+and the result to ``{server_url}/v1/rollout/completed``, both with the rollout's ``api_key``.
+
+The URLs themselves are built by ``TrainGateClient`` (``chat_completions``,
+``complete_rollout``); this module binds them to one rollout.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import TypeAdapter
+from starlette.responses import Response
+
+from ...protocol import RolloutRequest, RolloutResponse
+
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
+
+    from ...client import RolloutChannel, TrainGateClient
+    from ..core import RolloutServer
+    from . import Answer
+
+__all__ = ["V1", "V1Callback"]
+
+_JSON = "application/json"
+_RETRY_AFTER = {"Retry-After": "5"}
+_JSON_STR = TypeAdapter(str)
+
+
+class V1Callback:
+    """A v1 rollout's target: chat turns and one completion callback to its ``server_url``."""
+
+    __slots__ = ("api_key", "rollout_id", "server_url")
+
+    def __init__(self, rollout_id: str, server_url: str, api_key: str | None) -> None:
+        self.rollout_id = rollout_id
+        self.server_url = server_url
+        self.api_key = api_key
+
+    def channel(self, client: TrainGateClient) -> RolloutChannel:
+        """The rollout's ``/v1/chat/completions`` channel."""
+        from ...client import RolloutChannel
+
+        return RolloutChannel(client, self.server_url, self.api_key)
+
+    async def deliver(self, client: TrainGateClient, response: RolloutResponse) -> None:
+        """POST ``/v1/rollout/completed`` (retried by the client; raises when not taken)."""
+        await client.complete_rollout(self.server_url, response, api_key=self.api_key)
+
+
+class V1:
+    """The v1 wire (see the module docstring)."""
+
+    start_path = "/v1/rollout/init"
+
+    def parse(self, body: bytes, *, max_metadata_bytes: int) -> RolloutRequest:
+        """The init body as a ``RolloutRequest`` (raises ``ValidationError``)."""
+        return RolloutRequest.model_validate_json(
+            body, context={"max_metadata_bytes": max_metadata_bytes}
+        )
+
+    def target(self, request: RolloutRequest) -> V1Callback:
+        """The init's ``server_url`` and ``api_key``."""
+        return V1Callback(request.rollout_id, request.server_url, request.api_key_value)
+
+    def target_of(self, rollout_id: str, server_url: str, api_key: str | None) -> V1Callback:
+        """A v1 callback rebuilt from the outbox or a lease."""
+        return V1Callback(rollout_id, server_url, api_key)
+
+    def accepted(self, rollout_id: str, tools_json: bytes) -> bytes:
+        """The 202 body ``{"rollout_id": ..., "tools": [...]}``, built the same way for the first
+        answer and for every duplicate (from a finished record's shared tools JSON)."""
+        return (
+            b'{"rollout_id":' + _JSON_STR.dump_json(rollout_id) + b',"tools":' + tools_json + b"}"
+        )
+
+    def respond(self, answer: Answer) -> Response:
+        """The answer as JSON, with ``Retry-After`` when it asks for a retry."""
+        headers = _RETRY_AFTER if answer.retry_after else None
+        return Response(answer.body, status_code=answer.status, media_type=_JSON, headers=headers)
+
+    def routes(self, server: RolloutServer) -> list[BaseRoute]:
+        """None beyond the init."""
+        return []
