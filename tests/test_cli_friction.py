@@ -23,7 +23,7 @@ from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.server import create_app
 
 from .support import load_asset, serve_in_thread
-from .test_server_uvicorn import osmosis_serve
+from .test_server_serve import osmosis_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
@@ -397,7 +397,7 @@ def test_reload_with_a_syntax_error_prints_one_line_and_keeps_watching(tmp_path:
     import httpx2
 
     from .support import free_port
-    from .test_server_uvicorn import stop_process, wait_healthy
+    from .test_server_serve import stop_process, wait_healthy
 
     agent = tmp_path / "agent.py"
     good = (ROOT / "tests/assets/docs_sandbox/agent.py").read_text()

@@ -28,7 +28,7 @@ from starlette.routing import Route
 from osmosis_rollout.server.state import open_state
 
 from .support import serve_in_thread
-from .test_server_uvicorn import REPO, ServeProcess, clean_env, osmosis_serve
+from .test_server_serve import REPO, ServeProcess, clean_env, osmosis_serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -58,7 +58,7 @@ agents = load_asset("srv_agents")
 
 
 # --------------------------------------------------------------------------------------------
-# Helpers shared with test_server_uvicorn.py
+# Helpers shared with test_server_serve.py
 # --------------------------------------------------------------------------------------------
 
 

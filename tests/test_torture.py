@@ -33,7 +33,7 @@ from osmosis_rollout.testing.torture import FaultyGate, hostile_inits, tally, va
 from .support import ASSETS, free_port, load_asset
 from .test_hardening import every_form_absent, written_text
 from .test_server import ADD_CALL, ANSWER, SERVER_KEY
-from .test_server_uvicorn import clean_env, stop_process, wait_healthy
+from .test_server_serve import clean_env, stop_process, wait_healthy
 
 pytestmark = pytest.mark.anyio
 

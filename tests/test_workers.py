@@ -16,7 +16,7 @@ import pytest
 
 from .support import free_port
 from .test_replicas import AGENT, RecordingGate, gate, init, wait_until
-from .test_server_uvicorn import ServeProcess, clean_env, osmosis_serve, stop_process
+from .test_server_serve import ServeProcess, clean_env, osmosis_serve, stop_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
