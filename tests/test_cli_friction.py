@@ -22,8 +22,8 @@ from osmosis_rollout.cli import app
 from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.server import create_app
 
+from .processes import osmosis_serve
 from .support import load_asset, serve_in_thread
-from .test_server_serve import osmosis_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
@@ -396,8 +396,8 @@ def test_an_interrupted_json_run_prints_its_partial_summary(
 def test_reload_with_a_syntax_error_prints_one_line_and_keeps_watching(tmp_path: Path) -> None:
     import httpx2
 
+    from .processes import stop_process, wait_healthy
     from .support import free_port
-    from .test_server_serve import stop_process, wait_healthy
 
     agent = tmp_path / "agent.py"
     good = (ROOT / "tests/assets/docs_sandbox/agent.py").read_text()

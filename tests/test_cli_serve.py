@@ -20,9 +20,10 @@ from osmosis_rollout.cli import app
 from osmosis_rollout.cli.serve import _print_banner, decide_auth
 from osmosis_rollout.config import ServerSettings
 
-from .test_server_serve import AGENT, REPO, clean_env, osmosis_serve, stop_process, wait_healthy
+from .processes import REPO, clean_env, osmosis_serve, stop_process, wait_healthy
 
 ASSETS = REPO / "tests" / "assets"
+AGENT = f"{ASSETS / 'srv_agents.py'}:ToolAgent"
 TERM80 = {"COLUMNS": "80"}  # a narrow terminal: an error must still be one line
 
 

@@ -11,8 +11,10 @@ import pytest
 from osmosis_rollout.protocol import RolloutRequest
 from osmosis_rollout.server.registry import FinishedRecord
 
+from .gates import CHAT, COMPLETED
+from .serving import TG_KEY, init_body, serving
 from .support import load_asset
-from .test_server import CHAT, COMPLETED, TG_KEY, agents, init_body, serving
+from .test_server import agents
 
 pytestmark = pytest.mark.anyio
 
