@@ -4,6 +4,7 @@ throwaway redis-server."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -56,6 +57,14 @@ def gate() -> Iterator[tuple[CallbackGate, str]]:
     recorder = CallbackGate()
     with serve_in_thread(recorder.app()) as url:
         yield recorder, url
+
+
+@pytest.fixture
+def no_inherited_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``OSMOSIS_*`` variable from the caller's environment reaches the command under test."""
+    for name in list(os.environ):
+        if name.startswith("OSMOSIS_"):
+            monkeypatch.delenv(name)
 
 
 # --------------------------------------------------------------------------------------------

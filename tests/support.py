@@ -16,6 +16,10 @@ import anyio
 import uvicorn
 
 ASSETS = Path(__file__).parent / "assets"
+#: The repository, and the Quickstart's calculator agent and dataset in it.
+ROOT = Path(__file__).resolve().parent.parent
+CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
+DATASET = str(ROOT / "examples/calculator/dataset.jsonl")
 
 
 def load_asset(name: str) -> ModuleType:
