@@ -1,4 +1,5 @@
-"""`osmosis test` from the command line: the quickstart, outputs, exit codes, other backends."""
+"""`osmosis test` from the command line: the quickstart, outputs, usage errors and exit codes,
+`--server` (with a key), other backends, interrupted runs."""
 
 from __future__ import annotations
 

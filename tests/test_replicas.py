@@ -1,8 +1,9 @@
 """Several replicas on one Redis, as real ``osmosis serve`` processes on 127.0.0.1.
 
-A small recording TrainGate (uvicorn in a thread) counts every completion callback. The done-when
-scenarios of shared state: duplicates split between two replicas start one rollout; ``kill -9``
-of a replica under load loses nothing, its orphans getting their ERROR callback from the survivor.
+A small recording TrainGate (``CallbackGate``, uvicorn in a thread) counts every completion
+callback. The done-when scenarios of shared state: duplicates split between two replicas start one
+rollout; ``kill -9`` of a replica under load loses nothing, its orphans getting their ERROR
+callback from the survivor.
 """
 
 from __future__ import annotations
