@@ -1,8 +1,10 @@
-"""Shared fixtures: agents from tests/assets, and a TrainGateClient wired to a MockTrainGate."""
+"""Shared fixtures: a TrainGateClient wired to a MockTrainGate, a CallbackGate on 127.0.0.1, and a
+throwaway redis-server."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -14,6 +16,9 @@ import pytest
 
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.testing import MockTrainGate
+
+from .gates import CallbackGate
+from .support import serve_in_thread
 
 
 @pytest.fixture
@@ -44,6 +49,22 @@ async def mock_client(
         yield gate, client
     finally:
         await http.aclose()
+
+
+@pytest.fixture
+def gate() -> Iterator[tuple[CallbackGate, str]]:
+    """A ``CallbackGate`` served on 127.0.0.1 (uvicorn in a thread), and its URL."""
+    recorder = CallbackGate()
+    with serve_in_thread(recorder.app()) as url:
+        yield recorder, url
+
+
+@pytest.fixture
+def no_inherited_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``OSMOSIS_*`` variable from the caller's environment reaches the command under test."""
+    for name in list(os.environ):
+        if name.startswith("OSMOSIS_"):
+            monkeypatch.delenv(name)
 
 
 # --------------------------------------------------------------------------------------------

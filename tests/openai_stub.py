@@ -5,7 +5,8 @@
 built-in mock LLM never produces: ``"content": null`` beside ``tool_calls``,
 ``finish_reason: "length"``, a tool call written as text, a reply that takes its time.
 
-Use it in-process (``stub.transport()``, for code that accepts an ``httpx2`` client) or on
+Use it in-process (``stub.transport()``, for code that accepts an ``httpx2`` client;
+``stub_backend(stub)`` is an ``OpenAICompatibleBackend`` over it) or on
 127.0.0.1 (``with stub.serve() as base_url:``, for code that opens its own connections, such as
 ``osmosis test --llm-url``). Replies come from ``stub.script`` in order, one per request; when
 the script is empty, ``stub.responder`` (if set) decides, else ``stub.default`` answers. Every
@@ -36,12 +37,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from osmosis_rollout.testing import OpenAICompatibleBackend
+
 __all__ = [
+    "STUB_URL",
     "OpenAIStub",
     "RecordedRequest",
     "Reply",
     "error",
     "slow",
+    "stub_backend",
     "text",
     "text_tool_call",
     "tool_call",
@@ -285,3 +290,12 @@ class OpenAIStub:
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+
+STUB_URL = "http://stub.test/v1"
+
+
+def stub_backend(stub: OpenAIStub) -> OpenAICompatibleBackend:
+    """An OpenAICompatibleBackend that reaches ``stub`` in-process."""
+    http = httpx2.AsyncClient(transport=stub.transport())
+    return OpenAICompatibleBackend(STUB_URL, "stub-model", http=http)

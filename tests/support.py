@@ -1,4 +1,4 @@
-"""Helpers shared by tests: the small agents in tests/assets, servers on 127.0.0.1."""
+"""Helpers shared by tests: the small agents in tests/assets, servers on 127.0.0.1, polling."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import uvicorn
 
 ASSETS = Path(__file__).parent / "assets"
+#: The repository, and the Quickstart's calculator agent and dataset in it.
+ROOT = Path(__file__).resolve().parent.parent
+CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
+DATASET = str(ROOT / "examples/calculator/dataset.jsonl")
 
 
 def load_asset(name: str) -> ModuleType:
@@ -31,6 +36,14 @@ def load_path(path: Path, name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def calculator_agent() -> Any:
+    """The Quickstart's calculator agent (four sync tools)."""
+    from osmosis_rollout.loader import load_agent
+
+    calculator = Path(__file__).parents[1] / "examples" / "calculator" / "agent.py"
+    return load_agent(f"{calculator}:CalculatorAgent")
 
 
 @contextlib.contextmanager
@@ -59,3 +72,29 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def line_of(path: Path, marker: str) -> int:
+    """The 1-based line of ``path`` that carries ``marker``."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if marker in line:
+            return number
+    raise AssertionError(f"{marker!r} not in {path}")
+
+
+def has_null(value: Any) -> bool:
+    """Whether a JSON value holds a ``null`` anywhere."""
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_null(v) for v in value)
+    return False
+
+
+async def wait_until(predicate: Any, timeout_s: float) -> None:
+    """Poll ``predicate`` (the callbacks arrive in another thread, with no event to wait on)."""
+    with anyio.fail_after(timeout_s):
+        while not predicate():  # noqa: ASYNC110 - polling another thread's state
+            await anyio.sleep(0.05)

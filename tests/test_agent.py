@@ -30,6 +30,8 @@ from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate
 from osmosis_rollout.tracing import Tracer
 
+from .gates import ANSWER
+from .serving import init_body, serving
 from .support import load_asset
 
 pytestmark = pytest.mark.anyio
@@ -207,6 +209,56 @@ async def test_chat_returns_the_reply_and_counts_it(
     assert ctx.partial_messages == [*request.messages, result.message]
 
 
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.anyio
+async def test_parallel_tool_calls_count_their_wall_time_not_their_sum() -> None:
+    """Four 50 ms tools called at once: the rollout spent ~50 ms in tools, not 200."""
+    import anyio
+
+    from osmosis_rollout import RolloutAgentLoop
+    from osmosis_rollout.testing import Harness, ScriptedBackend
+    from osmosis_rollout.testing.runner import tool_wall_ms
+    from osmosis_rollout.tools import Toolbox
+
+    async def slow(x: int) -> int:
+        """Wait 50 ms.
+
+        Args:
+            x: Echoed back.
+        """
+        await anyio.sleep(0.05)
+        return x
+
+    class Parallel(RolloutAgentLoop):
+        name = "parallel"
+        toolbox = Toolbox([slow])
+
+        def get_tools(self, request: Any) -> list[Any]:
+            return self.toolbox.schemas
+
+        async def run(self, ctx: Any) -> Any:
+            messages = list(ctx.request.messages)
+            reply = await ctx.chat(messages)
+            messages.append(reply.message)
+            messages.extend(await self.toolbox.execute(ctx, reply.tool_calls))
+            return ctx.complete(messages)
+
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "slow", "arguments": '{"x": 1}'}}
+        for i in range(4)
+    ]
+    async with Harness(Parallel(), backend=ScriptedBackend([{"tool_calls": calls}])) as harness:
+        outcome = await harness.run([{"role": "user", "content": "go"}])
+    assert outcome.result is not None
+    metrics = outcome.result.metrics
+    assert metrics is not None
+    assert metrics.num_tool_calls == 4
+    assert metrics.tool_latency_ms >= 200  # the sum, kept for TrainGate as v1 sent it
+    wall = tool_wall_ms(metrics)
+    assert 50 <= wall <= metrics.total_latency_ms  # never more than the rollout's own time
+    assert wall < metrics.tool_latency_ms
+
+
 # -- the append-only guard ----------------------------------------------------------------------
 
 REWRITERS = [
@@ -321,6 +373,24 @@ async def test_first_turn_may_send_any_history() -> None:
     ctx = RolloutContext(make_request(), [], _Canned())
     await ctx.chat([{"role": "system", "content": "x"}, {"role": "user", "content": "other"}])
     assert ctx.append_only_violations == []
+
+
+async def test_the_append_only_warning_escapes_the_rollout_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK's history-rewrite warning names the rollout too: its id is escaped there as well."""
+    caplog.set_level(logging.WARNING)
+    fnd = load_asset("fnd_history")
+    rid = "evil\nCRITICAL forged line"
+    async with serving(fnd.EditsEarlierMessageAgent(), tmp_path, replies=[ANSWER, ANSWER]) as s:
+        await s.init(init_body(rid))
+        await s.settle()
+
+    about = [r.getMessage() for r in caplog.records if "rewrote the history" in r.getMessage()]
+    assert about
+    for message in about:
+        assert "\nCRITICAL forged" not in message
+        assert "evil\\nCRITICAL forged line" in message
 
 
 # -- resolve_tools ------------------------------------------------------------------------------

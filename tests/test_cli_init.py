@@ -110,6 +110,14 @@ def test_an_existing_project_is_not_overwritten(tmp_path: Path) -> None:
     assert (dest / "agent.py").read_text() == "# mine\n"
 
 
+def test_init_help_names_the_real_default_template() -> None:
+    """`osmosis init --help` shows scaffold's default template without importing scaffold."""
+    from osmosis_rollout.cli import init as init_command
+    from osmosis_rollout.scaffold import DEFAULT_TEMPLATE
+
+    assert init_command._DEFAULT_TEMPLATE == DEFAULT_TEMPLATE
+
+
 # -- every template, end to end --------------------------------------------------------------
 
 

@@ -13,11 +13,9 @@ from typer.testing import CliRunner
 from osmosis_rollout.cli import app
 from osmosis_rollout.server.state import open_state
 
+from .gates import CallbackGate
+from .outbox_entries import undelivered
 from .support import free_port
-from .test_replicas import RecordingGate, gate
-from .test_state import undelivered
-
-__all__ = ["gate"]  # the fixture, shared with test_replicas.py
 
 runner = CliRunner()
 
@@ -76,7 +74,7 @@ def test_list_shows_each_entry_without_the_key(where: list[str]) -> None:
 
 @pytest.mark.usefixtures("clean_cwd")
 def test_replay_delivers_and_removes_and_keeps_what_fails(
-    where: list[str], gate: tuple[RecordingGate, str]
+    where: list[str], gate: tuple[CallbackGate, str]
 ) -> None:
     """Deliverable entries reach TrainGate (with the key) and leave the outbox; one whose
     TrainGate is gone stays, its attempt counted, and the command exits 1."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +22,12 @@ from osmosis_rollout.cli import app
 from osmosis_rollout.cli.serve import _print_banner, decide_auth
 from osmosis_rollout.config import ServerSettings
 
-from .test_server_uvicorn import AGENT, REPO, clean_env, osmosis_serve, stop_process, wait_healthy
+from .commands import assert_one_clear_error, run_cli, run_cli_text
+from .processes import REPO, clean_env, osmosis_serve, stop_process, wait_healthy
+from .support import CALCULATOR, DATASET, ROOT
 
 ASSETS = REPO / "tests" / "assets"
+AGENT = f"{ASSETS / 'srv_agents.py'}:ToolAgent"
 TERM80 = {"COLUMNS": "80"}  # a narrow terminal: an error must still be one line
 
 
@@ -142,6 +147,79 @@ def test_missing_target_says_how_to_give_one(runner: CliRunner) -> None:
     assert "osmosis serve path/to/agent.py:MyAgent" in result.stderr
 
 
+def test_reload_on_a_busy_port_fails_before_the_banner() -> None:
+    """--reload on a taken port: the one-line error and exit 2, not a banner then uvicorn's 3."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        result = run_cli("serve", CALCULATOR, "--reload", "--no-validate", "--port", port)
+    assert_one_clear_error(result, f"port {port} on 127.0.0.1 is already in use")
+    assert "listening on" not in result.stderr
+
+
+def test_serve_with_a_broken_pyproject_is_one_clear_error(tmp_path: Path) -> None:
+    """No TARGET and an unreadable pyproject.toml: exit 2 naming the file, no traceback."""
+    from osmosis_rollout.cli import app as cli_app
+
+    (tmp_path / "pyproject.toml").write_text("[tool.osmosis\nagent = 1\n")
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli_app, ["serve"])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 2
+    assert "pyproject.toml" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+_GET_TOOLS_RAISES = """
+from osmosis_rollout import RolloutAgentLoop
+
+
+class ConfiglessAgent(RolloutAgentLoop):
+    name = "configless"
+
+    def get_tools(self, request):
+        raise RuntimeError("missing [config] section in tools.toml")
+
+    async def run(self, ctx):
+        return ctx.complete(list(ctx.request.messages))
+"""
+
+
+def test_serve_validation_failure_prints_brackets_in_messages(tmp_path: Path) -> None:
+    """A failed start-up check quotes the agent's error as is; Rich markup must not eat it."""
+    (tmp_path / "configless.py").write_text(_GET_TOOLS_RAISES, encoding="utf-8")
+    result = run_cli("serve", f"{tmp_path}/configless.py:ConfiglessAgent", "--port", "0")
+    assert result.exit_code == 1, result.stderr
+    assert "missing [config] section in tools.toml" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_imports_the_agent_once_even_with_validation(tmp_path: Path) -> None:
+    """The start-up checks reuse the loaded agent: the module's code runs once."""
+    from osmosis_rollout.cli.serve import _load_and_check
+
+    marker = tmp_path / "imports.txt"
+    agent = tmp_path / "once_agent.py"
+    agent.write_text(
+        "from pathlib import Path\n"
+        "from osmosis_rollout import RolloutAgentLoop\n"
+        f"with Path({str(marker)!r}).open('a') as f:\n    f.write('x')\n\n\n"
+        "class Once(RolloutAgentLoop):\n"
+        "    name = 'once'\n\n"
+        "    def get_tools(self, request):\n"
+        "        return []\n\n"
+        "    async def run(self, ctx):\n"
+        "        return ctx.complete(list(ctx.request.messages))\n"
+    )
+    loaded = _load_and_check(f"{agent}:Once", validate=True)
+    assert loaded.name == "once"
+    assert marker.read_text() == "x"
+
+
 # --------------------------------------------------------------------------------------------
 # Settings from pyproject.toml in the current directory, and from the environment
 # --------------------------------------------------------------------------------------------
@@ -189,6 +267,14 @@ def test_flags_beat_the_environment(
 
     assert f"port {busy_port} on 127.0.0.1 is already in use" in from_env.stderr
     assert f"port {busy_port} on 127.0.0.1 is already in use" in overridden.stderr
+
+
+def test_serve_help_shows_the_pyproject_tables() -> None:
+    """`serve --help` names [tool.osmosis] instead of Rich swallowing it as markup."""
+    result = run_cli("serve", "--help", env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "then [tool.osmosis] /" in result.stdout
+    assert "[tool.osmosis.serve] in pyproject.toml" in result.stdout
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,6 +382,67 @@ def test_sigint_stops_the_server_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in output
     assert "auth          off (no server key)" in output
     assert "debug traces  off (use --debug-dir)" in output
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_serve_warns_at_start_and_logs_each_finished_rollout_with_why(tmp_path: Path) -> None:
+    """The static warnings `validate` prints appear at start; a rollout that ends ERROR because
+    run() returned None is one log line with id, status, finish reason, turns, time and why."""
+    forgetful = f"{ROOT}/tests/assets/val_no_result.py:ForgetfulAgent"
+    with osmosis_serve(tmp_path / "serve.log", forgetful, "--port", "0") as served:
+        code, out, err = run_cli_text("test", "--server", served.url, "-d", DATASET, "--limit", "1")
+        assert code == 1, out + err
+        deadline = time.monotonic() + 20
+        while "rollout " not in served.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log = served.log.read_text()
+    assert "warning NO_RESULT_RETURNED" in log
+    line = next(line for line in log.splitlines() if "rollout " in line and " ERROR " in line)
+    assert re.search(r"rollout \S+ ERROR \(error\), 1 turn, \d+\.\d\d s: run\(\) returned", line)
+    assert "it must return ctx.complete(...)" in line
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_reload_with_a_syntax_error_prints_one_line_and_keeps_watching(tmp_path: Path) -> None:
+    import httpx2
+
+    from .processes import stop_process, wait_healthy
+    from .support import free_port
+
+    agent = tmp_path / "agent.py"
+    good = (ROOT / "tests/assets/docs_sandbox/agent.py").read_text()
+    agent.write_text(good)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    command = [sys.executable, "-m", "osmosis_rollout", "serve", "agent.py:MyAgent", "--reload"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [*command, "--port", str(port), "--no-validate"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env={**env, "COLUMNS": "200"},
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, log, timeout=60)
+        agent.write_text(good.replace("def add(a: float", "def add(a: float,,", 1))
+        deadline = time.monotonic() + 60
+        while "Error: syntax error in" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.1)
+        broken = httpx2.get(f"{url}/health", timeout=5)
+        agent.write_text(good)  # fixed: the reloader is still watching
+        wait_healthy(url, proc, log, timeout=60)
+    finally:
+        stop_process(proc)
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text
+    assert "Error: syntax error in agent.py at agent.py:" in text
+    assert broken.status_code == 503
+    assert "the agent failed to load: syntax error" in broken.json()["detail"]
 
 
 @pytest.mark.slow

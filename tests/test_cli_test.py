@@ -1,11 +1,17 @@
-"""`osmosis test` from the command line: the quickstart, outputs, exit codes, other backends."""
+"""`osmosis test` from the command line: the quickstart, outputs, usage errors and exit codes,
+`--server` (with a key), other backends, interrupted runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +19,8 @@ from typing import Any
 
 import httpx2
 import pytest
+import uvicorn
+from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -20,12 +28,12 @@ from starlette.routing import Route
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
+from osmosis_rollout.config import ServerSettings
+from osmosis_rollout.server import create_app
 
-from .support import free_port, serve_in_thread
+from .commands import assert_one_clear_error, run_cli, run_cli_text
+from .support import CALCULATOR, DATASET, ROOT, free_port, load_asset, serve_in_thread
 
-ROOT = Path(__file__).resolve().parent.parent
-CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
-DATASET = str(ROOT / "examples/calculator/dataset.jsonl")
 BAD = f"{ROOT}/tests/assets/bad_agents.py"
 
 runner = CliRunner()
@@ -58,6 +66,21 @@ def test_output_file_and_json_summary(tmp_path: Path) -> None:
     assert lines[0]["final_messages"][0]["role"] == "system"
     assert lines[0]["metrics"]["num_llm_calls"] == 2
     assert "mock-traingate-key" not in out.read_text()
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_piped_tables_have_no_trailing_spaces() -> None:
+    code, out, err = run_cli_text("test", CALCULATOR, "-d", DATASET, "--limit", "2")
+    assert code == 0, out + err
+    assert "Rollouts" in out
+    assert [line for line in out.splitlines() if line.endswith(" ")] == []
+
+
+def test_summary_throughput_is_rounded_for_people() -> None:
+    """The summary shows `93.9 rollouts/s over 32 ms`, not `93.903 rollouts/s over 0.032 s`."""
+    result = run_cli("test", CALCULATOR, "-d", DATASET, "--limit", "2", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    assert re.search(r"throughput +\d+\.\d rollouts/s over (\d+ ms|\d+\.\d\d s)\b", result.stdout)
 
 
 def test_params_reach_each_request(tmp_path: Path) -> None:
@@ -128,6 +151,65 @@ def test_malformed_dataset_names_row_and_column(tmp_path: Path) -> None:
     assert "user_prompt" in result.stderr
 
 
+@pytest.mark.parametrize("url", ["notaurl", "localhost:9000", "ftp://host", "http://"])
+def test_server_url_typo_is_a_usage_error(url: str) -> None:
+    """A --server value that is not an http(s) URL with a host exits 2 with an example URL."""
+    result = run_cli("test", "--server", url, "-d", DATASET)
+    assert_one_clear_error(result, "is not an http:// or https:// URL with a host")
+    assert "http://127.0.0.1:9000" in result.stderr
+
+
+def test_row_without_interactive_is_refused_with_the_batch_equivalent() -> None:
+    """--row is an --interactive flag; in a batch it used to be ignored and every row ran."""
+    result = run_cli("test", CALCULATOR, "-d", DATASET, "--row", "3")
+    assert_one_clear_error(result, "--row works only with --interactive")
+    assert "--offset 2 --limit 1" in result.stderr
+
+
+@pytest.mark.parametrize("flag", [["--json"], ["--output", "out.jsonl"]])
+def test_interactive_refuses_batch_only_outputs(flag: list[str], tmp_path: Path) -> None:
+    """--json and --output write batch results; with --interactive they would do nothing."""
+    with contextlib.chdir(tmp_path):
+        result = run_cli("test", CALCULATOR, "-d", DATASET, "-i", *flag)
+    assert_one_clear_error(result, f"{flag[0]} works only in batch mode")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_interactive_row_beyond_the_dataset_exits_2() -> None:
+    """--interactive --row N past the last row is a usage error, not a session that exits 0."""
+    result = run_cli("test", CALCULATOR, "-d", DATASET, "-i", "--row", "99")
+    assert_one_clear_error(result, "--row 99 is not in the dataset rows loaded (1-10)")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("rows.json", "", "rows.json has no rows"),
+        ("rows.json", "  \n", "rows.json has no rows"),
+        ("rows.jsonl", '{"user_prompt": "a"\n', "Expecting ',' delimiter (column 20)"),
+        (
+            "rows.jsonl",
+            '{"messages": [{"role": "user"}]}\n',
+            "'messages[0].content': must be a string or a list of content parts, but it is missing",
+        ),
+        (
+            "rows.jsonl",
+            '{"messages": [{"content": "hi"}]}\n',
+            "'messages[0].role': must be one of assistant, developer, system, tool, user, "
+            "but it is missing",
+        ),
+    ],
+)
+def test_dataset_messages_say_what_is_wrong(
+    name: str, text: str, message: str, tmp_path: Path
+) -> None:
+    """An empty file has no rows; JSON columns point at the fault; missing keys say missing."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    result = run_cli("test", CALCULATOR, "-d", str(path))
+    assert_one_clear_error(result, message)
+
+
 @pytest.fixture
 def running_server(tmp_path: Path) -> Iterator[str]:
     """`osmosis serve` on the calculator example, as a real process on 127.0.0.1."""
@@ -175,6 +257,90 @@ def test_against_a_running_server(running_server: str) -> None:
     result = invoke("--server", running_server, "-d", DATASET, "--limit", "4", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["passed"] == 4
+
+
+@pytest.fixture
+def keyed_server() -> Iterator[str]:
+    """A rollout server on 127.0.0.1 that requires the key `right-key`."""
+    agent = load_asset("tool_agent")
+    settings = ServerSettings(api_key=SecretStr("right-key"))
+    app_ = create_app(agent.ToolAgent(), settings=settings)
+    with serve_in_thread(app_, lifespan="on") as url:
+        yield url
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.parametrize(
+    ("key_args", "problem"),
+    [([], "requires a key and none was given"), (["--api-key", "wrong"], "refused the key given")],
+)
+def test_a_missing_or_wrong_server_key_stops_before_the_first_row(
+    keyed_server: str, key_args: list[str], problem: str
+) -> None:
+    code, out, err = run_cli_text("test", "--server", keyed_server, "-d", DATASET, *key_args)
+    assert code == 2
+    assert f"the rollout server at {keyed_server} {problem}" in err
+    assert "--api-key KEY or the OSMOSIS_API_KEY environment variable" in err
+    assert "REFUSED" not in out + err  # no row was run
+    assert "--verbose" not in out + err
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_the_right_server_key_runs_the_rows(keyed_server: str) -> None:
+    code, out, err = run_cli_text(
+        "test", "--server", keyed_server, "-d", DATASET, "--limit", "2", "--api-key", "right-key"
+    )
+    assert "REFUSED" not in out, out + err
+    assert code == 0, out + err
+
+
+@contextlib.contextmanager
+def keyed_calculator_server(key: str) -> Iterator[str]:
+    """The calculator agent behind a real uvicorn (with its lifespan) that requires ``key``."""
+    agent = load_asset("seed_calculator").CalculatorAgent()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    config = uvicorn.Config(create_app(agent, api_key=key), log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def test_server_with_a_key_can_be_tested_with_api_key() -> None:
+    """--api-key (or OSMOSIS_API_KEY) lets `test --server` drive a server started with a key."""
+    with keyed_calculator_server("s3cret-server-key") as url:
+        refused = run_cli("test", "--server", url, "-d", DATASET, "--limit", "1")
+        passed = run_cli(
+            "test", "--server", url, "-d", DATASET, "--limit", "2", "--api-key", "s3cret-server-key"
+        )
+        from_env = run_cli(
+            "test",
+            "--server",
+            url,
+            "-d",
+            DATASET,
+            "--limit",
+            "1",
+            "--json",
+            env={"OSMOSIS_API_KEY": "s3cret-server-key"},
+        )
+    # without the key the run stops before any row, with one usage error naming the fix
+    assert refused.exit_code == 2, refused.stdout + refused.stderr
+    assert "requires a key and none was given" in refused.stderr
+    assert "--api-key KEY or the OSMOSIS_API_KEY" in refused.stderr
+    assert passed.exit_code == 0, passed.stdout + passed.stderr
+    assert "2/2" in passed.stdout
+    assert from_env.exit_code == 0, from_env.stderr
+    assert json.loads(from_env.stdout)["passed"] == 1
+    for result in (refused, passed, from_env):
+        assert "s3cret-server-key" not in result.stdout + result.stderr
 
 
 class StubLLM:
@@ -270,6 +436,146 @@ def test_agent_tracebacks_only_with_verbose() -> None:
     assert "Traceback" not in quiet.stderr
     assert "--verbose" in quiet.stderr
     assert "Traceback" in loud.stderr
+
+
+SLOW_AGENT = """
+import anyio
+from osmosis_rollout import RolloutAgentLoop
+
+
+class Slow(RolloutAgentLoop):
+    name = "slow"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        open(f"{MARKS}/{ctx.request.rollout_id}", "w").close()  # the test waits for two
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages)
+        messages.append(result.message)
+        await anyio.sleep(1.0)
+        return ctx.complete(messages)
+"""
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.parametrize(
+    ("signum", "name"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")]
+)
+def test_an_interrupted_json_run_prints_its_partial_summary(
+    tmp_path: Path, signum: int, name: str
+) -> None:
+    """SIGTERM is handled like Ctrl-C; both leave the partial summary on stdout and in -o."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "slow.py").write_text(f"MARKS = {str(marks)!r}\n{SLOW_AGENT}")
+    out = tmp_path / "out.jsonl"
+    osmosis = Path(sys.executable).parent / "osmosis"
+    args = [str(osmosis), "test", f"{tmp_path}/slow.py:Slow", "-d", DATASET]
+    args += ["--concurrency", "1", "--json", "-o", str(out)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(marks.iterdir())) < 2:  # row 1 finished, row 2 started
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no row finished in 60 s"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    summary = json.loads(stdout)
+    assert summary["stopped_early"] == f"interrupted ({name})"
+    assert 1 <= summary["rows"] < 10
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["stopped_early"] == f"interrupted ({name})"
+
+
+_STUCK_AGENT = """
+import anyio
+from osmosis_rollout import RolloutAgentLoop
+
+
+class StuckAgent(RolloutAgentLoop):
+    name = "stuck"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        if ctx.request.metadata.get("stuck"):
+            await anyio.sleep_forever()
+        messages = list(ctx.request.messages)
+        reply = await ctx.chat(messages)
+        return ctx.complete([*messages, reply.message])
+"""
+
+
+def test_ctrl_c_keeps_finished_rows_and_marks_the_results_file_partial(tmp_path: Path) -> None:
+    """SIGINT mid-batch: exit 130, finished rows kept, then a summary saying it was cut short."""
+    (tmp_path / "stuck.py").write_text(_STUCK_AGENT, encoding="utf-8")
+    rows = [{"user_prompt": "quick"}] + [{"user_prompt": "never", "stuck": True}] * 3
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "results.jsonl"
+    command = [sys.executable, "-m", "osmosis_rollout", "test", "stuck.py:StuckAgent"]
+    proc = subprocess.Popen(
+        [*command, "-d", "rows.jsonl", "--concurrency", "4", "-o", str(out)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+        # A background shell starts children with SIGINT ignored; Ctrl-C must reach this one.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 20
+        # The results file is the only signal another process gives: poll it for the first row.
+        while not (out.exists() and out.read_text().count("\n") >= 1):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the quick row never finished"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = stderr.decode()
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text
+    assert f"1 of 4 row(s) finished before the interrupt; their results are in {out}" in text
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["type"] for line in lines] == ["row", "summary"]
+    assert lines[0]["passed"] is True
+    assert lines[1]["rows"] == 1
+    assert lines[1]["stopped_early"] == "interrupted (Ctrl-C)"
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_q_at_a_turn_prompt_says_you_left_not_ctrl_c() -> None:
+    """Piped commands work without a terminal warning; `q` names itself as the reason."""
+    osmosis = Path(sys.executable).parent / "osmosis"
+    proc = subprocess.run(
+        [str(osmosis), "test", CALCULATOR, "-i", "-d", DATASET, "--row", "1"],
+        input="q\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "error: rollout cancelled (you left the REPL)" in output
+    assert "Ctrl-C at the REPL" not in output
+    assert "not a terminal" not in output
 
 
 _FILE_AGENT = '''

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
 
-from .support import ASSETS
+from .commands import run_cli_text
+from .support import ASSETS, ROOT
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -71,6 +75,55 @@ def test_misspelt_class_exits_2_with_a_suggestion() -> None:
     code, _, err = invoke(target("val_good", "GoodAgnt"))
     assert code == 2
     assert "did you mean GoodAgent?" in err
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A package `osm_fr_pkg` in the working folder: one agent and one plain function."""
+    monkeypatch.syspath_prepend(str(tmp_path / "unused"))  # sys.path restored afterwards
+    monkeypatch.chdir(tmp_path)
+    before = set(sys.modules)
+    pkg = tmp_path / "osm_fr_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = (ROOT / "tests/assets/docs_sandbox/agent.py").read_text()
+    (pkg / "agent.py").write_text(source)
+    yield pkg
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.parametrize("target", ["osm_fr_pkg.agent", "osm_fr_pkg/agent.py"])
+def test_a_target_without_class_suggests_the_one_agent_defined(package: Path, target: str) -> None:
+    code, _, err = run_cli_text("validate", target)
+    assert code == 2
+    assert f"did you mean {target}:MyAgent?" in err
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_a_function_target_says_it_is_a_function_and_names_the_agents(package: Path) -> None:
+    code, out, _ = run_cli_text("validate", "osm_fr_pkg.agent:add", "--json")
+    assert code == 1
+    message = json.loads(out)["problems"][0]["message"]
+    assert message.startswith("add is a function, not an agent")
+    assert message.endswith("agents defined there: MyAgent")
+    assert "class add(" not in message
+
+
+def test_validate_names_the_classes_and_the_bad_line(tmp_path: Path) -> None:
+    """A wrong class name lists the classes in the file; a syntax error quotes the line."""
+    from osmosis_rollout.cli import app as cli_app
+
+    agent = tmp_path / "agent.py"
+    agent.write_text("class Alpha:\n    pass\n\n\nclass Beta:\n    pass\n")
+    missing = CliRunner().invoke(cli_app, ["validate", f"{agent}:Zzz"])
+    assert missing.exit_code == 2
+    assert "classes defined there: Alpha, Beta" in missing.stderr
+    agent.write_text("class Alpha:\n    def f(self)\n        pass\n")
+    broken = CliRunner().invoke(cli_app, ["validate", f"{agent}:Alpha", "--json"])
+    assert broken.exit_code == 1
+    assert "def f(self)" in broken.stdout
 
 
 def test_json_prints_only_the_result() -> None:

@@ -64,7 +64,7 @@ def test_paused_gc_leaves_the_collector_enabled_or_disabled_as_it_was() -> None:
 async def test_run_batch_leaves_the_collector_as_it_was() -> None:
     from osmosis_rollout.testing import Harness, MockLLMBackend
     from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
-    from tests.test_inprocess_transports import calculator_agent
+    from tests.support import calculator_agent
 
     gc.set_threshold(700, 10, 10)
     async with Harness(calculator_agent(), backend=MockLLMBackend()) as harness:

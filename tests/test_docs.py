@@ -70,8 +70,8 @@ from pathlib import Path
 
 import pytest
 
+from .processes import stop_process
 from .support import free_port
-from .test_server_uvicorn import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 SANDBOX_FILES = Path(__file__).parent / "assets" / "docs_sandbox"

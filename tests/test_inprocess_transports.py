@@ -25,6 +25,8 @@ from osmosis_rollout.testing import Harness, MockLLMBackend, MockTrainGate, Scri
 from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.transport import AsgiTransport, InvalidTarget, TransportFailure
 
+from .support import calculator_agent
+
 pytestmark = pytest.mark.anyio
 
 KEY = "rollout-secret"
@@ -229,16 +231,6 @@ async def test_asgi_transport_tells_a_listening_app_of_the_disconnect_after_the_
     reply = await AsgiTransport(app).post("http://server.test/", b"x", {})
     assert reply.content == b"ok"
     assert events == ["http.request", "respond", "http.disconnect"]
-
-
-def calculator_agent() -> Any:
-    """The Quickstart's calculator agent (four sync tools)."""
-    from pathlib import Path
-
-    from osmosis_rollout.loader import load_agent
-
-    calculator = Path(__file__).parents[1] / "examples" / "calculator" / "agent.py"
-    return load_agent(f"{calculator}:CalculatorAgent")
 
 
 async def test_harness_keeps_server_http_for_other_calls() -> None:

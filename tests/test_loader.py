@@ -12,7 +12,7 @@ import pytest
 from osmosis_rollout import AgentLoadError, RolloutAgentLoop
 from osmosis_rollout.loader import find_source, load_agent, load_target, parse_target
 
-from .support import ASSETS
+from .support import ASSETS, line_of
 
 GOOD = f"{ASSETS / 'val_good.py'}:GoodAgent"
 
@@ -29,14 +29,6 @@ class Agent(RolloutAgentLoop):
     async def run(self, ctx):
         return ctx.complete([])
 """
-
-
-def line_of(path: Path, marker: str) -> int:
-    """The 1-based line of ``path`` that carries ``marker``."""
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if marker in line:
-            return number
-    raise AssertionError(f"{marker!r} not in {path}")
 
 
 @pytest.fixture

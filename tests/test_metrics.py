@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
 
+from .gates import CHAT, COMPLETED
+from .serving import SERVER_KEY, Served, init_body, serving
 from .support import load_asset
-from .test_server import CHAT, COMPLETED, SERVER_KEY, Served, init_body, serving
 
 pytestmark = pytest.mark.anyio
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 from pydantic import ValidationError
 
 from osmosis_rollout.protocol import (
     DEFAULT_MAX_METADATA_BYTES,
+    REDACTED,
     CompletionsRequest,
     CompletionsResponse,
     InitResponse,
@@ -19,9 +21,13 @@ from osmosis_rollout.protocol import (
     RolloutResponse,
     RolloutStatus,
     describe_validation_error,
+    scrub,
     wire,
     wire_json,
 )
+
+from .leaks import NASTY_KEY, every_form_absent
+from .serving import init_body
 
 SECRET = "sk-live-0123456789abcdef"
 
@@ -193,6 +199,14 @@ def test_unknown_keys_are_ignored() -> None:
     assert request.model_extra in (None, {})
 
 
+def test_rollout_request_still_accepts_plain_values() -> None:
+    """The new checks leave ordinary requests alone (unknown sampling keys pass through)."""
+    request = RolloutRequest.model_validate(
+        init_body(completion_params={"temperature": 1, "stop": "x", "seed": 3, "top_k": 5})
+    )
+    assert request.completion_params["top_k"] == 5
+
+
 def test_empty_initial_messages_are_accepted() -> None:
     """The initial conversation may be empty."""
     assert RolloutRequest.model_validate(request_data(messages=[])).messages == []
@@ -223,6 +237,23 @@ def test_api_key_is_redacted_everywhere_but_the_wire() -> None:
     assert wire(request)["api_key"] == SECRET
     assert json.loads(wire_json(request))["api_key"] == SECRET
     assert request.api_key_value == SECRET
+
+
+def test_scrub_removes_every_form_of_a_key_with_quotes_and_backslashes() -> None:
+    """Raw, JSON-escaped (once and twice), repr-escaped and URL-encoded forms all go."""
+    key = NASTY_KEY
+    texts = [
+        f"raw {key}",
+        json.dumps({"detail": f"bad key {key}"}),
+        json.dumps({"outer": json.dumps({"detail": key})}),
+        repr(ValueError(f"bad {key}")),
+        f"url ?key={quote(key, safe='')}",
+        f"url ?key={quote_plus(key)}",
+    ]
+    for text in texts:
+        cleaned = scrub(text, key)
+        assert REDACTED in cleaned
+        assert every_form_absent(cleaned, key) == [], text
 
 
 def test_wire_round_trips_a_request_with_its_secret() -> None:

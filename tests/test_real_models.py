@@ -26,12 +26,11 @@ from osmosis_rollout.testing.backends import DEFAULT_MAX_TOKENS
 from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.testing.text_tool_calls import find_text_tool_call
 
-from .openai_stub import OpenAIStub, slow, text, text_tool_call, tool_call, truncated
+from .openai_stub import OpenAIStub, slow, stub_backend, text, text_tool_call, tool_call, truncated
 from .support import load_asset
 
 pytestmark = pytest.mark.anyio
 
-STUB_URL = "http://stub.test/v1"
 QUESTION = [{"role": "user", "content": "What is 1 + 2?"}]
 HISTORY = load_asset("fnd_history")
 
@@ -45,12 +44,6 @@ def read_trace(folder: Path) -> list[dict[str, Any]]:
     """The events of the one trace file in ``folder``."""
     (trace,) = folder.glob("*.jsonl")
     return [json.loads(line) for line in trace.read_text().splitlines()]
-
-
-def stub_backend(stub: OpenAIStub) -> OpenAICompatibleBackend:
-    """An OpenAICompatibleBackend that reaches ``stub`` in-process."""
-    http = httpx2.AsyncClient(transport=stub.transport())
-    return OpenAICompatibleBackend(STUB_URL, "stub-model", http=http)
 
 
 @pytest.fixture
@@ -394,40 +387,6 @@ def test_cli_against_a_real_socket_shows_the_cut_and_the_text_tool_call(tmp_path
 
 
 # -- 4 and 6, at the interactive prompt -------------------------------------------------------
-
-
-async def test_the_repl_says_it_is_waiting_for_a_slow_model() -> None:
-    """A reply that takes a while shows "waiting for the model" with the seconds so far."""
-    from .test_repl import session
-
-    stub = OpenAIStub([slow(1.6, tool_call("add", {"a": 12, "b": 30})), text("42")])
-    async with stub_backend(stub) as backend:
-        repl = await session("c\nq\n", inner=backend, start_row=1)
-    assert re.search(r"waiting for the model \(turn 1\), 1 s", repl.text)
-    assert repl.text.index("waiting for the model") < repl.text.index("turn 1 | row 1")
-    assert "waiting for the model (turn 2)" not in repl.text  # a fast turn says nothing
-
-
-async def test_an_edited_reply_keeps_the_real_prompt_token_counts() -> None:
-    """`edit` estimates only the completion: the prompt's real count and ids are kept."""
-    from .test_repl import session
-
-    real = tool_call(
-        "add",
-        {"a": 1, "b": 1},
-        usage={"prompt_tokens": 321, "completion_tokens": 9, "total_tokens": 330},
-        extra={"prompt_token_ids": list(range(321))},
-    )
-    stub = OpenAIStub([real, text("42")])
-    edit = 'edit {"name": "add", "arguments": {"a": 40, "b": 2}}\n'
-    async with stub_backend(stub) as backend:
-        repl = await session(edit + "c\nq\n", inner=backend, start_row=1)
-    (record,) = repl.backend.all
-    edited = record.replies[0]
-    assert edited.usage.prompt_tokens == 321
-    assert edited.prompt_token_ids == list(range(321))
-    assert "321 in /" in repl.text
-    assert "(out estimated: edited)" in repl.text
 
 
 class CrashesOnARefusedCall(RolloutAgentLoop):

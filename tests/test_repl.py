@@ -39,6 +39,8 @@ from osmosis_rollout.testing.backends import MockLLMBackend
 from osmosis_rollout.testing.runner import RowInput
 from osmosis_rollout.testing.traingate import LLMBackend, completion_from_message
 
+from .openai_stub import OpenAIStub, slow, stub_backend, text, tool_call
+
 pytestmark = pytest.mark.anyio
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -248,6 +250,34 @@ async def test_metrics_live_and_after_the_end() -> None:
     assert len(re.findall(r"llm calls +2\b", repl.text)) == 2  # end of rollout, then `metrics`
 
 
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_repl_metrics_show_paused_apart_from_llm_and_tool_wall_time() -> None:
+    from rich.console import Console
+
+    from osmosis_rollout.protocol import RolloutMetrics
+    from osmosis_rollout.repl.views import metrics_table
+
+    metrics = RolloutMetrics(
+        total_latency_ms=6000,
+        llm_latency_ms=5700,  # as the agent measured it: 5650 ms of it was you at the prompt
+        tool_latency_ms=40,
+        num_llm_calls=2,
+        num_tool_calls=4,
+        tool_wall_ms=10,
+    )
+    console = Console(width=100, record=True, no_color=True)
+    console.print(metrics_table(metrics, paused_ms=5650, model_ms=18))
+    rows = {line.split()[0]: line.strip() for line in console.export_text().splitlines() if line}
+    cells = {name: row.split()[1:3] for name, row in rows.items()}
+    assert cells["paused"] == ["5.65", "s"]  # a row of its own, not indented under llm
+    assert cells["llm"] == ["50", "ms"]  # 5700 - 5650: the LLM calls without the pauses
+    assert cells["model"] == ["18", "ms"]
+    assert cells["tool"] == ["10", "ms"]
+    assert rows["tool"].endswith("wall time; 40 ms summed over parallel calls")
+    assert cells["other"] == ["290", "ms"]  # 6000 - 5700 - 10
+    assert not any(line.startswith("  paused") for line in console.export_text().splitlines())
+
+
 async def test_edit_tool_call_reaches_the_agent() -> None:
     """An edited tool call replaces the model's reply: the agent runs it and is rewarded."""
     inner = ScriptedBackend([add_call(1, 1), {"content": "42"}])
@@ -421,6 +451,36 @@ async def test_mock_llm_backend_session() -> None:
     assert "rollout COMPLETED" in repl.text
 
 
+async def test_the_repl_says_it_is_waiting_for_a_slow_model() -> None:
+    """A reply that takes a while shows "waiting for the model" with the seconds so far."""
+    stub = OpenAIStub([slow(1.6, tool_call("add", {"a": 12, "b": 30})), text("42")])
+    async with stub_backend(stub) as backend:
+        repl = await session("c\nq\n", inner=backend, start_row=1)
+    assert re.search(r"waiting for the model \(turn 1\), 1 s", repl.text)
+    assert repl.text.index("waiting for the model") < repl.text.index("turn 1 | row 1")
+    assert "waiting for the model (turn 2)" not in repl.text  # a fast turn says nothing
+
+
+async def test_an_edited_reply_keeps_the_real_prompt_token_counts() -> None:
+    """`edit` estimates only the completion: the prompt's real count and ids are kept."""
+    real = tool_call(
+        "add",
+        {"a": 1, "b": 1},
+        usage={"prompt_tokens": 321, "completion_tokens": 9, "total_tokens": 330},
+        extra={"prompt_token_ids": list(range(321))},
+    )
+    stub = OpenAIStub([real, text("42")])
+    edit = 'edit {"name": "add", "arguments": {"a": 40, "b": 2}}\n'
+    async with stub_backend(stub) as backend:
+        repl = await session(edit + "c\nq\n", inner=backend, start_row=1)
+    (record,) = repl.backend.all
+    edited = record.replies[0]
+    assert edited.usage.prompt_tokens == 321
+    assert edited.prompt_token_ids == list(range(321))
+    assert "321 in /" in repl.text
+    assert "(out estimated: edited)" in repl.text
+
+
 # --------------------------------------------------------------------------------------------
 # the pieces
 # --------------------------------------------------------------------------------------------
@@ -502,6 +562,35 @@ def test_parse_reply_warns_on_unknown_tool_and_bad_arguments() -> None:
     assert len(edited.message["tool_calls"]) == 2
     assert "'pow' is not declared" in edited.warnings[0]
     assert "'b' is a required property" in edited.warnings[1]
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_a_rejected_edit_shows_an_example_with_the_agents_own_tool() -> None:
+    from osmosis_rollout.errors import ToolError
+    from osmosis_rollout.protocol import OpenAIFunctionToolSchema
+    from osmosis_rollout.repl.commands import parse_reply
+
+    search = OpenAIFunctionToolSchema.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": "search",
+                "description": "Search the catalogue.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                    "required": ["query"],
+                },
+            },
+        }
+    )
+    with pytest.raises(ToolError) as info:
+        parse_reply('{"arguments": {}}', [search], turn=1)
+    message = str(info.value)
+    assert '{"name": "search", "arguments": {"query": "text"}}' in message
+    assert '"add"' not in message
+    example = message.partition("e.g. ")[2]
+    assert parse_reply(example, [search], turn=1).warnings == ()  # the example itself is valid
 
 
 async def test_abandon_fails_the_pending_turn() -> None:

@@ -1,8 +1,9 @@
 """Several replicas on one Redis, as real ``osmosis serve`` processes on 127.0.0.1.
 
-A small recording TrainGate (uvicorn in a thread) counts every completion callback. The done-when
-scenarios of shared state: duplicates split between two replicas start one rollout; ``kill -9``
-of a replica under load loses nothing, its orphans getting their ERROR callback from the survivor.
+A small recording TrainGate (``CallbackGate``, uvicorn in a thread) counts every completion
+callback. The done-when scenarios of shared state: duplicates split between two replicas start one
+rollout; ``kill -9`` of a replica under load loses nothing, its orphans getting their ERROR
+callback from the survivor.
 """
 
 from __future__ import annotations
@@ -10,70 +11,24 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from osmosis_rollout.server.state import open_state
 
-from .support import serve_in_thread
-from .test_server_uvicorn import REPO, ServeProcess, clean_env, osmosis_serve
+from .gates import CallbackGate, init
+from .processes import REPO, ServeProcess, clean_env, osmosis_serve
+from .support import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 AGENT = f"{REPO / 'tests' / 'assets' / 'replica_agent.py'}:SleepAgent"
 LEASE_TTL_S = 3.0
-
-
-@dataclass
-class Callback:
-    """One completion callback as the gate received it."""
-
-    body: dict[str, Any]
-    at: float  # time.monotonic()
-    authorization: str | None = None
-
-
-@dataclass
-class RecordingGate:
-    """Records completion callbacks by rollout id (thread-safe: uvicorn runs in a thread)."""
-
-    callbacks: dict[str, list[Callback]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    async def completed(self, request: Request) -> Response:
-        body = await request.json()
-        with self.lock:
-            self.callbacks.setdefault(body["rollout_id"], []).append(
-                Callback(body, time.monotonic(), request.headers.get("authorization"))
-            )
-        return Response(status_code=200)
-
-    def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/rollout/completed", self.completed, methods=["POST"])])
-
-    def count(self) -> int:
-        with self.lock:
-            return sum(len(v) for v in self.callbacks.values())
-
-
-@pytest.fixture
-def gate() -> Iterator[tuple[RecordingGate, str]]:
-    """A recording TrainGate and its URL."""
-    recorder = RecordingGate()
-    with serve_in_thread(recorder.app()) as url:
-        yield recorder, url
 
 
 @contextlib.contextmanager
@@ -102,27 +57,8 @@ def replicas(tmp_path: Path, redis_url: str, count: int = 2) -> Iterator[list[Se
         yield servers
 
 
-def init(rollout_id: str, gate_url: str, sleep_s: float) -> dict[str, Any]:
-    """An init body for the sleeping agent."""
-    return {
-        "rollout_id": rollout_id,
-        "server_url": gate_url,
-        "messages": [{"role": "user", "content": f"task {rollout_id}"}],
-        "completion_params": {},
-        "metadata": {"sleep_s": sleep_s},
-        "api_key": "tg-key-for-replicas",
-    }
-
-
-async def wait_until(predicate: Any, timeout_s: float) -> None:
-    """Poll ``predicate`` (the callbacks arrive in another thread, with no event to wait on)."""
-    with anyio.fail_after(timeout_s):
-        while not predicate():  # noqa: ASYNC110 - polling another thread's state
-            await anyio.sleep(0.05)
-
-
 async def test_duplicates_split_between_two_replicas_start_one_rollout(
-    tmp_path: Path, redis_url: str, gate: tuple[RecordingGate, str]
+    tmp_path: Path, redis_url: str, gate: tuple[CallbackGate, str]
 ) -> None:
     """50 concurrent copies of one init, alternating between two replicas: all get the same
     202, one replica runs it, one callback arrives."""
@@ -151,7 +87,7 @@ async def test_duplicates_split_between_two_replicas_start_one_rollout(
 
 
 async def test_kill_9_of_a_replica_under_load_loses_nothing(
-    tmp_path: Path, redis_url: str, gate: tuple[RecordingGate, str]
+    tmp_path: Path, redis_url: str, gate: tuple[CallbackGate, str]
 ) -> None:
     """200 rollouts over two replicas; replica B is killed with SIGKILL while they run. Every
     rollout ends in exactly one callback (or stream entry); B's unfinished ones get an ERROR

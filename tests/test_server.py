@@ -1,7 +1,8 @@
 """The rollout server in-process: ``create_app`` through ``httpx2.ASGITransport``.
 
-TrainGate is a ``MockTrainGate`` behind a ``RecordingGate`` that keeps every raw request and can
-answer chosen calls with a fault first. Every test checks the one-callback rule at the gate.
+TrainGate is a ``MockTrainGate`` behind a ``RecordingGate`` (``serving`` in tests/serving.py) that
+keeps every raw request and can answer chosen calls with a fault first. Every test checks the
+one-callback rule at the gate.
 """
 
 from __future__ import annotations
@@ -10,238 +11,39 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import anyio
 import anyio.lowlevel
 import httpx2
 import pytest
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse
 
 from osmosis_rollout import RolloutAgentLoop
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
-from osmosis_rollout.protocol import InitResponse
+from osmosis_rollout.protocol import REDACTED
 from osmosis_rollout.server import RolloutServer, create_app
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 
-from .support import free_port, load_asset
+from .gates import ANSWER, CHAT, COMPLETED
+from .leaks import NASTY_KEY, every_form_absent, written_text
+from .serving import SERVER_KEY, TG_KEY, init_body, serving
+from .support import free_port, load_asset, serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
-GATE_URL = "http://traingate.test"
-SERVER_KEY = "server-key-0123456789"
-TG_KEY = "tg-secret-api-key-9876"
-CHAT = "/v1/chat/completions"
-COMPLETED = "/v1/rollout/completed"
-
-ADD_CALL: dict[str, Any] = {
-    "content": None,
-    "tool_calls": [
-        {
-            "id": "call_1",
-            "type": "function",
-            "function": {"name": "add", "arguments": json.dumps({"a": 3, "b": 4})},
-        }
-    ],
-}
-ANSWER: dict[str, Any] = {"content": "3 + 4 = 7"}
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 #: The roles of a finished two-turn tool rollout's final messages.
 TOOL_TURN_ROLES = ["user", "assistant", "tool", "assistant"]
 
 agents = load_asset("srv_agents")
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers shared with test_server_uvicorn.py
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RawCall:
-    """One request as it arrived at the gate, before any parsing."""
-
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """The body as JSON."""
-        return json.loads(self.body)
-
-
-@dataclass
-class RecordingGate:
-    """An ASGI wrapper around a TrainGate app: records raw requests, injects scripted faults."""
-
-    app: Any
-    calls: list[RawCall] = field(default_factory=list)
-    faults: dict[str, list[Response]] = field(default_factory=dict)
-
-    def fail_next(self, path: str, status: int, headers: dict[str, str] | None = None) -> None:
-        """Answer the next call to ``path`` with ``status`` instead of passing it on."""
-        response = JSONResponse({"detail": f"injected {status}"}, status, headers=headers)
-        self.faults.setdefault(path, []).append(response)
-
-    def calls_to(self, path: str) -> list[RawCall]:
-        """The recorded calls to one path, in order."""
-        return [c for c in self.calls if c.path == path]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope, receive)
-        body = await request.body()
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        self.calls.append(RawCall(request.url.path, headers, body))
-        pending = self.faults.get(request.url.path)
-        if pending:
-            await pending.pop(0)(scope, receive, send)
-            return
-        sent = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
-def has_null(value: Any) -> bool:
-    """Whether a JSON value holds a ``null`` anywhere."""
-    if value is None:
-        return True
-    if isinstance(value, dict):
-        return any(has_null(v) for v in value.values())
-    if isinstance(value, list):
-        return any(has_null(v) for v in value)
-    return False
-
-
-def init_body(rollout_id: str = "r-1", **overrides: Any) -> dict[str, Any]:
-    """A valid init body for the in-process gate."""
-    body: dict[str, Any] = {
-        "rollout_id": rollout_id,
-        "server_url": GATE_URL,
-        "messages": [{"role": "user", "content": "What is 3 + 4?"}],
-        "completion_params": {"temperature": 0.7, "max_tokens": 64},
-        "api_key": TG_KEY,
-    }
-    body.update(overrides)
-    return body
-
-
-# --------------------------------------------------------------------------------------------
-# The in-process server
-# --------------------------------------------------------------------------------------------
-
-
-class Sleeps:
-    """The client's sleep: records each retry delay and only yields, so tests stay fast."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-        await anyio.lowlevel.checkpoint()
-
-
-class SplitTransport(httpx2.AsyncBaseTransport):
-    """Chat turns go to the in-process gate; completion callbacks go to the real network."""
-
-    def __init__(self, chat: httpx2.AsyncBaseTransport, callback: httpx2.AsyncBaseTransport):
-        self.chat = chat
-        self.callback = callback
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        target = self.callback if request.url.path == COMPLETED else self.chat
-        return await target.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.callback.aclose()
-
-
-@dataclass
-class Served:
-    """A running in-process server, its gate, and what the gate saw."""
-
-    http: httpx2.AsyncClient
-    server: RolloutServer
-    gate: MockTrainGate
-    raw: RecordingGate
-    sleeps: Sleeps
-
-    async def init(
-        self, body: dict[str, Any] | bytes, *, key: str | None = SERVER_KEY, **headers: str
-    ) -> httpx2.Response:
-        """POST one init (registering a dict body's rollout with the gate first)."""
-        if isinstance(body, dict) and body.get("rollout_id") not in self.gate.records:
-            self.gate.expect(str(body["rollout_id"]), api_key=body.get("api_key"))
-        content = json.dumps(body).encode() if isinstance(body, dict) else body
-        sent = {"Content-Type": "application/json", **headers}
-        if key is not None:
-            sent["Authorization"] = f"Bearer {key}"
-        response = await self.http.post("/v1/rollout/init", content=content, headers=sent)
-        if response.status_code == 202:  # what gate.init_rollout does: learn the tools
-            init = InitResponse.model_validate_json(response.content)
-            self.gate.records[init.rollout_id].tools = list(init.tools)
-        return response
-
-    async def settle(self) -> None:
-        """Wait until every accepted rollout has handled its one callback."""
-        with anyio.fail_after(5):
-            for entry in self.server.registry.unfinished():
-                await entry.finished.wait()
-
-    async def health(self) -> httpx2.Response:
-        """GET /health."""
-        return await self.http.get("/health")
-
-    def completions(self, rollout_id: str) -> list[Any]:
-        """The completion callbacks the gate accepted for one rollout."""
-        return self.gate.records[rollout_id].completions
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    agent: RolloutAgentLoop,
-    tmp_path: Path,
-    *,
-    replies: list[dict[str, Any]] | None = None,
-    refuse_callbacks: bool = False,
-    **options: Any,
-) -> AsyncIterator[Served]:
-    """Run ``create_app(agent)`` with its lifespan; TrainGate answers ``replies`` per turn."""
-    gate = MockTrainGate(ScriptedBackend(list(replies or [ADD_CALL, ANSWER])))
-    raw = RecordingGate(gate.app)
-    transport: httpx2.AsyncBaseTransport = httpx2.ASGITransport(app=raw)
-    if refuse_callbacks:
-        transport = SplitTransport(transport, httpx2.AsyncHTTPTransport())
-    sleeps = Sleeps()
-    options.setdefault("api_key", SERVER_KEY)
-    options.setdefault("outbox_dir", tmp_path / "outbox")
-    options.setdefault("shutdown_grace_s", 0.0)
-    async with httpx2.AsyncClient(transport=transport, timeout=5.0) as gate_http:
-        retry = RetryPolicy(retries=3, base_delay_s=0.01, max_delay_s=0.05, connect_timeout_s=2)
-        client = TrainGateClient(gate_http, retry=retry, sleep=sleeps)
-        app = create_app(agent, client=client, **options)
-        async with (
-            app.router.lifespan_context(app),
-            httpx2.AsyncClient(
-                transport=httpx2.ASGITransport(app=app), base_url="http://rollout.test"
-            ) as http,
-        ):
-            yield Served(http, app.state.rollout_server, gate, raw, sleeps)
+rev = load_asset("rev_agents")
+hrd = load_asset("hrd_agents")
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,6 +174,50 @@ async def test_hanging_agent_times_out_at_its_deadline(tmp_path: Path) -> None:
     assert 0.3 <= elapsed < 3
 
 
+async def test_non_ascii_rollout_id_runs_with_an_encoded_request_id(tmp_path: Path) -> None:
+    """A non-ASCII rollout_id (allowed) completes; X-Request-Id is percent-encoded ASCII."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(init_body("résumé-1"))
+        await s.settle()
+        health = (await s.health()).json()
+
+    assert response.status_code == 202
+    [result] = s.completions("résumé-1")
+    assert result.status == "COMPLETED"
+    ids = [c.headers["x-request-id"] for c in s.raw.calls_to(CHAT)]
+    assert ids == ["r%C3%A9sum%C3%A9-1:1", "r%C3%A9sum%C3%A9-1:2"]
+    assert unquote(ids[0]) == "résumé-1:1"
+    assert health["status"] == "healthy"
+
+
+async def test_non_json_message_ends_in_one_error_callback(tmp_path: Path) -> None:
+    """An agent that puts a non-JSON object in a message gets ERROR, not a dead server."""
+    async with serving(rev.OpaqueMessageAgent(), tmp_path) as s:
+        await s.init(init_body())
+        await s.init(init_body("r-2"))
+        await s.settle()
+        health = (await s.health()).json()
+
+    for rid in ("r-1", "r-2"):
+        [result] = s.completions(rid)
+        assert result.status == "ERROR"
+        assert "Opaque" in (result.error_message or "")
+    assert health["status"] == "healthy"
+    assert health["completed_rollouts"] == 2
+
+
+async def test_non_json_final_messages_are_sent_as_text(tmp_path: Path) -> None:
+    """A result with a non-JSON object becomes ERROR with that value kept as text."""
+    async with serving(rev.OpaqueResultAgent(), tmp_path, replies=[{"content": "hi"}]) as s:
+        await s.init(init_body())
+        await s.settle()
+
+    [result] = s.completions("r-1")
+    assert result.status == "ERROR"
+    assert "cannot be sent" in (result.error_message or "")
+    assert result.final_messages[-1]["content"] == "<Opaque>"
+
+
 async def test_drain_lets_rollouts_finish_within_the_grace_period(tmp_path: Path) -> None:
     """While draining, /health says 503 draining and inits get 503; finished work completes."""
     agent = agents.Gated()
@@ -462,6 +308,98 @@ async def test_rollouts_left_after_the_drain_are_stopped_and_kept(tmp_path: Path
     assert s.server.registry.unfinished() == []
 
 
+async def test_drain_is_bounded_when_traingate_never_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the grace period, a callback stuck on a dead TrainGate goes to the outbox."""
+    from osmosis_rollout.server import app as server_app
+
+    monkeypatch.setattr(server_app, "_DELIVERY_GRACE_S", 0.2)
+    stuck = anyio.Event()
+
+    async with serving(agents.ToolAgent(), tmp_path, replies=[{"content": "done"}]) as s:
+        client = s.server.client
+        assert client is not None
+
+        async def hang(*args: object, **kwargs: object) -> None:
+            stuck.set()
+            await anyio.sleep(60)
+
+        client.complete_rollout = hang  # type: ignore[method-assign]
+        await s.init(init_body())
+        with anyio.fail_after(5):
+            await stuck.wait()
+        with anyio.fail_after(5):
+            await s.server.drain()
+    files = list((tmp_path / "outbox").iterdir())
+    assert len(files) == 1
+    assert TG_KEY not in files[0].read_text()
+    assert s.raw.calls_to(COMPLETED) == []
+
+
+class SilentCallbacks(httpx2.AsyncBaseTransport):
+    """Chat turns reach the gate; completion callbacks are never answered (a hung TrainGate)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.waiting = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == COMPLETED:
+            self.waiting += 1
+            await anyio.sleep_forever()
+        return await self.inner.handle_async_request(request)
+
+
+@contextlib.asynccontextmanager
+async def silent_gate_server(
+    tmp_path: Path, **options: Any
+) -> AsyncIterator[tuple[httpx2.AsyncClient, RolloutServer, SilentCallbacks]]:
+    """An in-process server whose TrainGate never answers a callback."""
+    gate = MockTrainGate(ScriptedBackend([ANSWER] * 10))
+    transport = SilentCallbacks(httpx2.ASGITransport(app=gate.app))
+    async with httpx2.AsyncClient(transport=transport, timeout=None) as gate_http:
+        client = TrainGateClient(gate_http, retry=RetryPolicy(retries=0))
+        app = create_app(
+            agents.ToolAgent(), client=client, outbox_dir=tmp_path / "outbox", **options
+        )
+        async with (
+            app.router.lifespan_context(app),
+            httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=app), base_url="http://rollout.test"
+            ) as http,
+        ):
+            yield http, app.state.rollout_server, transport
+
+
+async def test_drain_writes_undeliverable_results_to_the_outbox_before_it_returns(
+    tmp_path: Path,
+) -> None:
+    """A TrainGate that never answers callbacks: when drain() returns, every result is in the
+    outbox and nothing is left for the lifespan's exit (which used to drain a second time)."""
+    async with silent_gate_server(tmp_path, shutdown_grace_s=0.1) as (http, server, transport):
+        server.delivery_grace_s = 0.3
+        for rid in ("a", "b"):
+            body = init_body(rid, server_url="http://traingate.test", metadata={"no_chat": True})
+            assert (await http.post("/v1/rollout/init", json=body)).status_code == 202
+        with anyio.fail_after(5):
+            while transport.waiting < 2:  # noqa: ASYNC110  # counted by the transport
+                await anyio.sleep(0.01)
+        with anyio.fail_after(10):
+            await server.drain()
+        written = sorted(p.name.split(".")[0] for p in (tmp_path / "outbox").iterdir())
+        left = server.registry.unfinished()
+        exit_started = anyio.current_time()
+    exit_s = anyio.current_time() - exit_started
+
+    assert written == ["a", "b"]
+    assert left == []
+    record = json.loads(next((tmp_path / "outbox").iterdir()).read_text())
+    assert record["response"]["status"] == "COMPLETED"
+    assert "delivery interrupted" in record["error"]
+    assert exit_s < 0.3  # the lifespan did not wait out another grace + delivery window
+
+
 # --------------------------------------------------------------------------------------------
 # Bad input: 4xx with a clear message, the server stays healthy, no callback is sent
 # --------------------------------------------------------------------------------------------
@@ -506,6 +444,154 @@ async def test_invalid_init_gets_422_without_echo(
     assert health.json()["active_rollouts"] == 0
     assert s.raw.calls == []
     assert s.server.registry.by_key == {}
+
+
+async def test_a_body_of_many_bad_messages_gets_a_small_422_with_the_count(tmp_path: Path) -> None:
+    """100,000 bad messages: before, one 422 entry each (megabytes); now a few KB and a count."""
+    body = init_body()
+    body["messages"] = [1] * 100_000
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(json.dumps(body).encode())
+
+    assert response.status_code == 422
+    assert len(response.content) < 8192
+    payload = response.json()
+    assert 1 <= len(payload["detail"]) <= 20
+    assert payload["error_count"] >= len(payload["detail"])
+    assert payload["detail"][0]["loc"][:2] == ["body", "messages"]
+
+
+async def test_every_error_message_is_cut_short_and_the_list_capped(tmp_path: Path) -> None:
+    """Many fields wrong at once: at most 20 errors, each message at most 200 characters."""
+    body: dict[str, Any] = {
+        "rollout_id": "",
+        "server_url": "ftp://x",
+        "messages": "not a list",
+        "completion_params": {"temperature": "hot", "stop": [1] * 50_000},
+        "max_turns": 0,
+        "max_tokens_total": -1,
+        "idempotency_key": "",
+        "metadata": [],
+        "api_key": "has space",
+    }
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(json.dumps(body).encode())
+
+    assert response.status_code == 422
+    payload = response.json()
+    assert len(response.content) < 8192
+    assert payload["error_count"] == len(payload["detail"]) >= 8
+    assert all(len(d["msg"]) <= 200 for d in payload["detail"])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://\u0000/",
+        "http://a\u0000b.test/",
+        "http://host\u007f/",
+        "http://%00/",
+        "http://h/\x01",
+    ],
+)
+async def test_a_server_url_with_control_characters_is_a_422_at_init(
+    tmp_path: Path, url: str
+) -> None:
+    """Before: 202, then a rollout that could never call back (straight to the outbox)."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(json.dumps(init_body(server_url=url)).encode())
+
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "server_url"]
+    assert not (tmp_path / "outbox").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("api_key", "clé-secrète", "api_key must be printable ASCII"),
+        ("server_url", "http://traingate.test:99999", "invalid port"),
+        ("server_url", "http://traingate.test:abc", "invalid port"),
+        ("completion_params", {"temperature": "hot"}, "temperature"),
+        ("completion_params", {"max_tokens": "many"}, "max_tokens"),
+    ],
+)
+async def test_values_that_would_break_every_call_are_refused_at_init(
+    tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    """What would make each later call fail is a 422 at init, and the server stays healthy."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        response = await s.init(init_body(**{field: value}))
+        after = await s.init(init_body("r-2"))
+        await s.settle()
+
+    assert response.status_code == 422
+    assert message in response.text
+    assert after.status_code == 202
+    assert len(s.completions("r-2")) == 1
+
+
+def _raw_request(url: str, head: bytes, body: bytes, *, timeout: float = 10) -> tuple[bytes, float]:
+    """Send ``head`` + ``body`` on a raw socket, keep it open, return (response, seconds)."""
+    host, port = url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(head + body)
+        received = b""
+        while b"\r\n\r\n" not in received or not _complete(received):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    return received, time.monotonic() - started
+
+
+def _complete(response: bytes) -> bool:
+    head, _, body = response.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return len(body) >= int(line.split(b":")[1])
+    return False
+
+
+@contextlib.contextmanager
+def threaded_server(tmp_path: Path, **options: Any) -> Iterator[tuple[str, RolloutServer]]:
+    """``create_app`` served by uvicorn on 127.0.0.1 in a thread, with its lifespan."""
+    app = create_app(
+        agents.ToolAgent(), api_key=SERVER_KEY, outbox_dir=tmp_path / "outbox", **options
+    )
+    with serve_in_thread(app, lifespan="on") as url:
+        yield url, app.state.rollout_server
+
+
+def _head(length: int) -> bytes:
+    return (
+        "POST /v1/rollout/init HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {SERVER_KEY}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def test_a_declared_20_mib_body_is_refused_at_once_from_content_length(tmp_path: Path) -> None:
+    """Content-Length over the limit: 413 before a byte of the body is read (1 KiB sent)."""
+    with threaded_server(tmp_path) as (url, server):
+        server.body_timeout_s = 60  # a read of the body would hold the connection this long
+        response, elapsed = _raw_request(url, _head(20 * 1024 * 1024), b"{" * 1024)
+
+    assert response.startswith(b"HTTP/1.1 413")
+    assert b"request body exceeds" in response
+    assert elapsed < 30  # the body read would have waited 60 s
+
+
+def test_a_slow_body_times_out_with_408(tmp_path: Path) -> None:
+    """A client that declares 1000 bytes and sends 10 gets 408, and the connection closes."""
+    with threaded_server(tmp_path) as (url, server):
+        server.body_timeout_s = 0.5
+        response, _ = _raw_request(url, _head(1000), b'{"rollout_')
+
+    assert response.startswith(b"HTTP/1.1 408")
+    assert b"request body not received within 0.5 s" in response
 
 
 @pytest.mark.parametrize(
@@ -746,6 +832,19 @@ async def test_get_tools_failure_is_500_and_starts_nothing(tmp_path: Path) -> No
     assert len(s.completions("r-1")) == 1
 
 
+async def test_get_tools_that_hangs_is_refused_and_frees_the_key(tmp_path: Path) -> None:
+    """get_tools past its timeout: 500 with a reason; the same key may be retried at once."""
+    async with serving(rev.SlowToolsAgent(), tmp_path, settings=None) as s:
+        s.server.settings = s.server.settings.model_copy(update={"get_tools_timeout_s": 0.2})
+        first = await s.init(init_body())
+        second = await s.init(init_body())
+
+    assert first.status_code == 500
+    assert "did not return within 0.2 s" in first.text
+    assert second.status_code == 500  # retried, not stuck behind a pending entry
+    assert s.completions("r-1") == []
+
+
 class _OneListAgent(RolloutAgentLoop):
     """Rewrites one tools list in place for each rollout, from the init's metadata; each
     rollout reports the tools its context saw."""
@@ -844,7 +943,7 @@ async def test_admission_control_holds_under_a_burst(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Debug traces
+# Debug traces, log lines and secrets
 # --------------------------------------------------------------------------------------------
 
 
@@ -870,6 +969,93 @@ async def test_debug_dir_gets_one_jsonl_trace_per_rollout_without_secrets(tmp_pa
     assert events[4]["status"] == "COMPLETED"
     assert TG_KEY not in text
     assert SERVER_KEY not in text
+
+
+async def test_ctx_error_quoting_the_key_never_reaches_callback_or_outbox(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ctx.error(f"... {key}") and a failing callback: neither the callback nor the outbox
+    file (nor any log line) holds the key."""
+    caplog.set_level(logging.INFO)
+    async with serving(hrd.ErrorsWithKey(), tmp_path) as s:
+        for _ in range(4):  # the first attempt and three retries
+            s.raw.fail_next(COMPLETED, 500)
+        await s.init(init_body("leaky", api_key=NASTY_KEY))
+        await s.settle()
+        s.raw.faults.clear()
+        await s.init(init_body("delivered", api_key=NASTY_KEY))
+        await s.settle()
+
+    [delivered] = s.completions("delivered")
+    assert delivered.error_message is not None
+    assert REDACTED in delivered.error_message
+    assert every_form_absent(delivered.error_message, NASTY_KEY) == []
+    [outbox_file] = (tmp_path / "outbox").iterdir()
+    saved = json.loads(outbox_file.read_text(encoding="utf-8"))
+    assert REDACTED in saved["response"]["error_message"]
+    assert every_form_absent(outbox_file.read_text(encoding="utf-8"), NASTY_KEY) == []
+    assert every_form_absent(caplog.text, NASTY_KEY) == []
+
+
+async def test_a_json_escaped_echo_of_the_key_is_scrubbed_from_logs_traces_and_outbox(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TrainGate echoes the key JSON-escaped in its error bodies (chat and callback); the key
+    has quotes and backslashes. No file written and no log line holds any form of it."""
+    caplog.set_level(logging.DEBUG)
+    debug = tmp_path / "traces"
+    async with serving(hrd.ChatsOnce(), tmp_path, debug_dir=debug, replies=[ANSWER]) as s:
+        echo = {"detail": f"key {NASTY_KEY} is not allowed", "auth": f"Bearer {NASTY_KEY}"}
+        s.raw.faults[CHAT] = [JSONResponse(echo, 400)]
+        s.raw.faults[COMPLETED] = [JSONResponse(echo, 500) for _ in range(4)]
+        await s.init(init_body("echoed", api_key=NASTY_KEY))
+        await s.settle()
+    s.server.tracer.close() if s.server.tracer else None
+
+    outbox = list((tmp_path / "outbox").iterdir())
+    assert len(outbox) == 1
+    assert "HTTP 400" in json.loads(outbox[0].read_text())["response"]["error_message"]
+    assert list(debug.iterdir())
+    assert every_form_absent(written_text(tmp_path), NASTY_KEY) == []
+    assert every_form_absent(caplog.text, NASTY_KEY) == []
+    assert "HTTP 500" in caplog.text  # the callback's failure was logged, scrubbed
+
+
+async def test_a_rollout_id_with_a_newline_cannot_forge_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The id is escaped in every log line: ``\\n`` shows as the two characters ``\\n``."""
+    caplog.set_level(logging.INFO)
+    rid = "evil\nCRITICAL forged line\x1b[31m"
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        for _ in range(4):
+            s.raw.fail_next(COMPLETED, 500)
+        await s.init(init_body(rid, metadata={"raise_after_tools": True}))
+        await s.settle()
+
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("osmosis_rollout")]
+    about = [m for m in messages if "forged" in m]
+    assert about  # the failure and the outbox were logged
+    for message in about:
+        assert "\nCRITICAL forged" not in message
+        assert "\x1b" not in message
+        assert "evil\\nCRITICAL forged line\\x1b[31m" in message
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.anyio
+async def test_a_completed_rollout_is_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
+    from osmosis_rollout.testing import Harness, ScriptedBackend
+
+    agent = load_asset("tool_agent").ToolAgent()
+    with caplog.at_level(logging.INFO, logger="osmosis_rollout"):
+        async with Harness(agent, backend=ScriptedBackend([{"content": "done"}])) as harness:
+            outcome = await harness.run([{"role": "user", "content": "hi"}], rollout_id="r-7")
+    assert outcome.result is not None
+    assert outcome.result.status == "COMPLETED"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rollout r-7 ")]
+    assert len(lines) == 1
+    assert re.fullmatch(r"rollout r-7 COMPLETED \(stop\), 1 turn, \d+\.\d\d s", lines[0])
 
 
 async def test_server_log_never_holds_the_api_key(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,18 +18,19 @@ import httpx2
 import pytest
 
 from osmosis_rollout.errors import ConfigError
-from osmosis_rollout.protocol import RolloutRequest, RolloutResponse, RolloutStatus, wire
+from osmosis_rollout.protocol import RolloutRequest
 from osmosis_rollout.server.state import (
     ClaimOutcome,
     LeasedRollout,
-    OutboxEntry,
     StateBackend,
     fingerprint,
     open_state,
 )
 
+from .gates import COMPLETED
+from .outbox_entries import undelivered
+from .serving import TG_KEY, init_body, serving
 from .support import free_port, load_asset
-from .test_server import COMPLETED, TG_KEY, init_body, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -272,26 +272,6 @@ async def test_renewed_and_finished_leases_are_never_orphans(state: StateBackend
 # --------------------------------------------------------------------------------------------
 # Outbox
 # --------------------------------------------------------------------------------------------
-
-
-def undelivered(rollout_id: str = "r-1") -> OutboxEntry:
-    """An outbox entry for an ERROR result, with a per-rollout key."""
-    response = RolloutResponse(
-        rollout_id=rollout_id,
-        status=RolloutStatus.ERROR,
-        final_messages=[],
-        finish_reason="error",
-        error_message="boom",
-    )
-    return OutboxEntry(
-        id="",
-        rollout_id=rollout_id,
-        server_url="http://127.0.0.1:9/tg",
-        error="POST ... returned HTTP 503",
-        written_at=time.time(),
-        response=wire(response),
-        api_key="tg-secret",
-    )
 
 
 async def test_outbox_keeps_lists_and_removes_entries(state: StateBackend) -> None:

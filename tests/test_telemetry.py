@@ -21,8 +21,9 @@ from osmosis_rollout.protocol import RolloutRequest
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate
 
+from .gates import CHAT, COMPLETED
+from .serving import init_body, serving
 from .support import load_asset
-from .test_server import CHAT, COMPLETED, init_body, serving
 
 pytestmark = pytest.mark.anyio
 

@@ -29,7 +29,7 @@ from osmosis_rollout import telemetry
 from osmosis_rollout.tools import Toolbox, threads
 from osmosis_rollout.tools.threads import ToolThreads
 
-from .test_tools import call, make_ctx
+from .tool_calls import call, make_ctx
 
 pytestmark = pytest.mark.anyio
 

@@ -30,10 +30,11 @@ from osmosis_rollout.server import create_app
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 from osmosis_rollout.testing.torture import FaultyGate, hostile_inits, tally, valid_init
 
+from .gates import ADD_CALL, ANSWER
+from .leaks import every_form_absent, written_text
+from .processes import clean_env, stop_process, wait_healthy
+from .serving import SERVER_KEY
 from .support import ASSETS, free_port, load_asset
-from .test_hardening import every_form_absent, written_text
-from .test_server import ADD_CALL, ANSWER, SERVER_KEY
-from .test_server_uvicorn import clean_env, stop_process, wait_healthy
 
 pytestmark = pytest.mark.anyio
 

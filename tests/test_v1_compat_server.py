@@ -33,8 +33,8 @@ from osmosis_rollout import (
 from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
 
+from .processes import clean_env, stop_process, wait_healthy
 from .support import ASSETS, free_port, load_asset, serve_in_thread
-from .test_server_uvicorn import clean_env, stop_process, wait_healthy
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,7 @@ from osmosis_rollout.validator.dry_run import dry_run, problems_from_outcome
 from osmosis_rollout.validator.dynamic import check_tool_list
 from osmosis_rollout.validator.result import PROBLEM_CODES
 
-from .support import ASSETS, load_asset
-from .test_loader import line_of
+from .support import ASSETS, line_of, load_asset
 
 pytestmark = pytest.mark.anyio
 

@@ -14,13 +14,13 @@ import anyio.to_thread
 import httpx2
 import pytest
 
-from .support import free_port
-from .test_replicas import AGENT, RecordingGate, gate, init, wait_until
-from .test_server_uvicorn import ServeProcess, clean_env, osmosis_serve, stop_process
+from .gates import CallbackGate, init
+from .processes import REPO, ServeProcess, clean_env, osmosis_serve, stop_process
+from .support import free_port, wait_until
+
+AGENT = f"{REPO / 'tests' / 'assets' / 'replica_agent.py'}:SleepAgent"
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-__all__ = ["gate"]  # the fixture, shared with test_replicas.py
 
 
 def children(server: ServeProcess) -> set[int]:
@@ -42,7 +42,7 @@ def alive(pid: int) -> bool:
 
 
 async def test_workers_share_the_port_are_replaced_and_drain_together(
-    tmp_path: Path, redis_url: str, gate: tuple[RecordingGate, str]
+    tmp_path: Path, redis_url: str, gate: tuple[CallbackGate, str]
 ) -> None:
     """Two workers both serve inits on one port; a killed worker is replaced; SIGTERM to the
     supervisor lets every in-flight rollout finish on both, then all processes exit 0."""

@@ -1,0 +1,96 @@
+"""The `osmosis` command group (cli/__init__.py, cli/_group.py): help, usage errors, completion."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .commands import run_cli, run_cli_text
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.parametrize("command", [[], ["init"], ["validate"], ["test"], ["serve"]])
+def test_help_shows_no_bool_type_on_flags_and_no_braces(command: list[str]) -> None:
+    code, out, _ = run_cli_text(*command, "--help")
+    assert code == 0
+    assert "<bool>" not in out
+    assert "{" not in out
+    assert "--help" in out
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.parametrize(
+    ("args", "message", "usage"),
+    [
+        (["validate", "--bogus"], "No such option: --bogus", "osmosis validate [OPTIONS] [TARGET]"),
+        (["tset"], "No such command 'tset'. Did you mean 'test'?", "osmosis [OPTIONS] COMMAND"),
+        (
+            ["test", "--concurrency", "x"],
+            "Invalid value for '--concurrency'",
+            "osmosis test [OPTIONS] [TARGET]",
+        ),
+    ],
+)
+def test_usage_errors_are_plain_error_lines_like_every_other_error(
+    args: list[str], message: str, usage: str
+) -> None:
+    """Typer's boxed panel is gone: `Error:` then `Hint:`, as `fail()` prints them."""
+    code, out, err = run_cli_text(*args)
+    assert code == 2
+    lines = err.splitlines()
+    assert lines[0].startswith(f"Error: {message}")
+    assert lines[1].startswith(f"Hint: usage: {usage}")
+    assert lines[1].endswith("--help")
+    assert "╭" not in err + out
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "serve"])
+def test_usage_line_names_the_target_like_the_docs(command: str) -> None:
+    """Every command's usage line calls the agent TARGET, as errors and docs do."""
+    result = run_cli(command, "--help", env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
+    assert "TARGET" in usage
+
+
+def osmosis_process(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The installed `osmosis` command as a user runs it (completion needs a real process)."""
+    osmosis = Path(sys.executable).parent / "osmosis"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OSMOSIS_", "_OSMOSIS"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [str(osmosis), *args], env=full_env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_show_completion_prints_a_bash_script() -> None:
+    proc = osmosis_process("--show-completion", "bash")
+    assert proc.returncode == 0, proc.stderr
+    assert "complete -o default -F _osmosis_completion osmosis" in proc.stdout
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+def test_install_completion_writes_the_script_for_the_shell(tmp_path: Path) -> None:
+    proc = osmosis_process("--install-completion", "bash", env={"HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "_osmosis_completion" in (tmp_path / ".bash_completions" / "osmosis.sh").read_text()
+    assert "osmosis.sh" in (tmp_path / ".bashrc").read_text()
+
+
+@pytest.mark.usefixtures("no_inherited_settings")
+@pytest.mark.parametrize(
+    ("words", "cword", "expected"),
+    [("osmosis val", "1", "validate"), ("osmosis test --conc", "2", "--concurrency")],
+)
+def test_completion_completes_commands_and_options(words: str, cword: str, expected: str) -> None:
+    """What bash calls on <Tab> once the script is installed."""
+    env = {"_OSMOSIS_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword}
+    proc = osmosis_process(env=env)
+    assert proc.stdout.split() == [expected], proc.stderr
