@@ -20,7 +20,11 @@ from osmosis_rollout.server.wire import Answer, refusal
 from osmosis_rollout.server.wire.v1 import V1, V1Callback
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 
-from .test_server import ANSWER, COMPLETED, TG_KEY, RecordingGate, agents, init_body
+from .gates import ANSWER, COMPLETED, RecordingGate
+from .serving import TG_KEY, init_body
+from .support import load_asset
+
+agents = load_asset("srv_agents")
 
 pytestmark = pytest.mark.anyio
 
