@@ -23,7 +23,7 @@ import pytest
 from starlette.responses import JSONResponse
 
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
-from osmosis_rollout.protocol import REDACTED, scrub
+from osmosis_rollout.redaction import REDACTED, scrub
 from osmosis_rollout.server import RolloutServer, create_app
 from osmosis_rollout.server.registry import FinishedRecord
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend

@@ -62,6 +62,8 @@ if TYPE_CHECKING:
         OpenAIFunctionToolCall,
         SamplingParamsDict,
         ToolResponse,
+        get_max_metadata_size_bytes,
+        set_max_metadata_size_bytes,
     )
     from .compat.server import (
         create_app,
@@ -111,8 +113,6 @@ if TYPE_CHECKING:
         RolloutRequest,
         RolloutResponse,
         RolloutStatus,
-        get_max_metadata_size_bytes,
-        set_max_metadata_size_bytes,
     )
     from .rollout import (
         run_rollout,
@@ -197,7 +197,7 @@ _EXPORTS: dict[str, str] = {
     "create_tool_result": "compat.helpers",
     "execute_tool_calls": "compat.helpers",
     "get_agent_loop": "compat.registry",
-    "get_max_metadata_size_bytes": "protocol",
+    "get_max_metadata_size_bytes": "compat.schemas",
     "get_message_content": "compat.helpers",
     "get_message_role": "compat.helpers",
     "get_tool_call_info": "compat.helpers",
@@ -213,7 +213,7 @@ _EXPORTS: dict[str, str] = {
     "run_rollout": "rollout",
     "serialize_tool_result": "compat.helpers",
     "serve_agent_loop": "compat.server",
-    "set_max_metadata_size_bytes": "protocol",
+    "set_max_metadata_size_bytes": "compat.schemas",
     "tool": "tools",
     "tool_schema": "tools",
     "unregister_agent_loop": "compat.registry",

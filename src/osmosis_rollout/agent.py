@@ -27,6 +27,7 @@ import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import telemetry
+from .append_only import first_divergence
 from .errors import AgentDefinitionError
 from .protocol import (
     CompletionsRequest,
@@ -38,9 +39,8 @@ from .protocol import (
     RolloutRequest,
     RolloutStatus,
     describe_validation_error,
-    first_divergence,
-    loggable,
 )
+from .redaction import loggable
 
 __all__ = [
     "TOOL_NAME_PATTERN",

@@ -37,10 +37,9 @@ from .protocol import (
     RolloutResponse,
     RolloutStatus,
     describe_validation_error,
-    loggable,
-    scrub,
     wire_json,
 )
+from .redaction import loggable, scrub
 from .tracing import Tracer
 
 __all__ = ["RolloutControl", "run_rollout"]

@@ -7,11 +7,12 @@ parameter models too (they become their JSON Schema), so v1 tool definitions wor
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..protocol import DEFAULT_MAX_METADATA_BYTES, CompletionChoice
+from ..protocol import DEFAULT_MAX_METADATA_BYTES, CompletionChoice, RolloutRequest
 
 __all__ = [
     "DEFAULT_MAX_METADATA_SIZE_BYTES",
@@ -24,6 +25,8 @@ __all__ = [
     "OpenAIFunctionToolCall",
     "SamplingParamsDict",
     "ToolResponse",
+    "get_max_metadata_size_bytes",
+    "set_max_metadata_size_bytes",
 ]
 
 #: v1's aliases: a chat message and sampling parameters are plain dicts.
@@ -31,6 +34,25 @@ MessageDict = dict[str, Any]
 SamplingParamsDict = dict[str, Any]
 
 DEFAULT_MAX_METADATA_SIZE_BYTES = DEFAULT_MAX_METADATA_BYTES
+
+_metadata_limit_lock = threading.Lock()
+
+
+def get_max_metadata_size_bytes() -> int:
+    """The metadata size limit ``RolloutRequest`` applies when no validation context sets one
+    (the server always sets its own, from ``max_metadata_bytes``)."""
+    with _metadata_limit_lock:
+        return RolloutRequest.default_max_metadata_bytes
+
+
+def set_max_metadata_size_bytes(max_bytes: int) -> None:
+    """v1's process-wide setter of :func:`get_max_metadata_size_bytes`: it sets
+    ``RolloutRequest.default_max_metadata_bytes``."""
+    if max_bytes <= 0:
+        raise ValueError("max_metadata_size_bytes must be positive")
+    with _metadata_limit_lock:
+        RolloutRequest.default_max_metadata_bytes = max_bytes
+
 
 #: v1's name for one choice of a chat completion (ours: ``protocol.CompletionChoice``).
 CompletionsChoice = CompletionChoice

@@ -44,11 +44,9 @@ from ..protocol import (
     RolloutRequest,
     RolloutResponse,
     RolloutStatus,
-    loggable,
-    scrub,
-    scrub_data,
     wire,
 )
+from ..redaction import loggable, scrub, scrub_data
 from ..rollout import run_rollout
 from ..tracing import Tracer
 from .auth import key_matches

@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..protocol import RolloutResponse, scrub_data, wire
+from ..protocol import RolloutResponse, wire
+from ..redaction import scrub_data
 from ..tracing import safe_trace_name
 
 __all__ = ["DEFAULT_OUTBOX_DIR", "write_outbox"]

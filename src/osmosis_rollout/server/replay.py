@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..client import TrainGateClient
 from ..errors import TrainGateError, TrainGateHTTPError
-from ..protocol import RolloutResponse, scrub
+from ..protocol import RolloutResponse
+from ..redaction import scrub
 from .state import OutboxEntry, StateBackend
 
 __all__ = ["ReplayOutcome", "redeliver", "replay_outbox"]
