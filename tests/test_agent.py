@@ -11,13 +11,7 @@ from typing import Any
 
 import pytest
 
-from osmosis_rollout.agent import (
-    RolloutAgentLoop,
-    RolloutContext,
-    RolloutResult,
-    resolve_tool_set,
-    resolve_tools,
-)
+from osmosis_rollout.agent import RolloutAgentLoop, RolloutContext, RolloutResult
 from osmosis_rollout.client import TrainGateClient
 from osmosis_rollout.errors import AgentDefinitionError
 from osmosis_rollout.protocol import (
@@ -28,6 +22,7 @@ from osmosis_rollout.protocol import (
 )
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate
+from osmosis_rollout.tools.tool_set import resolve_tool_set, resolve_tools
 from osmosis_rollout.tracing import Tracer
 
 from .support import load_asset

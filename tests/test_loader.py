@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_rollout import AgentLoadError, RolloutAgentLoop
+from osmosis_rollout import RolloutAgentLoop
+from osmosis_rollout.errors import AgentLoadError
 from osmosis_rollout.loader import find_source, load_agent, load_target, parse_target
 
 from .support import ASSETS

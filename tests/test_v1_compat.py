@@ -1,7 +1,8 @@
 """The original SDK's public API, written the way a v1 agent project's code reads.
 
-Each test is v1 user code with only ``osmosis_ai.rollout`` changed to ``osmosis_rollout``; the
-behaviour asserted is v1's (docs/migrating-from-v1.md lists the few kept differences).
+Each test is v1 user code with only ``osmosis_ai.rollout`` changed to
+``osmosis_rollout.compat``; the behaviour asserted is v1's (docs/migrating-from-v1.md lists the
+few kept differences).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any, ClassVar
 import pydantic
 import pytest
 
-from osmosis_rollout import (
+from osmosis_rollout.client import RetryPolicy, TrainGateClient
+from osmosis_rollout.compat import (
     DEFAULT_MAX_METADATA_SIZE_BYTES,
     AgentLoopNotFoundError,
     AgentLoopRegistry,
@@ -63,7 +65,6 @@ from osmosis_rollout import (
     set_max_metadata_size_bytes,
     unregister_agent_loop,
 )
-from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.testing import MockTrainGate
 
 pytestmark = pytest.mark.anyio
@@ -594,7 +595,7 @@ def test_request_validation_messages_read_as_v1s() -> None:
         RolloutRequest(
             rollout_id="r", completion_params={}, metadata={"data": "x" * (1 << 20)}, **base
         )
-    from osmosis_rollout import CompletionsRequest
+    from osmosis_rollout.compat import CompletionsRequest
 
     with pytest.raises(pydantic.ValidationError, match="cannot be empty or whitespace"):
         CompletionsRequest(rollout_id="   ", messages=[])

@@ -33,7 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import telemetry
-from ..agent import RolloutAgentLoop, resolve_tool_set
+from ..agent import RolloutAgentLoop
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
 from ..errors import TrainGateError
@@ -48,6 +48,7 @@ from ..protocol import (
 )
 from ..redaction import loggable, scrub, scrub_data
 from ..rollout import run_rollout
+from ..tools.tool_set import resolve_tool_set
 from ..tracing import Tracer
 from .auth import key_matches
 from .outbox import DEFAULT_OUTBOX_DIR, write_outbox

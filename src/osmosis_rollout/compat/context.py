@@ -1,0 +1,184 @@
+"""v1's agent and context: ``RolloutAgentLoop`` and ``RolloutContext`` with v1's contract.
+
+A v1 agent subclasses this module's ``RolloutAgentLoop``, so ``run_rollout`` hands it this
+module's ``RolloutContext``: the core context plus what v1 code reaches for, namely ``ctx.llm``
+as a v1 client (``chat_completions(messages, **kw)``, ``get_metrics()``), ``chat_stream``,
+``_build_metrics()``, and a constructor that takes a v1-style client (a fake LLM in an agent's
+unit test) and v1's underscored keywords. The core (``agent.py``) knows none of this.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .. import agent as core
+from ..agent import ChatBackend, CompletionsResult, TurnObserver
+from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics, RolloutRequest
+
+__all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext"]
+
+
+@runtime_checkable
+class LLMClientProtocol(Protocol):
+    """v1's LLM client contract, what ``ctx.llm`` offers and what fake LLMs in agents' unit
+    tests implement: ``await chat_completions(messages, **params)`` and ``get_metrics()``."""
+
+    async def chat_completions(self, messages: list[Message], **kwargs: Any) -> Any: ...
+
+    def get_metrics(self) -> RolloutMetrics: ...
+
+
+#: ``_is_chat_backend``'s answer per class-level ``chat_completions`` function: it cannot
+#: change, and ``inspect.signature`` would cost ~0.05 ms once per rollout.
+_BACKEND_METHODS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _is_chat_backend(llm: object) -> bool:
+    """True for our backends (``chat_completions(request, *, request_id)``); False for a v1
+    client or fake (``chat_completions(messages, **kw)``), which the context calls as v1 did."""
+    method = getattr(type(llm), "chat_completions", None)
+    own = getattr(llm, "__dict__", None)
+    if not inspect.isfunction(method) or (own and "chat_completions" in own):
+        return _signature_says_backend(llm)  # set on the instance, or not a plain method
+    known = _BACKEND_METHODS.get(method)
+    if known is None:
+        known = _BACKEND_METHODS[method] = _signature_says_backend(llm)
+    return known
+
+
+def _signature_says_backend(llm: object) -> bool:
+    try:
+        parameters = inspect.signature(llm.chat_completions).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "request_id" in parameters
+
+
+class RolloutContext(core.RolloutContext):
+    """v1's context: ``llm`` is our backend or a v1-style client (``chat_completions(messages,
+    **kw)`` and ``get_metrics()``); with a client, ``chat`` calls it and returns its result
+    unchanged, as v1 did. The underscored keywords are v1's: a monotonic start time, tool
+    counters to start from, and a debug directory for this rollout's events
+    (``<dir>/<rollout_id>.jsonl``).
+    """
+
+    def __init__(
+        self,
+        request: RolloutRequest,
+        tools: Sequence[OpenAIFunctionToolSchema],
+        llm: ChatBackend | LLMClientProtocol,
+        *,
+        trace: Callable[[dict[str, Any]], None] | None = None,
+        observer: TurnObserver | None = None,
+        _start_time: float | None = None,
+        _tool_latency_ms: float = 0.0,
+        _num_tool_calls: int = 0,
+        _debug_dir: str | Path | None = None,
+    ) -> None:
+        if trace is None and _debug_dir is not None:
+            from ..tracing import file_sink
+
+            trace = file_sink(_debug_dir, request.rollout_id, secrets=[request.api_key_value])
+        backend = _is_chat_backend(llm)
+        # A v1 client is kept as the backend too (``__getattr__`` of ``ctx.llm`` reads it), but
+        # only ``_chat_v1`` calls it.
+        super().__init__(request, tools, llm, trace=trace, observer=observer)  # type: ignore[arg-type]
+        self._client: Any = None if backend else llm
+        if _start_time is not None:  # a time.monotonic() reading; 0 means "not measured"
+            since = time.monotonic() - _start_time
+            self._started = time.perf_counter() - since if _start_time > 0 else None
+        self._tool_latency_ms = self._tool_wall_ms = float(_tool_latency_ms)
+        self._num_tool_calls = int(_num_tool_calls)
+
+    @property
+    def llm(self) -> Any:
+        """The LLM with v1's client contract: ``await ctx.llm.chat_completions(messages, **kw)``
+        (a ``ctx.chat`` turn) and ``ctx.llm.get_metrics()``; a v1 client given to the
+        constructor is returned as it is."""
+        return self._client if self._client is not None else _LLMView(self)
+
+    async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
+        """One LLM turn (see the core's ``chat``); through a v1 client, its result unchanged."""
+        if self._client is None:
+            return await super().chat(messages, **params)
+        return await self._chat_v1(messages, params, self._client.chat_completions)  # type: ignore[no-any-return]
+
+    async def chat_stream(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
+        """v1's streaming turn. The protocol has no streaming, so it is :meth:`chat`; a v1-style
+        client that has ``chat_completions_stream`` is called through that, as v1 did, with the
+        same bookkeeping as any turn (counted, timed, its ``finish_reason`` kept)."""
+        stream = getattr(self._client, "chat_completions_stream", None)
+        if self._client is None or not callable(stream):
+            return await self.chat(messages, **params)
+        return await self._chat_v1(messages, params, stream)  # type: ignore[no-any-return]
+
+    async def _chat_v1(
+        self, messages: Sequence[Any], params: dict[str, Any], call: Callable[..., Awaitable[Any]]
+    ) -> Any:
+        """A turn through a v1-style client: called as v1 did, its result returned unchanged."""
+        self._turns_started += 1
+        self._last_messages = [core._as_message(m) for m in messages]
+        started = time.perf_counter()
+        try:
+            result = await call(messages, **self._call_params(params))
+        finally:
+            self._llm_ms += (time.perf_counter() - started) * 1000
+            self._llm_calls += 1
+        reply = getattr(result, "message", None)
+        if isinstance(reply, dict):
+            self._last_messages = [*self._last_messages, reply]
+        reason = getattr(result, "finish_reason", None)
+        self.finish_reasons.append(reason if isinstance(reason, str) else None)
+        return result
+
+    def _llm_metrics(self) -> RolloutMetrics:
+        """The LLM side as a v1 client reports it (``get_metrics()``), when it does."""
+        get_metrics = getattr(self._client, "get_metrics", None)
+        if self._client is not None and callable(get_metrics):
+            reported = get_metrics()
+            if isinstance(reported, RolloutMetrics):
+                return reported
+        return super()._llm_metrics()
+
+    def _build_metrics(self) -> RolloutMetrics:
+        """v1's name for :attr:`metrics`."""
+        return self.metrics
+
+
+class _LLMView:
+    """``ctx.llm`` over our backend, with v1's client contract: each call is a ``ctx.chat``
+    turn (so it is measured and checked like one) and ``get_metrics()`` reports the LLM side."""
+
+    def __init__(self, ctx: RolloutContext) -> None:
+        self._ctx = ctx
+
+    def __repr__(self) -> str:
+        return f"<ctx.llm of rollout {self._ctx.request.rollout_id!r}>"
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (``server_url``, ``client``...) is the backend's, as before this view.
+        return getattr(self._ctx._backend, name)
+
+    @property
+    def rollout_id(self) -> str:
+        """The rollout this client serves (v1's attribute)."""
+        return self._ctx.request.rollout_id
+
+    async def chat_completions(self, messages: Sequence[Any], **kwargs: Any) -> CompletionsResult:
+        """One LLM turn; the same as ``await ctx.chat(messages, **kwargs)``."""
+        return await self._ctx.chat(messages, **kwargs)
+
+    def get_metrics(self) -> RolloutMetrics:
+        """LLM latency, call count and tokens so far (the other fields are 0)."""
+        return core.RolloutContext._llm_metrics(self._ctx)
+
+
+class RolloutAgentLoop(core.RolloutAgentLoop):
+    """v1's base class: the core's, whose ``run`` is handed v1's :class:`RolloutContext`."""
+
+    context_class = RolloutContext
