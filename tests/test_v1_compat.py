@@ -601,6 +601,25 @@ def test_request_validation_messages_read_as_v1s() -> None:
         CompletionsRequest(rollout_id="   ", messages=[])
 
 
+async def test_a_streamed_turn_is_counted_and_a_cut_reply_is_seen() -> None:
+    """A turn through a streaming v1 client is a turn like ``ctx.chat``'s: counted, its reply
+    kept, and its ``finish_reason`` read, so a reply cut by max_tokens ends as "length"."""
+
+    class CutStream(FakeLLM):
+        async def chat_completions_stream(self, messages: list[Any], **kwargs: Any) -> Any:
+            return CompletionsResult(
+                message={"role": "assistant", "content": "The answer is"}, finish_reason="length"
+            )
+
+    ctx = RolloutContext(request=make_request(), tools=[], llm=CutStream([]))
+    messages = list(ctx.request.messages)
+    messages.append((await ctx.chat_stream(messages)).message)
+    assert ctx.turns == 1
+    assert ctx.finish_reasons == ["length"]
+    assert ctx.partial_messages == messages
+    assert ctx.complete(messages).finish_reason == "length"
+
+
 async def test_chat_stream_prefers_a_streaming_client_and_falls_back_to_chat() -> None:
     class Streaming(FakeLLM):
         def __init__(self) -> None:
