@@ -37,14 +37,18 @@ MAX_SCHEMA_PROBLEMS = 10
 
 @dataclass(frozen=True, slots=True)
 class ToolProblem:
-    """One problem of one tool. ``message`` is for a person fixing the agent; ``reason`` is
-    the short form the server raises (``AgentDefinitionError``), set for enforced problems."""
+    """One problem of the tool ``tools[index]``. ``message`` is for a person fixing the agent;
+    ``reason`` is the short form the server raises (``AgentDefinitionError``), set for enforced
+    problems. ``causes`` are a ``TOOL_INVALID``'s schema errors as (field path, error type),
+    e.g. ``("function.name", "missing")``: what v1's validator codes are read from."""
 
+    index: int
     code: str
     location: str
     message: str
     severity: Literal["error", "warning"] = "error"
     reason: str | None = None
+    causes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,15 +79,14 @@ def tool_problems(raw: Sequence[Any], *, advice: bool = True) -> CheckedTools:
     problems: list[ToolProblem] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(raw):
-        where = f"tools[{i}]"
         data = item.model_dump(exclude_none=True) if isinstance(item, BaseModel) else item
-        tool, found = _check_entry(item, data, where)
+        tool, found = _check_entry(i, item, data)
         problems.extend(found)
         if tool is None:
             continue
-        problems.extend(_check_name(tool, where, seen, i))
+        problems.extend(_check_name(tool, i, seen))
         if advice:
-            problems.extend(_advice(tool, where, data))
+            problems.extend(_advice(tool, i, data))
         tools.append(tool)
     return CheckedTools(tools, problems)
 
@@ -93,9 +96,10 @@ def _not_a_tool(where: str, detail: str) -> str:
 
 
 def _check_entry(
-    item: Any, data: Any, where: str
+    i: int, item: Any, data: Any
 ) -> tuple[OpenAIFunctionToolSchema | None, list[ToolProblem]]:
     """The entry as a model, or why it is not a JSON-clean OpenAI function tool."""
+    where = f"tools[{i}]"
     try:
         tool: OpenAIFunctionToolSchema | None = OpenAIFunctionToolSchema.model_validate(data)
         invalid: ValidationError | None = None
@@ -109,7 +113,7 @@ def _check_entry(
             "OpenAIFunctionToolSchema"
         )
         return None, [
-            ToolProblem("TOOL_INVALID", where, message, reason=_not_a_tool(where, detail))
+            ToolProblem(i, "TOOL_INVALID", where, message, reason=_not_a_tool(where, detail))
         ]
     unencodable = _json_error(data)
     if unencodable is not None:
@@ -119,20 +123,29 @@ def _check_entry(
         )
         # The server judges the model as it will send it (nulls dropped), after validation.
         dumped = None if tool is None else _json_error(tool.model_dump(exclude_none=True))
+        causes: tuple[tuple[str, str], ...] = ()
         if invalid is not None:
             reason: str | None = _not_a_tool(where, describe_validation_error(invalid, limit=1))
+            causes = _causes(invalid)
         else:
             reason = None if dumped is None else _not_a_tool(where, str(dumped))
-        problem = ToolProblem("TOOL_NOT_SERIALIZABLE", where, message, reason=reason)
+        problem = ToolProblem(
+            i, "TOOL_NOT_SERIALIZABLE", where, message, reason=reason, causes=causes
+        )
         return (tool if reason is None else None), [problem]
     if invalid is not None:
-        loc = ".".join(str(p) for p in invalid.errors()[0]["loc"])
+        causes = _causes(invalid)
+        loc = causes[0][0]
         message = _not_a_tool(where, describe_validation_error(invalid, limit=2))
         reason = _not_a_tool(where, describe_validation_error(invalid, limit=1))
-        return None, [
-            ToolProblem("TOOL_INVALID", f"{where}.{loc}" if loc else where, message, reason=reason)
-        ]
+        at = f"{where}.{loc}" if loc else where
+        return None, [ToolProblem(i, "TOOL_INVALID", at, message, reason=reason, causes=causes)]
     return tool, []
+
+
+def _causes(invalid: ValidationError) -> tuple[tuple[str, str], ...]:
+    errors = invalid.errors(include_input=False, include_url=False, include_context=False)
+    return tuple((".".join(str(p) for p in e["loc"]), e["type"]) for e in errors)
 
 
 def _json_error(data: Any) -> Exception | None:
@@ -143,10 +156,9 @@ def _json_error(data: Any) -> Exception | None:
     return None
 
 
-def _check_name(
-    tool: OpenAIFunctionToolSchema, where: str, seen: dict[str, int], i: int
-) -> list[ToolProblem]:
+def _check_name(tool: OpenAIFunctionToolSchema, i: int, seen: dict[str, int]) -> list[ToolProblem]:
     problems: list[ToolProblem] = []
+    where = f"tools[{i}]"
     name = tool.function.name
     at = f"{where}.function.name"
     if not TOOL_NAME_PATTERN.match(name):
@@ -155,22 +167,23 @@ def _check_name(
             "(OpenAI's rule, ^[a-zA-Z0-9_-]{1,64}$)"
         )
         reason = f"{at} {name!r} must match ^[a-zA-Z0-9_-]{{1,64}}$"
-        problems.append(ToolProblem("TOOL_NAME_INVALID", at, message, reason=reason))
+        problems.append(ToolProblem(i, "TOOL_NAME_INVALID", at, message, reason=reason))
     if name in seen:
         message = (
             f"tool name {name!r} is already used by tools[{seen[name]}]; tool calls are "
             "routed by name, so names must be unique"
         )
         reason = f"{at} {name!r} is duplicated"
-        problems.append(ToolProblem("TOOL_NAME_DUPLICATE", at, message, reason=reason))
+        problems.append(ToolProblem(i, "TOOL_NAME_DUPLICATE", at, message, reason=reason))
     else:
         seen[name] = i
     return problems
 
 
-def _advice(tool: OpenAIFunctionToolSchema, where: str, data: dict[str, Any]) -> list[ToolProblem]:
+def _advice(tool: OpenAIFunctionToolSchema, i: int, data: dict[str, Any]) -> list[ToolProblem]:
     """What ``validate`` reports beyond what the server enforces."""
     problems: list[ToolProblem] = []
+    where = f"tools[{i}]"
     name = tool.function.name
     description = tool.function.description
     if not (description and description.strip()):
@@ -179,23 +192,23 @@ def _advice(tool: OpenAIFunctionToolSchema, where: str, data: dict[str, Any]) ->
             "descriptions, so say what it does and when to use it"
         )
         at = f"{where}.function.description"
-        problems.append(ToolProblem("TOOL_DESCRIPTION_MISSING", at, message, "warning"))
+        problems.append(ToolProblem(i, "TOOL_DESCRIPTION_MISSING", at, message, "warning"))
     function = data.get("function")
     if not isinstance(function, dict) or "parameters" not in function:
         return problems  # the default, an empty object schema
     params = tool.function.parameters
     at = f"{where}.function.parameters"
-    problems.extend(_schema_problems(params, name, at))
+    problems.extend(_schema_problems(params, name, i, at))
     if params.get("type") != "object":
         message = (
             f'parameters of {name!r} must be a JSON Schema with "type": "object" (got '
             f'type {params.get("type")!r}); put each argument under "properties"'
         )
-        problems.append(ToolProblem("TOOL_PARAMETERS_NOT_OBJECT", at, message))
+        problems.append(ToolProblem(i, "TOOL_PARAMETERS_NOT_OBJECT", at, message))
     return problems
 
 
-def _schema_problems(params: dict[str, Any], name: str, where: str) -> list[ToolProblem]:
+def _schema_problems(params: dict[str, Any], name: str, i: int, where: str) -> list[ToolProblem]:
     """Every way ``params`` breaks the JSON Schema metaschema, in document order.
 
     ``check_schema`` stops at its best guess; a user fixing a tool wants the whole list at once.
@@ -208,11 +221,11 @@ def _schema_problems(params: dict[str, Any], name: str, where: str) -> list[Tool
     for error in errors[:MAX_SCHEMA_PROBLEMS]:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         message = f"parameters of {name!r} is not a valid JSON Schema: {error.message}"
-        problems.append(ToolProblem("TOOL_SCHEMA_INVALID", f"{where}{path}", message))
+        problems.append(ToolProblem(i, "TOOL_SCHEMA_INVALID", f"{where}{path}", message))
     if len(errors) > MAX_SCHEMA_PROBLEMS:
         message = (
             f"parameters of {name!r} has {len(errors) - MAX_SCHEMA_PROBLEMS} more schema "
             "problems; fix the ones above and validate again"
         )
-        problems.append(ToolProblem("TOOL_SCHEMA_INVALID", where, message))
+        problems.append(ToolProblem(i, "TOOL_SCHEMA_INVALID", where, message))
     return problems
