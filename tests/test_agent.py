@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from osmosis_rollout.agent import RolloutAgentLoop, RolloutContext, RolloutResult
+from osmosis_rollout.agent import RolloutAgentLoop, RolloutContext
 from osmosis_rollout.client import TrainGateClient
 from osmosis_rollout.errors import AgentDefinitionError
 from osmosis_rollout.protocol import (
@@ -20,6 +20,7 @@ from osmosis_rollout.protocol import (
     RolloutRequest,
     RolloutStatus,
 )
+from osmosis_rollout.results import RolloutResult
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate
 from osmosis_rollout.tools.tool_set import resolve_tool_set, resolve_tools
@@ -442,15 +443,15 @@ async def test_resolve_tools_rejects_invalid_entries(item: Any, detail: str) -> 
     assert detail in message
 
 
-# -- checked tool lists are cached, never served stale -----------------------------------------
+# -- checked tool lists are never served stale ---------------------------------------------------
 
 
-async def test_the_same_tools_are_checked_once() -> None:
-    """An agent returning the same tools every rollout gets the one checked set back."""
+async def test_the_same_tools_are_checked_alike() -> None:
+    """An agent returning the same tools every rollout gets an equal checked set back."""
     agent = ToolsAgent([tool("add"), tool("sub")])
     first = await resolve_tool_set(agent, make_request("r-1"))
     second = await resolve_tool_set(agent, make_request("r-2"))
-    assert second is first
+    assert second == first
     assert [t.name for t in second.tools] == ["add", "sub"]
     assert json.loads(second.json) == [tool("add"), tool("sub")]
 
@@ -500,7 +501,7 @@ async def test_tool_models_mutated_in_place_are_not_served_stale() -> None:
     agent = ToolsAgent([model])
     first = await resolve_tool_set(agent, make_request())
     assert first.tools[0].function.description is None
-    assert await resolve_tool_set(agent, make_request()) is first  # unchanged: checked once
+    assert await resolve_tool_set(agent, make_request()) == first  # unchanged: the same set
     model.function.description = "Adds two numbers"
     model.function.parameters["properties"]["a"] = {"type": "number"}
     tool_set = await resolve_tool_set(agent, make_request())
@@ -509,8 +510,8 @@ async def test_tool_models_mutated_in_place_are_not_served_stale() -> None:
 
 
 async def test_one_rollout_editing_its_tools_changes_no_other_rollouts() -> None:
-    """The checked tool models are shared by every rollout whose get_tools returned the same
-    list; each context and each ``resolve_tools`` caller gets copies, so edits stay local."""
+    """Rollouts whose get_tools returned the same list do not share tool models: one editing
+    its tools (``ctx.tools`` or what ``resolve_tools`` returned) leaves the others alone."""
     agent = ToolsAgent([tool("add")])
     first = await resolve_tool_set(agent, make_request("r-1"))
     second = await resolve_tool_set(agent, make_request("r-2"))

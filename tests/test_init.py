@@ -80,7 +80,7 @@ def test_a_name_that_moved_says_where_it_lives(name: str, hint: str) -> None:
 
 def test_v1_names_load_from_compat_in_one_import() -> None:
     """A v1 project's ``from osmosis_ai.rollout import ...`` becomes one line from compat."""
-    from osmosis_rollout import agent
+    from osmosis_rollout import agent, results
     from osmosis_rollout.compat import (
         RolloutAgentLoop,
         RolloutContext,
@@ -94,7 +94,7 @@ def test_v1_names_load_from_compat_in_one_import() -> None:
 
     assert issubclass(RolloutAgentLoop, agent.RolloutAgentLoop)
     assert RolloutAgentLoop.context_class is RolloutContext is context.RolloutContext
-    assert RolloutResult is agent.RolloutResult
+    assert RolloutResult is results.RolloutResult
     assert (create_app, validate_agent_loop) == (server.create_app, validation.validate_agent_loop)
 
 

@@ -14,12 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .agent import (
-        CompletionsResult,
-        RolloutAgentLoop,
-        RolloutContext,
-        RolloutResult,
-    )
+    from .agent import RolloutAgentLoop, RolloutContext
     from .errors import (
         AgentDefinitionError,
         LLMBackendError,
@@ -40,6 +35,7 @@ if TYPE_CHECKING:
         RolloutResponse,
         RolloutStatus,
     )
+    from .results import CompletionsResult, RolloutResult
     from .rollout import (
         run_rollout,
     )
@@ -58,10 +54,10 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, str] = {
-    "CompletionsResult": "agent",
+    "CompletionsResult": "results",
     "RolloutAgentLoop": "agent",
     "RolloutContext": "agent",
-    "RolloutResult": "agent",
+    "RolloutResult": "results",
     "AgentDefinitionError": "errors",
     "LLMBackendError": "errors",
     "OsmosisError": "errors",

@@ -15,7 +15,6 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
@@ -32,15 +31,9 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
+from .results import CompletionsResult, RolloutResult
 
-__all__ = [
-    "ChatBackend",
-    "CompletionsResult",
-    "RolloutAgentLoop",
-    "RolloutContext",
-    "RolloutResult",
-    "TurnObserver",
-]
+__all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
 
 logger = logging.getLogger("osmosis_rollout.agent")
 
@@ -65,73 +58,6 @@ class ChatBackend(Protocol):
     async def chat_completions(
         self, request: CompletionsRequest, *, request_id: str
     ) -> CompletionsResponse: ...
-
-
-# --------------------------------------------------------------------------------------------
-# Results
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RolloutResult:
-    """How ``run()`` ended, as returned by ``ctx.complete(...)`` or ``ctx.error(...)``.
-
-    The positional order is v1's: ``(status, final_messages, finish_reason, error_message,
-    metrics, reward)``. ``metrics`` is the context's snapshot when the result was made; the
-    server sends the final metrics of the rollout.
-    """
-
-    status: RolloutStatus
-    final_messages: list[Message]
-    finish_reason: str | None = None
-    error_message: str | None = None
-    metrics: RolloutMetrics | None = None
-    reward: float | None = None
-    extra_fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CompletionsResult:
-    """One LLM reply, ready to append: ``messages.append(result.message)``.
-
-    Positional order as in v1: ``(message, token_ids, logprobs, usage, finish_reason)``.
-    """
-
-    message: Message
-    token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    finish_reason: str | None = None
-    prompt_token_ids: list[int] | None = None
-
-    @classmethod
-    def from_response(cls, response: CompletionsResponse) -> CompletionsResult:
-        """The first choice of a chat completion, as a dict message plus token data."""
-        choice = response.choices[0]
-        return cls(
-            message=choice.message.model_dump(mode="json", exclude_none=True),
-            token_ids=response.token_ids,
-            logprobs=response.logprobs,
-            usage=response.usage.model_dump(),
-            finish_reason=choice.finish_reason,
-            prompt_token_ids=response.prompt_token_ids,
-        )
-
-    @property
-    def content(self) -> str | None:
-        """The assistant's text, or None when it only called tools."""
-        content = self.message.get("content")
-        return content if isinstance(content, str) else None
-
-    @property
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """The tool calls as OpenAI dicts (``{"id", "type", "function": {name, arguments}}``)."""
-        return list(self.message.get("tool_calls") or [])
-
-    @property
-    def has_tool_calls(self) -> bool:
-        """True when the model asked for at least one tool call."""
-        return bool(self.message.get("tool_calls"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,8 +156,7 @@ class RolloutContext:
         observer: TurnObserver | None = None,
     ) -> None:
         self.request = request
-        self._shared_tools = tools
-        self._tools: list[OpenAIFunctionToolSchema] | None = None
+        self.tools = list(tools)
         self._backend = backend
         self._trace = trace
         self._observer = observer
@@ -254,18 +179,6 @@ class RolloutContext:
         self.append_only_violations: list[dict[str, Any]] = []
         #: Each turn's ``finish_reason`` in order (``"length"``: cut by ``max_tokens``).
         self.finish_reasons: list[str | None] = []
-
-    @property
-    def tools(self) -> list[OpenAIFunctionToolSchema]:
-        """This rollout's tools: its own copies, made on first read, because the checked tool
-        models are shared by every rollout whose ``get_tools`` returned the same list."""
-        if self._tools is None:
-            self._tools = [tool.model_copy(deep=True) for tool in self._shared_tools]
-        return self._tools
-
-    @tools.setter
-    def tools(self, value: list[OpenAIFunctionToolSchema]) -> None:
-        self._tools = value
 
     # -- LLM turns ---------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ send drops ``null`` fields (use :func:`wire`).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -204,19 +203,7 @@ class OpenAIToolCall(_Lenient):
 
 
 def _server_url_verdict(value: str) -> tuple[str, str | None]:
-    """``server_url`` normalised, or why it is refused. Short ones are cached: a trainer sends
-    the same few URLs with every init, and two URL parses were a fifth of an init's CPU."""
-    if len(value) <= 512:
-        return _cached_server_url_verdict(value)
-    return _server_url_problem(value)
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_server_url_verdict(value: str) -> tuple[str, str | None]:
-    return _server_url_problem(value)
-
-
-def _server_url_problem(value: str) -> tuple[str, str | None]:
+    """``server_url`` normalised, or why it is refused."""
     parts = urlsplit(value.strip())
     try:
         parts.port  # noqa: B018  # raises ValueError for a port out of range or not a number

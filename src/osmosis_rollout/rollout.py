@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from . import telemetry
-from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, RolloutResult, TurnObserver
+from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, TurnObserver
 from .errors import OsmosisError
 from .protocol import (
     Message,
@@ -33,6 +33,7 @@ from .protocol import (
     wire_json,
 )
 from .redaction import loggable, scrub
+from .results import RolloutResult
 from .tools.tool_set import resolve_tools
 from .tracing import Tracer
 

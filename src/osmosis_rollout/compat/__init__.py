@@ -20,10 +20,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..agent import (
-        CompletionsResult,
-        RolloutResult,
-    )
     from ..errors import (
         AgentLoopNotFoundError,
         AgentLoopValidationError,
@@ -48,6 +44,7 @@ if TYPE_CHECKING:
         RolloutResponse,
         RolloutStatus,
     )
+    from ..results import CompletionsResult, RolloutResult
     from .client import (
         OsmosisLLMClient,
     )
@@ -105,8 +102,8 @@ if TYPE_CHECKING:
 
 #: Each v1 name -> the module of ``osmosis_rollout`` that defines it.
 _EXPORTS: dict[str, str] = {
-    "CompletionsResult": "agent",
-    "RolloutResult": "agent",
+    "CompletionsResult": "results",
+    "RolloutResult": "results",
     "LLMClientProtocol": "compat.context",
     "RolloutAgentLoop": "compat.context",
     "RolloutContext": "compat.context",

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import inspect
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .. import agent as core
-from ..agent import ChatBackend, CompletionsResult, TurnObserver
+from ..agent import ChatBackend, TurnObserver
 from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics, RolloutRequest
+from ..results import CompletionsResult
 
 __all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext"]
 
@@ -33,25 +33,9 @@ class LLMClientProtocol(Protocol):
     def get_metrics(self) -> RolloutMetrics: ...
 
 
-#: ``_is_chat_backend``'s answer per class-level ``chat_completions`` function: it cannot
-#: change, and ``inspect.signature`` would cost ~0.05 ms once per rollout.
-_BACKEND_METHODS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-
-
 def _is_chat_backend(llm: object) -> bool:
     """True for our backends (``chat_completions(request, *, request_id)``); False for a v1
     client or fake (``chat_completions(messages, **kw)``), which the context calls as v1 did."""
-    method = getattr(type(llm), "chat_completions", None)
-    own = getattr(llm, "__dict__", None)
-    if not inspect.isfunction(method) or (own and "chat_completions" in own):
-        return _signature_says_backend(llm)  # set on the instance, or not a plain method
-    known = _BACKEND_METHODS.get(method)
-    if known is None:
-        known = _BACKEND_METHODS[method] = _signature_says_backend(llm)
-    return known
-
-
-def _signature_says_backend(llm: object) -> bool:
     try:
         parameters = inspect.signature(llm.chat_completions).parameters  # type: ignore[attr-defined]
     except (AttributeError, TypeError, ValueError):
