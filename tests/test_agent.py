@@ -443,15 +443,15 @@ async def test_resolve_tools_rejects_invalid_entries(item: Any, detail: str) -> 
     assert detail in message
 
 
-# -- checked tool lists are never served stale ---------------------------------------------------
+# -- checked tool lists are cached, never served stale -----------------------------------------
 
 
-async def test_the_same_tools_are_checked_alike() -> None:
-    """An agent returning the same tools every rollout gets an equal checked set back."""
+async def test_the_same_tools_are_checked_once() -> None:
+    """An agent returning the same tools every rollout gets the one checked set back."""
     agent = ToolsAgent([tool("add"), tool("sub")])
     first = await resolve_tool_set(agent, make_request("r-1"))
     second = await resolve_tool_set(agent, make_request("r-2"))
-    assert second == first
+    assert second is first
     assert [t.name for t in second.tools] == ["add", "sub"]
     assert json.loads(second.json) == [tool("add"), tool("sub")]
 
@@ -501,7 +501,7 @@ async def test_tool_models_mutated_in_place_are_not_served_stale() -> None:
     agent = ToolsAgent([model])
     first = await resolve_tool_set(agent, make_request())
     assert first.tools[0].function.description is None
-    assert await resolve_tool_set(agent, make_request()) == first  # unchanged: the same set
+    assert await resolve_tool_set(agent, make_request()) is first  # unchanged: checked once
     model.function.description = "Adds two numbers"
     model.function.parameters["properties"]["a"] = {"type": "number"}
     tool_set = await resolve_tool_set(agent, make_request())
@@ -510,8 +510,8 @@ async def test_tool_models_mutated_in_place_are_not_served_stale() -> None:
 
 
 async def test_one_rollout_editing_its_tools_changes_no_other_rollouts() -> None:
-    """Rollouts whose get_tools returned the same list do not share tool models: one editing
-    its tools (``ctx.tools`` or what ``resolve_tools`` returned) leaves the others alone."""
+    """The checked tool models are shared by every rollout whose get_tools returned the same
+    list; each context and each ``resolve_tools`` caller gets copies, so edits stay local."""
     agent = ToolsAgent([tool("add")])
     first = await resolve_tool_set(agent, make_request("r-1"))
     second = await resolve_tool_set(agent, make_request("r-2"))

@@ -156,7 +156,8 @@ class RolloutContext:
         observer: TurnObserver | None = None,
     ) -> None:
         self.request = request
-        self.tools = list(tools)
+        self._shared_tools = tools
+        self._tools: list[OpenAIFunctionToolSchema] | None = None
         self._backend = backend
         self._trace = trace
         self._observer = observer
@@ -179,6 +180,18 @@ class RolloutContext:
         self.append_only_violations: list[dict[str, Any]] = []
         #: Each turn's ``finish_reason`` in order (``"length"``: cut by ``max_tokens``).
         self.finish_reasons: list[str | None] = []
+
+    @property
+    def tools(self) -> list[OpenAIFunctionToolSchema]:
+        """This rollout's tools: its own copies, made on first read, because the checked tool
+        models are shared by every rollout whose ``get_tools`` returned the same list."""
+        if self._tools is None:
+            self._tools = [tool.model_copy(deep=True) for tool in self._shared_tools]
+        return self._tools
+
+    @tools.setter
+    def tools(self, value: list[OpenAIFunctionToolSchema]) -> None:
+        self._tools = value
 
     # -- LLM turns ---------------------------------------------------------------------------
 
