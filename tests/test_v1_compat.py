@@ -584,6 +584,18 @@ def test_typed_parameters_still_read_as_attributes() -> None:
         parameters.no_such_keyword  # noqa: B018
 
 
+def test_a_v1_contexts_tools_read_as_attributes_too() -> None:
+    """The tools a v1 context holds are v1's models (copies), whatever the server checked."""
+    from osmosis_rollout import protocol
+
+    checked = protocol.OpenAIFunctionToolSchema.model_validate(calculator_tool().model_dump())
+    ctx = RolloutContext(request=make_request(), tools=[checked], llm=FakeLLM([]))
+    parameters = ctx.tools[0].function.parameters
+    assert parameters.properties["operation"].enum == ["add", "subtract", "multiply", "divide"]
+    assert isinstance(ctx.tools[0], protocol.OpenAIFunctionToolSchema)
+    assert ctx.tools[0] is not checked
+
+
 def test_request_validation_messages_read_as_v1s() -> None:
     base: dict[str, Any] = {"server_url": "http://localhost:8080", "messages": []}
     with pytest.raises(pydantic.ValidationError, match="cannot be empty or whitespace"):

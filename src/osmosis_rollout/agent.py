@@ -186,7 +186,7 @@ class RolloutContext:
         """This rollout's tools: its own copies, made on first read, because the checked tool
         models are shared by every rollout whose ``get_tools`` returned the same list."""
         if self._tools is None:
-            self._tools = [tool.model_copy(deep=True) for tool in self._shared_tools]
+            self._tools = copy.deepcopy(list(self._shared_tools))
         return self._tools
 
     @tools.setter

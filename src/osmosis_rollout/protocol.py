@@ -49,7 +49,6 @@ __all__ = [
     "RolloutRequest",
     "RolloutResponse",
     "RolloutStatus",
-    "SchemaDict",
     "check_rollout_id",
     "describe_validation_error",
     "wire",
@@ -72,29 +71,6 @@ def check_rollout_id(value: str) -> str:
             "rollout_id cannot be empty or whitespace: send a non-empty id, not only whitespace"
         )
     return value
-
-
-class SchemaDict(dict[str, Any]):
-    """A JSON Schema as a dict whose keys also read as attributes, at every depth.
-
-    ``parameters["properties"]["a"]["enum"]`` is the way to read it; ``parameters.properties
-    ["a"].enum`` works too, because v1's typed parameter models were read that way. Keys that
-    are dict methods (``items``, ``keys``...) must be read with ``[...]``.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name not in self:
-            raise AttributeError(name)
-        return self[name]
-
-    @classmethod
-    def wrap(cls, value: Any) -> Any:
-        """``value`` with every dict in it (inside lists too) made a ``SchemaDict``."""
-        if isinstance(value, dict):
-            return cls({key: cls.wrap(item) for key, item in value.items()})
-        if isinstance(value, list):
-            return [cls.wrap(item) for item in value]
-        return value
 
 
 def wire(model: BaseModel) -> dict[str, Any]:
@@ -147,16 +123,10 @@ class OpenAIFunctionSchema(BaseModel):
     @field_validator("parameters", mode="before")
     @classmethod
     def _parameters_as_schema(cls, value: Any) -> Any:
-        # v1's typed OpenAIFunctionParametersSchema (or any model) becomes its JSON Schema.
+        # A model (v1's typed OpenAIFunctionParametersSchema, say) becomes its JSON Schema.
         if isinstance(value, BaseModel):
             return value.model_dump(mode="json", exclude_none=True)
         return value
-
-    @field_validator("parameters")
-    @classmethod
-    def _parameters_readable_as_attributes(cls, value: dict[str, Any]) -> dict[str, Any]:
-        wrapped: dict[str, Any] = SchemaDict.wrap(value)
-        return wrapped
 
 
 class OpenAIFunctionToolSchema(BaseModel):

@@ -9,6 +9,7 @@ unit test) and v1's underscored keywords. The core (``agent.py``) knows none of 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,6 +20,7 @@ from .. import agent as core
 from ..agent import ChatBackend, TurnObserver
 from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics, RolloutRequest
 from ..results import CompletionsResult
+from . import schemas
 
 __all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext"]
 
@@ -80,6 +82,18 @@ class RolloutContext(core.RolloutContext):
         self._num_tool_calls = int(_num_tool_calls)
 
     @property
+    def tools(self) -> list[OpenAIFunctionToolSchema]:
+        """The rollout's tools (copies, made on first read) as v1's models: ``parameters``
+        also read as attributes (``tool.function.parameters.properties``)."""
+        if self._tools is None:
+            self._tools = [_as_v1_tool(tool) for tool in self._shared_tools]
+        return self._tools
+
+    @tools.setter
+    def tools(self, value: list[OpenAIFunctionToolSchema]) -> None:
+        self._tools = value
+
+    @property
     def llm(self) -> Any:
         """The LLM with v1's client contract: ``await ctx.llm.chat_completions(messages, **kw)``
         (a ``ctx.chat`` turn) and ``ctx.llm.get_metrics()``; a v1 client given to the
@@ -132,6 +146,12 @@ class RolloutContext(core.RolloutContext):
     def _build_metrics(self) -> RolloutMetrics:
         """v1's name for :attr:`metrics`."""
         return self.metrics
+
+
+def _as_v1_tool(tool: Any) -> Any:
+    if isinstance(tool, OpenAIFunctionToolSchema):
+        return schemas.OpenAIFunctionToolSchema.model_validate(tool.model_dump(exclude_none=True))
+    return copy.deepcopy(tool)
 
 
 class _LLMView:

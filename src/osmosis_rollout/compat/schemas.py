@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from .. import protocol
 from ..protocol import DEFAULT_MAX_METADATA_BYTES, CompletionChoice, RolloutRequest
 
 __all__ = [
@@ -22,8 +23,11 @@ __all__ = [
     "OpenAIFunctionParametersSchema",
     "OpenAIFunctionParsedSchema",
     "OpenAIFunctionPropertySchema",
+    "OpenAIFunctionSchema",
     "OpenAIFunctionToolCall",
+    "OpenAIFunctionToolSchema",
     "SamplingParamsDict",
+    "SchemaDict",
     "ToolResponse",
     "get_max_metadata_size_bytes",
     "set_max_metadata_size_bytes",
@@ -56,6 +60,45 @@ def set_max_metadata_size_bytes(max_bytes: int) -> None:
 
 #: v1's name for one choice of a chat completion (ours: ``protocol.CompletionChoice``).
 CompletionsChoice = CompletionChoice
+
+
+class SchemaDict(dict[str, Any]):
+    """A JSON Schema as a dict whose keys also read as attributes, at every depth.
+
+    ``parameters["properties"]["a"]["enum"]`` is the way to read it; ``parameters.properties
+    ["a"].enum`` works too, because v1's typed parameter models were read that way. Keys that
+    are dict methods (``items``, ``keys``...) must be read with ``[...]``.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name not in self:
+            raise AttributeError(name)
+        return self[name]
+
+    @classmethod
+    def wrap(cls, value: Any) -> Any:
+        """``value`` with every dict in it (inside lists too) made a ``SchemaDict``."""
+        if isinstance(value, dict):
+            return cls({key: cls.wrap(item) for key, item in value.items()})
+        if isinstance(value, list):
+            return [cls.wrap(item) for item in value]
+        return value
+
+
+class OpenAIFunctionSchema(protocol.OpenAIFunctionSchema):
+    """Ours, with ``parameters`` readable as attributes as v1's typed models were."""
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters_readable_as_attributes(cls, value: dict[str, Any]) -> dict[str, Any]:
+        wrapped: dict[str, Any] = SchemaDict.wrap(value)
+        return wrapped
+
+
+class OpenAIFunctionToolSchema(protocol.OpenAIFunctionToolSchema):
+    """Ours, whose ``function`` is v1's :class:`OpenAIFunctionSchema` (attribute reading)."""
+
+    function: OpenAIFunctionSchema
 
 
 class OpenAIFunctionPropertySchema(BaseModel):

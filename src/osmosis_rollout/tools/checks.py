@@ -132,15 +132,19 @@ def _check_entry(
         problem = ToolProblem(
             i, "TOOL_NOT_SERIALIZABLE", where, message, reason=reason, causes=causes
         )
-        return (tool if reason is None else None), [problem]
-    if invalid is not None:
+        kept = tool.model_copy(deep=True) if tool is not None and reason is None else None
+        return kept, [problem]
+    if invalid is not None or tool is None:
+        assert invalid is not None  # no model without a validation error
         causes = _causes(invalid)
         loc = causes[0][0]
         message = _not_a_tool(where, describe_validation_error(invalid, limit=2))
         reason = _not_a_tool(where, describe_validation_error(invalid, limit=1))
         at = f"{where}.{loc}" if loc else where
         return None, [ToolProblem(i, "TOOL_INVALID", at, message, reason=reason, causes=causes)]
-    return tool, []
+    # Validation keeps nested values by reference: a deep copy, so that the model cannot change
+    # when the agent edits the dicts it returned (the checked models are cached by their JSON).
+    return tool.model_copy(deep=True), []
 
 
 def _causes(invalid: ValidationError) -> tuple[tuple[str, str], ...]:
