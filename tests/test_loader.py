@@ -195,6 +195,22 @@ def test_missing_attribute_lists_the_agents_there() -> None:
     assert "agents defined there: GoodAgent" in str(error)
 
 
+def test_the_agents_listed_are_the_modules_not_our_bases(isolated: Path) -> None:
+    """A v1 module imports ``osmosis_rollout.compat``'s RolloutAgentLoop: only its own agent is
+    listed, not that base class."""
+    (isolated / "v1_agent.py").write_text(
+        "from osmosis_rollout.compat import RolloutAgentLoop\n\n"
+        "class MyAgent(RolloutAgentLoop):\n"
+        '    name = "mine"\n\n'
+        "    def get_tools(self, request):\n"
+        "        return []\n\n"
+        "    async def run(self, ctx):\n"
+        "        return ctx.complete([])\n"
+    )
+    listed = str(load_error("v1_agent.py:Zebra")).partition("agents defined there: ")[2]
+    assert listed == "MyAgent"
+
+
 def test_object_that_is_not_an_agent() -> None:
     """Anything but a RolloutAgentLoop subclass or instance is refused by name."""
     error = load_error(f"{ASSETS / 'val_not_subclass.py'}:PlainAgent")
