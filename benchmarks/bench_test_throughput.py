@@ -33,7 +33,6 @@ from typing import Any
 
 from _bench import ROOT, print_table, ratio, write_results
 
-from osmosis_rollout.agent import resolve_tools
 from osmosis_rollout.loader import load_agent
 from osmosis_rollout.protocol import CompletionsRequest, CompletionsResponse, RolloutRequest
 from osmosis_rollout.rollout import run_rollout
@@ -41,6 +40,7 @@ from osmosis_rollout.testing import Harness, RolloutRecord
 from osmosis_rollout.testing.backends import MockLLMBackend
 from osmosis_rollout.testing.datasets import load_dataset
 from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch, summarise
+from osmosis_rollout.tools.tool_set import resolve_tools
 
 TARGET = "examples/calculator/agent.py:CalculatorAgent"
 SYSTEM = (

@@ -29,7 +29,8 @@ import httpx2
 from _bench import print_table, ratio, verdict, write_results
 from _torture import SERVER_KEY, Served, osmosis_serve
 
-from osmosis_rollout.protocol import RolloutRequest, secret_forms
+from osmosis_rollout.protocol import RolloutRequest
+from osmosis_rollout.redaction import secret_forms
 from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
 from osmosis_rollout.testing.torture import FaultyGate, tally, valid_init
 

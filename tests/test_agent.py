@@ -11,13 +11,7 @@ from typing import Any
 
 import pytest
 
-from osmosis_rollout.agent import (
-    RolloutAgentLoop,
-    RolloutContext,
-    RolloutResult,
-    resolve_tool_set,
-    resolve_tools,
-)
+from osmosis_rollout.agent import RolloutAgentLoop, RolloutContext
 from osmosis_rollout.client import TrainGateClient
 from osmosis_rollout.errors import AgentDefinitionError
 from osmosis_rollout.protocol import (
@@ -26,8 +20,10 @@ from osmosis_rollout.protocol import (
     RolloutRequest,
     RolloutStatus,
 )
+from osmosis_rollout.results import RolloutResult
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate
+from osmosis_rollout.tools.tool_set import resolve_tool_set, resolve_tools
 from osmosis_rollout.tracing import Tracer
 
 from .gates import ANSWER
@@ -581,6 +577,24 @@ async def test_tool_models_mutated_in_place_are_not_served_stale() -> None:
     tool_set = await resolve_tool_set(agent, make_request())
     assert tool_set.tools[0].function.description == "Adds two numbers"
     assert tool_set.tools[0].function.parameters["properties"] == {"a": {"type": "number"}}
+
+
+async def test_one_rollout_editing_its_tools_changes_no_other_rollouts() -> None:
+    """The checked tool models are shared by every rollout whose get_tools returned the same
+    list; each context and each ``resolve_tools`` caller gets copies, so edits stay local."""
+    agent = ToolsAgent([tool("add")])
+    first = await resolve_tool_set(agent, make_request("r-1"))
+    second = await resolve_tool_set(agent, make_request("r-2"))
+    one = RolloutContext(make_request("r-1"), first.tools, _Canned())
+    one.tools[0].function.description = "edited by r-1"
+    one.tools[0].function.parameters["properties"]["x"]["type"] = "integer"
+    other = RolloutContext(make_request("r-2"), second.tools, _Canned())
+    assert other.tools[0].function.description == "The add tool"
+    assert other.tools[0].function.parameters["properties"]["x"] == {"type": "number"}
+    mine = await resolve_tools(agent, make_request("r-3"))
+    mine[0].function.name = "renamed"
+    assert [t.name for t in await resolve_tools(agent, make_request("r-4"))] == ["add"]
+    assert json.loads(second.json) == [tool("add")]
 
 
 @pytest.mark.parametrize(

@@ -197,3 +197,28 @@ def test_errors_name_the_flag_when_one_sets_the_setting() -> None:
     with pytest.raises(ConfigError) as caught:
         ServerSettings.resolve({"port": 70000}, flags={"port": "--port"})
     assert "port (--port, OSMOSIS_PORT or [tool.osmosis.serve])" in str(caught.value)
+
+
+#: Runtime dependencies we declare without importing them, and why.
+NOT_IMPORTED = {"sniffio": "httpx2's ASGITransport imports it on every request"}
+
+
+def test_every_declared_dependency_is_imported() -> None:
+    """A dependency in [project.dependencies] is one ``src`` imports (settings are resolved by
+    ``ServerSettings.resolve``, not pydantic-settings, so that one is not declared)."""
+    import ast
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[\[<>=~!; ]", dep, maxsplit=1)[0].lower() for dep in declared}
+    imported: set[str] = set()
+    for path in (root / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    unused = {n for n in names if n.replace("-", "_") not in imported} - set(NOT_IMPORTED)
+    assert unused == set()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_rollout import AgentLoadError, RolloutAgentLoop
+from osmosis_rollout import RolloutAgentLoop
+from osmosis_rollout.errors import AgentLoadError
 from osmosis_rollout.loader import find_source, load_agent, load_target, parse_target
 
 from .support import ASSETS, line_of
@@ -184,6 +185,22 @@ def test_missing_attribute_lists_the_agents_there() -> None:
     """Without a close match, the agents defined in the module are listed."""
     error = load_error(f"{ASSETS / 'val_good.py'}:Zebra")
     assert "agents defined there: GoodAgent" in str(error)
+
+
+def test_the_agents_listed_are_the_modules_not_our_bases(isolated: Path) -> None:
+    """A v1 module imports ``osmosis_rollout.compat``'s RolloutAgentLoop: only its own agent is
+    listed, not that base class."""
+    (isolated / "v1_agent.py").write_text(
+        "from osmosis_rollout.compat import RolloutAgentLoop\n\n"
+        "class MyAgent(RolloutAgentLoop):\n"
+        '    name = "mine"\n\n'
+        "    def get_tools(self, request):\n"
+        "        return []\n\n"
+        "    async def run(self, ctx):\n"
+        "        return ctx.complete([])\n"
+    )
+    listed = str(load_error("v1_agent.py:Zebra")).partition("agents defined there: ")[2]
+    assert listed == "MyAgent"
 
 
 def test_object_that_is_not_an_agent() -> None:

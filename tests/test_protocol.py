@@ -21,10 +21,10 @@ from osmosis_rollout.protocol import (
     RolloutResponse,
     RolloutStatus,
     describe_validation_error,
-    scrub,
     wire,
     wire_json,
 )
+from osmosis_rollout.redaction import scrub
 
 from .leaks import NASTY_KEY, every_form_absent
 from .serving import init_body

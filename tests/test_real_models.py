@@ -12,9 +12,10 @@ import httpx2
 import pytest
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutResult
+from osmosis_rollout.append_only import same_message
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.errors import LLMBackendError
-from osmosis_rollout.protocol import CompletionsRequest, RolloutRequest, same_message
+from osmosis_rollout.protocol import CompletionsRequest, RolloutRequest
 from osmosis_rollout.server import create_app
 from osmosis_rollout.testing import (
     Harness,

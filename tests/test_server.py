@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse
 
 from osmosis_rollout import RolloutAgentLoop
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
-from osmosis_rollout.protocol import REDACTED
+from osmosis_rollout.redaction import REDACTED
 from osmosis_rollout.server import RolloutServer, create_app
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 

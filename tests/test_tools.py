@@ -1070,18 +1070,21 @@ def _loose_object_schemas(draw: st.DrawFn) -> dict[str, Any]:
 @example({"type": "object", "properties": {"a": {"type": ["string", "string"]}}})
 @example({"type": "object", "properties": {"a": {"description": 5}}})
 @example({"type": "object", "properties": {}, "required": ["a", "a"]})
-def test_a_schema_compiled_late_is_one_json_schema_accepts(schema: dict[str, Any]) -> None:
-    """A toolbox compiles a "surely valid" schema only when an argument fails the quick check:
-    every such schema must pass the meta-schema check it would have got at construction."""
+def test_a_schema_a_toolbox_compiles_is_one_json_schema_accepts(schema: dict[str, Any]) -> None:
+    """A toolbox compiles each tool's schema at construction (the quick check may then skip
+    it per call): it accepts exactly the schemas the meta-schema check accepts."""
     import jsonschema
 
-    from osmosis_rollout.tools.arguments import surely_valid
+    from osmosis_rollout.errors import ToolError
+    from osmosis_rollout.tools.arguments import _validator
 
-    if surely_valid(schema):
+    try:
         jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.exceptions.SchemaError:
+        with pytest.raises(ToolError, match="invalid parameters schema"):
+            _validator("t", schema)
     else:
-        with contextlib.suppress(jsonschema.exceptions.SchemaError):
-            jsonschema.Draft202012Validator.check_schema(schema)
+        _validator("t", schema)
 
 
 def test_the_quick_check_leaves_other_schemas_to_json_schema() -> None:

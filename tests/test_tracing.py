@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from osmosis_rollout.client import TrainGateClient
-from osmosis_rollout.protocol import REDACTED, RolloutRequest, RolloutStatus
+from osmosis_rollout.protocol import RolloutRequest, RolloutStatus
+from osmosis_rollout.redaction import REDACTED
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate
 from osmosis_rollout.tracing import Tracer, safe_trace_name, secret_free_json

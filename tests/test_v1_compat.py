@@ -1,7 +1,8 @@
 """The original SDK's public API, written the way a v1 agent project's code reads.
 
-Each test is v1 user code with only ``osmosis_ai.rollout`` changed to ``osmosis_rollout``; the
-behaviour asserted is v1's (docs/migrating-from-v1.md lists the few kept differences).
+Each test is v1 user code with only ``osmosis_ai.rollout`` changed to
+``osmosis_rollout.compat``; the behaviour asserted is v1's (docs/migrating-from-v1.md lists the
+few kept differences).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any, ClassVar
 import pydantic
 import pytest
 
-from osmosis_rollout import (
+from osmosis_rollout.client import RetryPolicy, TrainGateClient
+from osmosis_rollout.compat import (
     DEFAULT_MAX_METADATA_SIZE_BYTES,
     AgentLoopNotFoundError,
     AgentLoopRegistry,
@@ -63,7 +65,6 @@ from osmosis_rollout import (
     set_max_metadata_size_bytes,
     unregister_agent_loop,
 )
-from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.testing import MockTrainGate
 
 pytestmark = pytest.mark.anyio
@@ -583,6 +584,18 @@ def test_typed_parameters_still_read_as_attributes() -> None:
         parameters.no_such_keyword  # noqa: B018
 
 
+def test_a_v1_contexts_tools_read_as_attributes_too() -> None:
+    """The tools a v1 context holds are v1's models (copies), whatever the server checked."""
+    from osmosis_rollout import protocol
+
+    checked = protocol.OpenAIFunctionToolSchema.model_validate(calculator_tool().model_dump())
+    ctx = RolloutContext(request=make_request(), tools=[checked], llm=FakeLLM([]))
+    parameters = ctx.tools[0].function.parameters
+    assert parameters.properties["operation"].enum == ["add", "subtract", "multiply", "divide"]
+    assert isinstance(ctx.tools[0], protocol.OpenAIFunctionToolSchema)
+    assert ctx.tools[0] is not checked
+
+
 def test_request_validation_messages_read_as_v1s() -> None:
     base: dict[str, Any] = {"server_url": "http://localhost:8080", "messages": []}
     with pytest.raises(pydantic.ValidationError, match="cannot be empty or whitespace"):
@@ -594,10 +607,29 @@ def test_request_validation_messages_read_as_v1s() -> None:
         RolloutRequest(
             rollout_id="r", completion_params={}, metadata={"data": "x" * (1 << 20)}, **base
         )
-    from osmosis_rollout import CompletionsRequest
+    from osmosis_rollout.compat import CompletionsRequest
 
     with pytest.raises(pydantic.ValidationError, match="cannot be empty or whitespace"):
         CompletionsRequest(rollout_id="   ", messages=[])
+
+
+async def test_a_streamed_turn_is_counted_and_a_cut_reply_is_seen() -> None:
+    """A turn through a streaming v1 client is a turn like ``ctx.chat``'s: counted, its reply
+    kept, and its ``finish_reason`` read, so a reply cut by max_tokens ends as "length"."""
+
+    class CutStream(FakeLLM):
+        async def chat_completions_stream(self, messages: list[Any], **kwargs: Any) -> Any:
+            return CompletionsResult(
+                message={"role": "assistant", "content": "The answer is"}, finish_reason="length"
+            )
+
+    ctx = RolloutContext(request=make_request(), tools=[], llm=CutStream([]))
+    messages = list(ctx.request.messages)
+    messages.append((await ctx.chat_stream(messages)).message)
+    assert ctx.turns == 1
+    assert ctx.finish_reasons == ["length"]
+    assert ctx.partial_messages == messages
+    assert ctx.complete(messages).finish_reason == "length"
 
 
 async def test_chat_stream_prefers_a_streaming_client_and_falls_back_to_chat() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from osmosis_rollout import (
+from osmosis_rollout.compat import (
     CompletionsResult,
     OsmosisLLMClient,
     OsmosisValidationError,
@@ -78,7 +78,7 @@ async def test_a_wrong_key_is_an_osmosis_validation_error() -> None:
 
 
 async def test_an_unreachable_traingate_is_a_transport_error() -> None:
-    from osmosis_rollout import OsmosisTransportError
+    from osmosis_rollout.compat import OsmosisTransportError
 
     client = OsmosisLLMClient(f"http://127.0.0.1:{free_port()}", "r-3", max_retries=0)
     try:

@@ -19,7 +19,7 @@ from unittest.mock import AsyncMock, MagicMock
 
 import pytest
 
-from osmosis_rollout import (
+from osmosis_rollout.compat import (
     AgentLoopValidationError,
     RolloutAgentLoop,
     RolloutContext,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from osmosis_rollout import (
+from osmosis_rollout import validate_agent_loop_async
+from osmosis_rollout.compat import (
     AgentLoopValidationError,
     OpenAIFunctionToolSchema,
     RolloutAgentLoop,
@@ -14,7 +15,6 @@ from osmosis_rollout import (
     RolloutRequest,
     RolloutResult,
     validate_agent_loop,
-    validate_agent_loop_async,
 )
 
 
@@ -224,7 +224,7 @@ def test_raise_if_invalid_lists_every_error() -> None:
 
 def test_v1s_validator_module_names_and_constructors() -> None:
     """v1 imported these from ``osmosis_ai.rollout.validator`` and built results by hand."""
-    from osmosis_rollout.validator import (
+    from osmosis_rollout.compat import (
         AgentLoopValidationError,
         ValidationError,
         ValidationResult,

@@ -41,9 +41,9 @@ from .protocol import (
     RolloutRequest,
     RolloutResponse,
     describe_validation_error,
-    scrub,
     wire_json,
 )
+from .redaction import scrub
 from .transport import (
     DecodeFailure,
     Httpx2Transport,

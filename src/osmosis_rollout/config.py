@@ -26,7 +26,8 @@ from pydantic import (
 )
 
 from .errors import ConfigError
-from .protocol import DEFAULT_MAX_METADATA_BYTES, dump_secret
+from .protocol import DEFAULT_MAX_METADATA_BYTES
+from .redaction import dump_secret
 
 __all__ = ["ServerSettings", "check_state_url", "find_pyproject", "read_pyproject_table"]
 

@@ -19,28 +19,21 @@ import asyncio
 import base64
 import collections
 import re
-import select
 import ssl
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
-import httptools
-import httpx2
-
 from ._version import __version__
-from .transport import DecodeFailure, InvalidTarget, Reply, TransportFailure
+from .http1_connection import Connection, decode_body, default_ssl_context, describe, settle
+from .transport import InvalidTarget, Reply, TransportFailure
 
 __all__ = ["MAX_RESPONSE_BYTES", "Http1Transport"]
 
 #: The largest response body kept (raw and decoded): a TrainGate reply is a few KB.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-#: The most bytes of status line and headers read before the body starts.
-_MAX_HEAD_BYTES = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_MAX_TARGETS = 256
+_MAX_NAMES = 256  # header names remembered with their lowercase form
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 #: Headers that frame the message: ours to write, never the caller's.
@@ -55,7 +48,7 @@ _DEFAULT_BLOCK = b"".join(_DEFAULTS.values())
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    """One URL, parsed once: where to connect and the request line + Host header to send."""
+    """One URL, parsed: where to connect and the request line + Host header to send."""
 
     key: tuple[str, str, int]
     host: str
@@ -95,9 +88,8 @@ class Http1Transport:
         self.idle_expiry_s = idle_expiry_s
         self.max_response_bytes = max_response_bytes
         self._ssl = ssl_context
-        self._targets: dict[str, _Target] = {}
         self._names: dict[str, tuple[str, bytes]] = {}
-        self._idle: dict[tuple[str, str, int], collections.deque[_Connection]] = {}
+        self._idle: dict[tuple[str, str, int], collections.deque[Connection]] = {}
         self._idle_count = 0
         #: Connections counted against ``max_connections`` (connecting, busy or idle).
         self._open = 0
@@ -110,7 +102,7 @@ class Http1Transport:
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """POST ``content`` to ``url``; see :class:`~osmosis_rollout.transport.PostTransport`."""
-        target = self._targets.get(url) or self._target(url)
+        target = self._target(url)
         request = self._request(target, content, headers)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.attempt_timeout_s
@@ -137,7 +129,7 @@ class Http1Transport:
             else:
                 self._close(conn)
             return Reply(
-                status, reply_headers, _decode(reply_headers, body, self.max_response_bytes)
+                status, reply_headers, decode_body(reply_headers, body, self.max_response_bytes)
             )
 
     async def aclose(self) -> None:
@@ -188,13 +180,9 @@ class Http1Transport:
         if parts.username is not None:  # user:password@host, as httpx2 sends it
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             head += f"Authorization: Basic {base64.b64encode(secret.encode()).decode()}\r\n"
-        target = _Target(
+        return _Target(
             (scheme, host, port), host, port, scheme == "https", head.encode(), "@" in parts.netloc
         )
-        if len(self._targets) >= _MAX_TARGETS:
-            self._targets.clear()
-        self._targets[url] = target
-        return target
 
     def _request(self, target: _Target, content: bytes, headers: Mapping[str, str]) -> bytes:
         parts = [target.head, b"Content-Length: %d\r\n" % len(content)]
@@ -218,7 +206,7 @@ class Http1Transport:
         if not name.isascii() or not _TOKEN.fullmatch(name):
             raise InvalidTarget(f"invalid header name {name!r}")
         entry = (name.lower(), f"{name}: ".encode())
-        if len(self._names) < _MAX_TARGETS:
+        if len(self._names) < _MAX_NAMES:
             self._names[name] = entry
         return entry
 
@@ -226,7 +214,7 @@ class Http1Transport:
 
     async def _acquire(
         self, target: _Target, loop: asyncio.AbstractEventLoop, deadline: float, fresh: bool
-    ) -> _Connection:
+    ) -> Connection:
         if not fresh:
             conn = self._take_idle(target.key, loop)
             if conn is not None:
@@ -262,7 +250,7 @@ class Http1Transport:
         """Wait until a connection is released (True) or ``deadline`` passes (False)."""
         waiter: asyncio.Future[bool] = loop.create_future()
         self._waiters.append(waiter)
-        timer = loop.call_at(deadline, _settle, waiter, False)
+        timer = loop.call_at(deadline, settle, waiter, False)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -283,17 +271,17 @@ class Http1Transport:
 
     async def _connect(
         self, target: _Target, loop: asyncio.AbstractEventLoop, deadline: float
-    ) -> _Connection:
+    ) -> Connection:
         where = f"{target.host}:{target.port}"
         context = None
         if target.tls:
             context = self._ssl
             if context is None:  # built at the first https call, as httpx2 builds it
-                context = self._ssl = _default_ssl_context()
+                context = self._ssl = default_ssl_context()
         try:
             async with asyncio.timeout_at(deadline):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self, target.key, self.max_response_bytes),
+                    lambda: Connection(self, target.key, self.max_response_bytes),
                     target.host,
                     target.port,
                     ssl=context,
@@ -306,12 +294,12 @@ class Http1Transport:
                 timed_out=True,
             ) from None
         except OSError as exc:  # refused, unreachable, DNS, TLS verification...
-            raise TransportFailure("ConnectError", f"{where}: {_describe(exc)}") from None
+            raise TransportFailure("ConnectError", f"{where}: {describe(exc)}") from None
         return conn
 
     def _take_idle(
         self, key: tuple[str, str, int], loop: asyncio.AbstractEventLoop
-    ) -> _Connection | None:
+    ) -> Connection | None:
         idle = self._idle.get(key)
         if not idle:
             return None
@@ -326,7 +314,7 @@ class Http1Transport:
             self._close(conn)
         return None
 
-    def _release(self, conn: _Connection, loop: asyncio.AbstractEventLoop) -> None:
+    def _release(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
         if self._closed or conn.closed:
             self._discard(conn)
             return
@@ -351,328 +339,30 @@ class Http1Transport:
                 return True
         return False
 
-    def _drop_idle(self, conn: _Connection) -> None:
+    def _drop_idle(self, conn: Connection) -> None:
         self._idle_count -= 1
         conn.pooled = False
         self._close(conn)
 
-    def _forget(self, conn: _Connection) -> None:
+    def _forget(self, conn: Connection) -> None:
         """An idle connection the server closed: out of the pool now, not at its next use."""
         idle = self._idle.get(conn.key)
         if idle is not None and conn in idle:
             idle.remove(conn)
             self._drop_idle(conn)
 
-    def _discard(self, conn: _Connection) -> None:
+    def _discard(self, conn: Connection) -> None:
         """A connection that cannot be reused (error, cancellation, ``Connection: close``)."""
         self._uncount(conn)
         conn.abort()
 
-    def _close(self, conn: _Connection) -> None:
+    def _close(self, conn: Connection) -> None:
         """A clean idle connection we no longer want."""
         self._uncount(conn)
         conn.close()
 
-    def _uncount(self, conn: _Connection) -> None:
+    def _uncount(self, conn: Connection) -> None:
         if conn.counted:
             conn.counted = False
             self._open -= 1
             self._wake_one()
-
-
-class _Connection(asyncio.Protocol):
-    """One TCP (or TLS) connection and the response being read on it."""
-
-    # The response being read (reset by _start).
-    _reply: asyncio.Future[tuple[int, dict[str, str], bytes]] | None
-    _status: int
-    _headers: dict[str, str]
-    _body: list[bytes]
-    _size: int
-    _head_size: int
-    _header_bytes: int
-    _oversized: bool
-    _framed: bool
-    _headers_done: bool
-
-    def __init__(self, pool: Http1Transport, key: tuple[str, str, int], limit: int) -> None:
-        self.pool = pool
-        self.key = key
-        self.limit = limit
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.fd = -1
-        self.counted = True
-        self.closed = False
-        self.pooled = False
-        self.reused = False
-        self.idle_since = 0.0
-        self.keep_alive = False
-        self.answered = False
-        self._drain: asyncio.Future[None] | None = None
-        self._paused = False
-        self._timeout = 0.0
-        self._start(None)
-
-    # -- used by the pool -------------------------------------------------------------------
-
-    async def exchange(self, request: bytes, deadline: float) -> tuple[int, dict[str, str], bytes]:
-        """Send ``request`` and read the whole response, by ``deadline`` (loop time)."""
-        transport = self.transport
-        assert transport is not None
-        if self.closed:  # the server hung up between connect and now
-            raise _protocol_error("the server closed the connection before the request was sent")
-        loop = asyncio.get_running_loop()
-        reply: asyncio.Future[tuple[int, dict[str, str], bytes]] = loop.create_future()
-        self._start(reply)
-        self.answered = False
-        self._timeout = deadline - loop.time()
-        timer = loop.call_at(deadline, self._timed_out)
-        try:
-            transport.write(request)
-            if self._paused:
-                drain = self._drain = loop.create_future()
-                try:
-                    await drain
-                finally:
-                    self._drain = None
-            return await reply
-        finally:
-            timer.cancel()
-            if reply.done() and not reply.cancelled():
-                reply.exception()  # retrieved: a failure after a write error is not "lost"
-
-    def sent(self) -> bool:
-        """Whether the whole request left (a server may answer before reading all of it)."""
-        return self.transport is not None and not self.transport.get_write_buffer_size()
-
-    def clean(self) -> bool:
-        """Safe to send on: open, and nothing (EOF, stray bytes) waiting to be read."""
-        return not self.closed and not _readable(self.fd)
-
-    def abort(self) -> None:
-        """Drop the connection at once (mid-response, after an error or a cancellation)."""
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def close(self) -> None:
-        """Close a clean connection politely (FIN, or TLS close_notify)."""
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    # -- asyncio.Protocol -------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            self.fd = sock.fileno()
-
-    def data_received(self, data: bytes) -> None:
-        reply = self._reply
-        if reply is None or reply.done():
-            self._stray()  # bytes nobody asked for: this connection cannot be trusted again
-            return
-        self.answered = True
-        if not self._headers_done:
-            self._head_size += len(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            if not reply.done():
-                self._fail(_protocol_error("the server switched protocols (101)"))
-            self._stray()
-            return
-        except httptools.HttpParserError as exc:
-            if not reply.done():
-                self._fail(_protocol_error(f"malformed HTTP response: {exc}"))
-            self._stray()
-            return
-        if self._head_size > _MAX_HEAD_BYTES and (self._oversized or not self._headers_done):
-            self._fail(_protocol_error("the response headers are larger than 64 KiB"))
-        elif self._size > self.limit and not reply.done():
-            self._fail(DecodeFailure(f"the response body is larger than {self.limit // 2**20} MiB"))
-
-    def eof_received(self) -> bool | None:
-        self.closed = True
-        self._ended(None)
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._ended(exc)
-        drain = self._drain
-        if drain is not None and not drain.done():
-            drain.set_exception(TransportFailure("WriteError", _describe(exc, "connection lost")))
-        if self.pooled:
-            self.pool._forget(self)
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        drain = self._drain
-        if drain is not None and not drain.done():
-            drain.set_result(None)
-
-    # -- httptools callbacks ----------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_bytes += len(name) + len(value)
-        if self._header_bytes > _MAX_HEAD_BYTES:
-            self._oversized = True
-            self._head_size = self._header_bytes
-        lower = name.decode("latin-1").lower()
-        if lower == "content-length" or lower == "transfer-encoding":
-            self._framed = True
-        self._headers[lower] = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        self._headers_done = True
-        self._status = self.parser.get_status_code()
-        self.keep_alive = self.parser.should_keep_alive()
-
-    def on_body(self, body: bytes) -> None:
-        self._size += len(body)
-        if self._size <= self.limit:
-            self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        reply = self._reply
-        if reply is None or reply.done():
-            return
-        if 100 <= self._status < 200 and self._status != 101:  # interim (100 Continue...)
-            self._start(reply)
-            return
-        reply.set_result((self._status, self._headers, b"".join(self._body)))
-
-    # -- internals --------------------------------------------------------------------------
-
-    def _start(self, reply: asyncio.Future[tuple[int, dict[str, str], bytes]] | None) -> None:
-        """Forget the last response: ``reply`` is the future the next one settles."""
-        self._reply = reply
-        self._status = 0
-        self._headers = {}
-        self._body = []
-        self._size = 0
-        self._head_size = 0
-        self._header_bytes = 0
-        self._oversized = False
-        self._framed = False
-        self._headers_done = False
-        self.keep_alive = False
-
-    def _ended(self, exc: Exception | None) -> None:
-        """The peer closed (EOF) or the connection was lost: settle the pending response."""
-        reply = self._reply
-        if reply is None or reply.done():
-            return
-        self.keep_alive = False
-        if exc is None and self._headers_done and not self._framed:
-            # a body delimited by the close (HTTP/1.0 style)
-            reply.set_result((self._status, self._headers, b"".join(self._body)))
-        elif exc is not None:
-            self._fail(TransportFailure("ReadError", _describe(exc)))
-        elif not self.answered:
-            self._fail(_protocol_error("Server disconnected without sending a response."))
-        else:
-            self._fail(_protocol_error("peer closed connection without sending complete message"))
-
-    def _fail(self, exc: Exception) -> None:
-        self.keep_alive = False
-        reply = self._reply
-        if reply is not None and not reply.done():
-            reply.set_exception(exc)
-        self.abort()
-
-    def _stray(self) -> None:
-        self.keep_alive = False
-        if self.pooled:
-            self.pool._forget(self)
-        else:
-            self.abort()
-
-    def _timed_out(self) -> None:
-        drain = self._drain
-        if drain is not None and not drain.done():
-            kind = "WriteTimeout"
-            drain.set_exception(TransportFailure(kind, self._late(kind), timed_out=True))
-        elif self._reply is not None and not self._reply.done():
-            self._fail(TransportFailure("ReadTimeout", self._late("response"), timed_out=True))
-
-    def _late(self, what: str) -> str:
-        if what == "response":
-            return f"no complete response within {self._timeout:.3g}s"
-        return f"the request could not be sent within {self._timeout:.3g}s"
-
-
-def _settle(waiter: asyncio.Future[bool], value: bool) -> None:
-    if not waiter.done():
-        waiter.set_result(value)
-
-
-def _protocol_error(detail: str) -> TransportFailure:
-    return TransportFailure("RemoteProtocolError", detail)
-
-
-def _describe(exc: BaseException | None, default: str = "") -> str:
-    if exc is None:
-        return default
-    return str(exc) or type(exc).__name__
-
-
-def _readable(fd: int) -> bool:
-    """Whether ``fd`` has something to read now (EOF included): never block."""
-    if fd < 0:
-        return False
-    poll = getattr(select, "poll", None)
-    if poll is None:  # pragma: no cover - Windows
-        return bool(select.select([fd], [], [], 0)[0])
-    poller = poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(0))
-
-
-def _default_ssl_context() -> ssl.SSLContext:
-    """The trust ``httpx2`` uses by default: its own builder, so ``SSL_CERT_FILE`` and
-    ``SSL_CERT_DIR`` are honoured and the system's CAs used otherwise."""
-    context = httpx2.create_ssl_context()
-    context.set_alpn_protocols(["http/1.1"])
-    return context
-
-
-def _decode(headers: Mapping[str, str], body: bytes, limit: int) -> bytes:
-    """``body`` with its ``Content-Encoding`` undone (gzip, deflate; DecodeFailure otherwise)."""
-    coding = headers.get("content-encoding")
-    if not coding or not body:
-        return body
-    for token in reversed(coding.split(",")):
-        token = token.strip().lower()
-        if token in ("", "identity"):
-            continue
-        if token in ("gzip", "x-gzip"):
-            body = _inflate(body, zlib.MAX_WBITS | 16, limit)
-        elif token == "deflate":
-            try:
-                body = _inflate(body, zlib.MAX_WBITS, limit)
-            except DecodeFailure:  # some servers send raw deflate without the zlib wrapper
-                body = _inflate(body, -zlib.MAX_WBITS, limit)
-        else:
-            raise DecodeFailure(f"unsupported Content-Encoding {token!r}")
-    return body
-
-
-def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
-    inflater: Any = zlib.decompressobj(wbits)
-    try:
-        out: bytes = inflater.decompress(data, limit + 1)
-    except zlib.error as exc:
-        raise DecodeFailure(f"the response body is not valid compressed data ({exc})") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise DecodeFailure(f"the decompressed response is larger than {limit // 2**20} MiB")
-    if not inflater.eof:
-        raise DecodeFailure("the compressed response body is truncated")
-    return out

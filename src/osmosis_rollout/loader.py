@@ -398,6 +398,7 @@ def _agent_names(module: ModuleType) -> list[str]:
         for n, value in vars(module).items()
         if isinstance(value, type)
         and issubclass(value, RolloutAgentLoop)
+        and not value.__module__.startswith("osmosis_rollout.")  # our bases (compat's too)
         and value is not RolloutAgentLoop
     )
 

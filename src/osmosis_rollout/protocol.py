@@ -8,16 +8,12 @@ send drops ``null`` fields (use :func:`wire`).
 
 from __future__ import annotations
 
-import functools
-import hmac
 import json
 import math
 import re
-import threading
-from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, Literal, Self
-from urllib.parse import quote, quote_plus, urlsplit
+from typing import Any, ClassVar, Literal, Self
+from urllib.parse import urlsplit
 
 import httpx2
 from pydantic import (
@@ -32,6 +28,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from .redaction import REVEAL_SECRETS, ApiKey, dump_secret
 
 __all__ = [
     "DEFAULT_MAX_METADATA_BYTES",
@@ -51,18 +49,8 @@ __all__ = [
     "RolloutRequest",
     "RolloutResponse",
     "RolloutStatus",
-    "SchemaDict",
     "check_rollout_id",
     "describe_validation_error",
-    "dump_secret",
-    "first_divergence",
-    "get_max_metadata_size_bytes",
-    "loggable",
-    "same_message",
-    "scrub",
-    "scrub_data",
-    "secret_forms",
-    "set_max_metadata_size_bytes",
     "wire",
     "wire_json",
 ]
@@ -72,175 +60,8 @@ Message = dict[str, Any]
 
 DEFAULT_MAX_METADATA_BYTES = 1024 * 1024
 MAX_ROLLOUT_ID_LENGTH = 256
-#: Context key that makes a dump include the per-rollout ``api_key`` (only for the wire).
-REVEAL_SECRETS = "reveal_secrets"
-REDACTED = "**********"
 #: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
-
-_metadata_limit_lock = threading.Lock()
-_metadata_limit = DEFAULT_MAX_METADATA_BYTES
-
-
-def get_max_metadata_size_bytes() -> int:
-    """The metadata size limit ``RolloutRequest`` applies when no validation context sets one
-    (the server always sets its own, from ``max_metadata_bytes``)."""
-    with _metadata_limit_lock:
-        return _metadata_limit
-
-
-def set_max_metadata_size_bytes(max_bytes: int) -> None:
-    """Change the process-wide default of :func:`get_max_metadata_size_bytes` (v1's API)."""
-    global _metadata_limit
-    if max_bytes <= 0:
-        raise ValueError("max_metadata_size_bytes must be positive")
-    with _metadata_limit_lock:
-        _metadata_limit = max_bytes
-
-
-class ApiKey(SecretStr):
-    """A ``SecretStr`` that still compares equal to the plain string it holds (in constant
-    time), so v1 code such as ``request.api_key == "k"`` keeps working; it never prints."""
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SecretStr):
-            other = other.get_secret_value()
-        if isinstance(other, str):
-            return hmac.compare_digest(
-                self.get_secret_value().encode("utf-8", "surrogatepass"),
-                other.encode("utf-8", "surrogatepass"),
-            )
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.get_secret_value())
-
-
-def dump_secret(value: SecretStr | None, info: SerializationInfo) -> str | None:
-    """Serialise a secret as ``**********``, or as itself when the dump context reveals secrets
-    (only :func:`wire` and the reloader hand-off do)."""
-    if value is None:
-        return None
-    if isinstance(info.context, dict) and info.context.get(REVEAL_SECRETS):
-        return value.get_secret_value()
-    return REDACTED
-
-
-#: How a secret gets re-encoded on its way into text we write: JSON strings (also with ``\\/``),
-#: ``repr()`` of a string or an exception, URL query and path encodings.
-_ENCODINGS: tuple[Callable[[str], str], ...] = (
-    lambda s: json.dumps(s)[1:-1],
-    lambda s: json.dumps(s)[1:-1].replace("/", "\\/"),
-    lambda s: repr(s)[1:-1],
-    lambda s: quote(s, safe=""),
-    lambda s: quote(s),
-    lambda s: quote_plus(s, safe=""),
-)
-
-
-@functools.lru_cache(maxsize=1024)
-def secret_forms(secret: str) -> tuple[str, ...]:
-    """Every form of ``secret`` that :func:`scrub` removes, longest first: the raw text and its
-    encodings (JSON, repr, URL), each applied up to twice (a JSON error body quoted in a JSON
-    log line, a ``repr`` of a message that quotes it...)."""
-    forms = {secret}
-    frontier = {secret}
-    for _ in range(2):
-        frontier = {encode(form) for form in frontier for encode in _ENCODINGS} - forms
-        forms |= frontier
-    return tuple(sorted(forms, key=len, reverse=True))
-
-
-def scrub(text: str, secret: str | None) -> str:
-    """``text`` with every form of ``secret`` (see :func:`secret_forms`) replaced by
-    ``**********``. The one scrubber: every path that writes text a secret may reach uses it."""
-    if not secret:
-        return text
-    for form in secret_forms(secret):
-        if form in text:
-            text = text.replace(form, REDACTED)
-    return text
-
-
-def scrub_data(value: Any, secret: str | None) -> Any:
-    """A copy of JSON-like ``value`` whose strings (keys too) are :func:`scrub`-bed."""
-    if not secret:
-        return value
-    if isinstance(value, str):
-        return scrub(value, secret)
-    if isinstance(value, dict):
-        return {scrub_data(k, secret): scrub_data(v, secret) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [scrub_data(v, secret) for v in value]
-    return value
-
-
-def loggable(value: str) -> str:
-    """``value`` safe to put in a log line: control characters (a newline that would forge a
-    second line, terminal escapes) are shown as Python escapes; printable text is unchanged."""
-    return value if value.isprintable() else repr(value)[1:-1]
-
-
-def first_divergence(previous: list[Message], current: list[Message]) -> int | None:
-    """Index of the first message of ``previous`` that ``current`` does not repeat unchanged
-    (the append-only rule), or None when ``current`` starts with all of ``previous``.
-
-    "Unchanged" means :func:`same_message`: what a chat template would render is the same.
-    """
-    for index, expected in enumerate(previous):
-        if index >= len(current) or not same_message(current[index], expected):
-            return index
-    return None
-
-
-def same_message(a: Any, b: Any) -> bool:
-    """Whether two chat messages render alike, so TrainGate would tokenise them the same.
-
-    Differences that vanish in rendering are ignored: key order, a key set to ``null`` versus
-    absent (servers send ``"content": null`` beside tool calls; our replies omit it), and
-    tool-call ``arguments`` that are the same JSON written differently (spacing, key order, or
-    an object instead of its JSON text; trainers parse arguments before templating).
-    """
-    return bool(a == b or _comparable(a) == _comparable(b))
-
-
-def _comparable(message: Any) -> Any:
-    if not isinstance(message, dict):
-        return message
-    out = {k: v for k, v in message.items() if v is not None}
-    calls = out.get("tool_calls")
-    if isinstance(calls, list):
-        out["tool_calls"] = [_comparable_call(call) for call in calls]
-    return out
-
-
-def _comparable_call(call: Any) -> Any:
-    if not isinstance(call, dict):
-        return call
-    out = {k: v for k, v in call.items() if v is not None}
-    function = out.get("function")
-    if isinstance(function, dict):
-        function = {k: v for k, v in function.items() if v is not None}
-        if "arguments" in function:
-            function["arguments"] = _canonical_json(function["arguments"])
-        out["function"] = function
-    return out
-
-
-def _canonical_json(arguments: Any) -> Any:
-    """``arguments`` as one canonical JSON text (keys sorted, no spaces); unparsable text as is.
-
-    A re-dump, not the parsed value: ``1`` and ``1.0`` or ``true`` and ``1`` render differently.
-    """
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return ("text", arguments)
-    try:
-        return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
-        return ("object", repr(arguments))
 
 
 def check_rollout_id(value: str) -> str:
@@ -250,29 +71,6 @@ def check_rollout_id(value: str) -> str:
             "rollout_id cannot be empty or whitespace: send a non-empty id, not only whitespace"
         )
     return value
-
-
-class SchemaDict(dict[str, Any]):
-    """A JSON Schema as a dict whose keys also read as attributes, at every depth.
-
-    ``parameters["properties"]["a"]["enum"]`` is the way to read it; ``parameters.properties
-    ["a"].enum`` works too, because v1's typed parameter models were read that way. Keys that
-    are dict methods (``items``, ``keys``...) must be read with ``[...]``.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name not in self:
-            raise AttributeError(name)
-        return self[name]
-
-    @classmethod
-    def wrap(cls, value: Any) -> Any:
-        """``value`` with every dict in it (inside lists too) made a ``SchemaDict``."""
-        if isinstance(value, dict):
-            return cls({key: cls.wrap(item) for key, item in value.items()})
-        if isinstance(value, list):
-            return [cls.wrap(item) for item in value]
-        return value
 
 
 def wire(model: BaseModel) -> dict[str, Any]:
@@ -325,16 +123,10 @@ class OpenAIFunctionSchema(BaseModel):
     @field_validator("parameters", mode="before")
     @classmethod
     def _parameters_as_schema(cls, value: Any) -> Any:
-        # v1's typed OpenAIFunctionParametersSchema (or any model) becomes its JSON Schema.
+        # A model (v1's typed OpenAIFunctionParametersSchema, say) becomes its JSON Schema.
         if isinstance(value, BaseModel):
             return value.model_dump(mode="json", exclude_none=True)
         return value
-
-    @field_validator("parameters")
-    @classmethod
-    def _parameters_readable_as_attributes(cls, value: dict[str, Any]) -> dict[str, Any]:
-        wrapped: dict[str, Any] = SchemaDict.wrap(value)
-        return wrapped
 
 
 class OpenAIFunctionToolSchema(BaseModel):
@@ -381,19 +173,7 @@ class OpenAIToolCall(_Lenient):
 
 
 def _server_url_verdict(value: str) -> tuple[str, str | None]:
-    """``server_url`` normalised, or why it is refused. Short ones are cached: a trainer sends
-    the same few URLs with every init, and two URL parses were a fifth of an init's CPU."""
-    if len(value) <= 512:
-        return _cached_server_url_verdict(value)
-    return _server_url_problem(value)
-
-
-@functools.lru_cache(maxsize=256)
-def _cached_server_url_verdict(value: str) -> tuple[str, str | None]:
-    return _server_url_problem(value)
-
-
-def _server_url_problem(value: str) -> tuple[str, str | None]:
+    """``server_url`` normalised, or why it is refused."""
     parts = urlsplit(value.strip())
     try:
         parts.port  # noqa: B018  # raises ValueError for a port out of range or not a number
@@ -416,9 +196,9 @@ def _server_url_problem(value: str) -> tuple[str, str | None]:
 class RolloutRequest(_Lenient):
     """TrainGate's request to start one rollout.
 
-    The metadata size limit defaults to 1 MiB; pass ``context={"max_metadata_bytes": n}`` to
-    ``model_validate`` to change it. ``api_key`` is a secret: it shows as ``**********`` in
-    ``repr`` and in every dump except :func:`wire`.
+    The metadata size limit defaults to ``default_max_metadata_bytes`` (1 MiB); pass
+    ``context={"max_metadata_bytes": n}`` to ``model_validate`` to change it. ``api_key`` is a
+    secret: it shows as ``**********`` in ``repr`` and in every dump except :func:`wire`.
     """
 
     rollout_id: str = Field(max_length=MAX_ROLLOUT_ID_LENGTH)
@@ -432,6 +212,9 @@ class RolloutRequest(_Lenient):
     metadata: dict[str, Any] = Field(default_factory=dict)
     api_key: ApiKey | None = None
     idempotency_key: str | None = None
+
+    #: The metadata limit when no validation context sets one (the server always sets its own).
+    default_max_metadata_bytes: ClassVar[int] = DEFAULT_MAX_METADATA_BYTES
 
     @field_validator("rollout_id")
     @classmethod
@@ -487,7 +270,7 @@ class RolloutRequest(_Lenient):
     @field_validator("metadata")
     @classmethod
     def _check_metadata(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        limit = get_max_metadata_size_bytes()
+        limit = cls.default_max_metadata_bytes
         if isinstance(info.context, dict):
             limit = int(info.context.get("max_metadata_bytes", limit))
         try:

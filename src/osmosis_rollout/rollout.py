@@ -21,14 +21,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from . import telemetry
-from .agent import (
-    ChatBackend,
-    RolloutAgentLoop,
-    RolloutContext,
-    RolloutResult,
-    TurnObserver,
-    resolve_tools,
-)
+from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, TurnObserver
 from .errors import OsmosisError
 from .protocol import (
     Message,
@@ -37,10 +30,11 @@ from .protocol import (
     RolloutResponse,
     RolloutStatus,
     describe_validation_error,
-    loggable,
-    scrub,
     wire_json,
 )
+from .redaction import loggable, scrub
+from .results import RolloutResult
+from .tools.tool_set import resolve_tools
 from .tracing import Tracer
 
 __all__ = ["RolloutControl", "run_rollout"]
@@ -97,7 +91,7 @@ async def run_rollout(
                 )
                 _end_span(span, failed)
                 return failed
-        ctx = RolloutContext(request, tools, llm, trace=trace, observer=observer)
+        ctx = agent.context_class(request, tools, llm, trace=trace, observer=observer)
         control.context = ctx
         if trace is not None:
             ctx.log_event(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .protocol import REDACTED, scrub, scrub_data
+from .redaction import REDACTED, scrub, scrub_data
 
 __all__ = [
     "MAX_TRACED_TEXT",

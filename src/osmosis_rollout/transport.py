@@ -93,15 +93,11 @@ class Httpx2Transport:
     def __init__(self, http: httpx2.AsyncClient, *, owned: bool = False) -> None:
         self.http = http
         self._owned = owned
-        #: Parsed URLs by string: every rollout posts to the same two or so, and parsing one
-        #: costs httpx2 ~0.05 ms. Cleared when it grows past _MAX_URLS (many TrainGates).
-        self._urls: dict[str, httpx2.URL] = {}
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """POST through the wrapped client, mapping its exceptions onto this module's."""
         try:
-            target = self._urls.get(url) or self._parse(url)
-            response = await self.http.post(target, content=content, headers=dict(headers))
+            response = await self.http.post(url, content=content, headers=dict(headers))
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
             raise InvalidTarget(str(exc)) from None
         except httpx2.DecodingError as exc:
@@ -116,16 +112,6 @@ class Httpx2Transport:
         """Close the client when this transport owns it."""
         if self._owned:
             await self.http.aclose()
-
-    def _parse(self, url: str) -> httpx2.URL:
-        parsed = httpx2.URL(url)  # InvalidURL for a bad one: nothing is kept
-        if len(self._urls) >= _MAX_URLS:
-            self._urls.clear()
-        self._urls[url] = parsed
-        return parsed
-
-
-_MAX_URLS = 256
 
 
 def _lower(items: Any) -> dict[str, str]:
@@ -142,7 +128,7 @@ AsgiApp = Callable[
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    """What an ASGI scope needs of a URL, parsed once per URL string."""
+    """What an ASGI scope needs of a URL."""
 
     scheme: str
     host: str
@@ -166,11 +152,10 @@ class AsgiTransport:
     def __init__(self, app: AsgiApp, *, client: tuple[str, int] = ("127.0.0.1", 123)) -> None:
         self.app = app
         self.client = client
-        self._targets: dict[str, _Target] = {}
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """Call the app with one POST and collect its response."""
-        target = self._targets.get(url) or self._parse(url)
+        target = self._parse(url)
         raw_headers = [(b"host", target.host_header)]
         raw_headers += [
             (name.lower().encode("latin-1"), value.encode("latin-1"))
@@ -246,7 +231,7 @@ class AsgiTransport:
             raise InvalidTarget(f"cannot POST to {url!r}: an http(s) URL with a host is needed")
         default = 443 if parts.scheme == "https" else 80
         path = parts.path or "/"
-        target = _Target(
+        return _Target(
             scheme=parts.scheme,
             host=parts.hostname,
             port=port or default,
@@ -255,7 +240,3 @@ class AsgiTransport:
             query=parts.query.encode("ascii", "replace"),
             host_header=parts.netloc.rpartition("@")[2].encode("ascii", "replace"),
         )
-        if len(self._targets) >= _MAX_URLS:
-            self._targets.clear()
-        self._targets[url] = target
-        return target

@@ -1,11 +1,11 @@
 # ruff: noqa: UP006, UP035, I001
 # The original SDK's "Basic Calculator Agent" example (docs/rollout/examples.md), as written;
-# only the import line changed from ``osmosis_ai.rollout`` to ``osmosis_rollout``.
+# only the import line changed from ``osmosis_ai.rollout`` to ``osmosis_rollout.compat``.
 
 import json
 from typing import List
 
-from osmosis_rollout import (
+from osmosis_rollout.compat import (
     RolloutAgentLoop,
     RolloutContext,
     RolloutRequest,

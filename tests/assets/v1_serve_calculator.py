@@ -5,7 +5,7 @@
 
 import sys
 
-from osmosis_rollout import serve_agent_loop
+from osmosis_rollout.compat import serve_agent_loop
 
 from v1_calculator import agent_loop
 

@@ -328,7 +328,7 @@ def _serve_with_reload(target: str, settings: Any) -> None:
     import uvicorn
 
     from ..loader import parse_target
-    from ..protocol import REVEAL_SECRETS
+    from ..redaction import REVEAL_SECRETS
     from ..server.factory import SETTINGS_ENV, TARGET_ENV
 
     os.environ[TARGET_ENV] = target

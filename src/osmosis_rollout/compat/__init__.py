@@ -1,12 +1,182 @@
-"""The original SDK's (v1, ``osmosis_ai.rollout``) names, as thin views over our core.
+"""The original SDK's (v1, ``osmosis_ai.rollout``) names, all in one place.
 
-A v1 agent project runs after changing ``osmosis_ai.rollout`` to ``osmosis_rollout`` in its
-imports: every v1 name is re-exported lazily from ``osmosis_rollout``. This package owns the
-names that have no counterpart in our API (typed tool classes, the registry, the helper
-functions, ``OsmosisLLMClient``, the sync ``validate_agent_loop``, ``serve_agent_loop`` and the
-v1-shaped ``create_app``); everything else (``RolloutContext``, ``RolloutResult``, the
-exceptions...) is our own class, which keeps v1's contract. ``docs/migrating-from-v1.md`` lists
-every deliberate difference.
+A v1 agent project runs after one change: its ``from osmosis_ai.rollout import X`` lines (and
+v1's submodules: ``core.schemas``, ``server.app``, ``validator``...) become
+``from osmosis_rollout.compat import X``. The table below says where each name lives (lazily
+imported, so importing one stays cheap); ``__all__`` is derived from it.
 
-Nothing is imported here, so that importing one submodule stays cheap.
+The submodules are v1's adapters over our core: ``context`` (v1's ``RolloutAgentLoop`` and
+``RolloutContext``: ``ctx.llm`` as a v1 client, v1-style fake clients, the underscored
+keywords), ``schemas`` (typed tool classes, the metadata limit), ``helpers``, ``registry``,
+``client`` (``OsmosisLLMClient``), ``validation`` (the sync ``validate_agent_loop`` with v1's
+codes) and ``server`` (v1's ``create_app``, ``serve_agent_loop``). The other names are our own
+classes, which keep v1's contract. ``docs/migrating-from-v1.md`` lists every deliberate
+difference.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..errors import (
+        AgentLoopNotFoundError,
+        AgentLoopValidationError,
+        OsmosisRolloutError,
+        OsmosisServerError,
+        OsmosisTimeoutError,
+        OsmosisTransportError,
+        OsmosisValidationError,
+        ServeError,
+        ToolArgumentError,
+        ToolExecutionError,
+    )
+    from ..protocol import (
+        CompletionsRequest,
+        CompletionsResponse,
+        CompletionUsage,
+        InitResponse,
+        RolloutMetrics,
+        RolloutRequest,
+        RolloutResponse,
+        RolloutStatus,
+    )
+    from ..results import CompletionsResult, RolloutResult
+    from .client import (
+        OsmosisLLMClient,
+    )
+    from .context import (
+        LLMClientProtocol,
+        RolloutAgentLoop,
+        RolloutContext,
+    )
+    from .helpers import (
+        count_messages_by_role,
+        create_tool_error_result,
+        create_tool_result,
+        execute_tool_calls,
+        get_message_content,
+        get_message_role,
+        get_tool_call_info,
+        is_assistant_message,
+        is_tool_message,
+        is_user_message,
+        normalize_stop,
+        parse_tool_arguments,
+        parse_tool_calls,
+        serialize_tool_result,
+    )
+    from .registry import (
+        AgentLoopRegistry,
+        get_agent_loop,
+        list_agent_loops,
+        register_agent_loop,
+        unregister_agent_loop,
+    )
+    from .schemas import (
+        DEFAULT_MAX_METADATA_SIZE_BYTES,
+        CompletionsChoice,
+        MessageDict,
+        OpenAIFunctionCallSchema,
+        OpenAIFunctionParametersSchema,
+        OpenAIFunctionParsedSchema,
+        OpenAIFunctionPropertySchema,
+        OpenAIFunctionSchema,
+        OpenAIFunctionToolCall,
+        OpenAIFunctionToolSchema,
+        SamplingParamsDict,
+        ToolResponse,
+        get_max_metadata_size_bytes,
+        set_max_metadata_size_bytes,
+    )
+    from .server import (
+        create_app,
+        serve_agent_loop,
+    )
+    from .validation import (
+        ValidationError,
+        ValidationResult,
+        validate_agent_loop,
+    )
+
+#: Each v1 name -> the module of ``osmosis_rollout`` that defines it.
+_EXPORTS: dict[str, str] = {
+    "CompletionsResult": "results",
+    "RolloutResult": "results",
+    "LLMClientProtocol": "compat.context",
+    "RolloutAgentLoop": "compat.context",
+    "RolloutContext": "compat.context",
+    "CompletionUsage": "protocol",
+    "CompletionsRequest": "protocol",
+    "CompletionsResponse": "protocol",
+    "InitResponse": "protocol",
+    "OpenAIFunctionSchema": "compat.schemas",
+    "OpenAIFunctionToolSchema": "compat.schemas",
+    "RolloutMetrics": "protocol",
+    "RolloutRequest": "protocol",
+    "RolloutResponse": "protocol",
+    "RolloutStatus": "protocol",
+    "DEFAULT_MAX_METADATA_SIZE_BYTES": "compat.schemas",
+    "CompletionsChoice": "compat.schemas",
+    "MessageDict": "compat.schemas",
+    "OpenAIFunctionCallSchema": "compat.schemas",
+    "OpenAIFunctionParametersSchema": "compat.schemas",
+    "OpenAIFunctionParsedSchema": "compat.schemas",
+    "OpenAIFunctionPropertySchema": "compat.schemas",
+    "OpenAIFunctionToolCall": "compat.schemas",
+    "SamplingParamsDict": "compat.schemas",
+    "ToolResponse": "compat.schemas",
+    "get_max_metadata_size_bytes": "compat.schemas",
+    "set_max_metadata_size_bytes": "compat.schemas",
+    "AgentLoopNotFoundError": "errors",
+    "AgentLoopValidationError": "errors",
+    "OsmosisRolloutError": "errors",
+    "OsmosisServerError": "errors",
+    "OsmosisTimeoutError": "errors",
+    "OsmosisTransportError": "errors",
+    "OsmosisValidationError": "errors",
+    "ServeError": "errors",
+    "ToolArgumentError": "errors",
+    "ToolExecutionError": "errors",
+    "ValidationError": "compat.validation",
+    "ValidationResult": "compat.validation",
+    "validate_agent_loop": "compat.validation",
+    "create_app": "compat.server",
+    "serve_agent_loop": "compat.server",
+    "AgentLoopRegistry": "compat.registry",
+    "get_agent_loop": "compat.registry",
+    "list_agent_loops": "compat.registry",
+    "register_agent_loop": "compat.registry",
+    "unregister_agent_loop": "compat.registry",
+    "count_messages_by_role": "compat.helpers",
+    "create_tool_error_result": "compat.helpers",
+    "create_tool_result": "compat.helpers",
+    "execute_tool_calls": "compat.helpers",
+    "get_message_content": "compat.helpers",
+    "get_message_role": "compat.helpers",
+    "get_tool_call_info": "compat.helpers",
+    "is_assistant_message": "compat.helpers",
+    "is_tool_message": "compat.helpers",
+    "is_user_message": "compat.helpers",
+    "normalize_stop": "compat.helpers",
+    "parse_tool_arguments": "compat.helpers",
+    "parse_tool_calls": "compat.helpers",
+    "serialize_tool_result": "compat.helpers",
+    "OsmosisLLMClient": "compat.client",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"osmosis_rollout.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx2
 
-from ..agent import CompletionsResult
 from ..client import RetryPolicy, TrainGateClient
 from ..protocol import (
     CompletionsRequest,
@@ -23,6 +22,7 @@ from ..protocol import (
     RolloutResponse,
     RolloutStatus,
 )
+from ..results import CompletionsResult
 
 __all__ = ["OsmosisLLMClient"]
 

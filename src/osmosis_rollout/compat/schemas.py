@@ -7,11 +7,13 @@ parameter models too (they become their JSON Schema), so v1 tool definitions wor
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..protocol import DEFAULT_MAX_METADATA_BYTES, CompletionChoice
+from .. import protocol
+from ..protocol import DEFAULT_MAX_METADATA_BYTES, CompletionChoice, RolloutRequest
 
 __all__ = [
     "DEFAULT_MAX_METADATA_SIZE_BYTES",
@@ -21,9 +23,14 @@ __all__ = [
     "OpenAIFunctionParametersSchema",
     "OpenAIFunctionParsedSchema",
     "OpenAIFunctionPropertySchema",
+    "OpenAIFunctionSchema",
     "OpenAIFunctionToolCall",
+    "OpenAIFunctionToolSchema",
     "SamplingParamsDict",
+    "SchemaDict",
     "ToolResponse",
+    "get_max_metadata_size_bytes",
+    "set_max_metadata_size_bytes",
 ]
 
 #: v1's aliases: a chat message and sampling parameters are plain dicts.
@@ -32,8 +39,66 @@ SamplingParamsDict = dict[str, Any]
 
 DEFAULT_MAX_METADATA_SIZE_BYTES = DEFAULT_MAX_METADATA_BYTES
 
+_metadata_limit_lock = threading.Lock()
+
+
+def get_max_metadata_size_bytes() -> int:
+    """The metadata size limit ``RolloutRequest`` applies when no validation context sets one
+    (the server always sets its own, from ``max_metadata_bytes``)."""
+    with _metadata_limit_lock:
+        return RolloutRequest.default_max_metadata_bytes
+
+
+def set_max_metadata_size_bytes(max_bytes: int) -> None:
+    """v1's process-wide setter of :func:`get_max_metadata_size_bytes`: it sets
+    ``RolloutRequest.default_max_metadata_bytes``."""
+    if max_bytes <= 0:
+        raise ValueError("max_metadata_size_bytes must be positive")
+    with _metadata_limit_lock:
+        RolloutRequest.default_max_metadata_bytes = max_bytes
+
+
 #: v1's name for one choice of a chat completion (ours: ``protocol.CompletionChoice``).
 CompletionsChoice = CompletionChoice
+
+
+class SchemaDict(dict[str, Any]):
+    """A JSON Schema as a dict whose keys also read as attributes, at every depth.
+
+    ``parameters["properties"]["a"]["enum"]`` is the way to read it; ``parameters.properties
+    ["a"].enum`` works too, because v1's typed parameter models were read that way. Keys that
+    are dict methods (``items``, ``keys``...) must be read with ``[...]``.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name not in self:
+            raise AttributeError(name)
+        return self[name]
+
+    @classmethod
+    def wrap(cls, value: Any) -> Any:
+        """``value`` with every dict in it (inside lists too) made a ``SchemaDict``."""
+        if isinstance(value, dict):
+            return cls({key: cls.wrap(item) for key, item in value.items()})
+        if isinstance(value, list):
+            return [cls.wrap(item) for item in value]
+        return value
+
+
+class OpenAIFunctionSchema(protocol.OpenAIFunctionSchema):
+    """Ours, with ``parameters`` readable as attributes as v1's typed models were."""
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters_readable_as_attributes(cls, value: dict[str, Any]) -> dict[str, Any]:
+        wrapped: dict[str, Any] = SchemaDict.wrap(value)
+        return wrapped
+
+
+class OpenAIFunctionToolSchema(protocol.OpenAIFunctionToolSchema):
+    """Ours, whose ``function`` is v1's :class:`OpenAIFunctionSchema` (attribute reading)."""
+
+    function: OpenAIFunctionSchema
 
 
 class OpenAIFunctionPropertySchema(BaseModel):

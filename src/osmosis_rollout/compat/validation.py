@@ -1,7 +1,8 @@
 """v1's ``validate_agent_loop(agent, *, request=None)``: sync, with v1's problem codes.
 
 It runs our validator (static and dynamic checks; no dry run, since v1's never ran the agent)
-and v1's structural checks, and returns one ``ValidationResult``. Where both found the same
+and reads v1's findings off the same checks (the tools' off ``tools.checks``, the one tool
+checker), and returns one ``ValidationResult``. Where both found the same
 thing, the problem carries v1's code with ours in ``details["osmosis_code"]``; what only our
 richer checks find keeps our code. ``valid``, ``errors``, ``warnings``, ``agent_name``,
 ``tool_count``, ``bool(result)`` and ``raise_if_invalid()`` behave as in v1.
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from ..errors import AgentLoopValidationError
 from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
+from ..tools.checks import ToolProblem, tool_problems
 from ..validator.pipeline import validate_agent_loop_async
 from ..validator.result import Problem, Severity, ValidationResult
 
@@ -185,8 +187,7 @@ async def _v1_problems(agent: Any, request: RolloutRequest) -> tuple[list[Proble
             )
         else:
             tool_count = len(raw)
-            for index, tool in enumerate(raw):
-                problems.extend(_v1_tool(tool, f"tools[{index}]"))
+            problems.extend(_v1_tools(raw))
     problems.extend(_v1_run(agent))
     return problems, tool_count
 
@@ -204,84 +205,71 @@ def _v1_name(agent: Any) -> list[Problem]:
     return []
 
 
-def _v1_tool(tool: Any, where: str) -> list[Problem]:
-    if isinstance(tool, OpenAIFunctionToolSchema):
-        return []
-    if not isinstance(tool, dict):
-        kind = type(tool).__name__
-        if isinstance(tool, BaseModel):
-            kind = f"{kind} (a pydantic model other than OpenAIFunctionToolSchema)"
-        return [
-            _v1(
-                "INVALID_TOOL_TYPE",
-                f"Tool must be OpenAIFunctionToolSchema or dict, got {kind}",
-                where,
-            )
-        ]
+def _v1_tools(raw: list[Any]) -> list[Problem]:
+    """v1's findings on each tool in v1's order (type, function, name, description,
+    parameters): where ours judges the same thing, read off the one tool checker's problems
+    (``tools.checks``), so the two cannot disagree."""
+    by_index: dict[int, list[ToolProblem]] = {}
+    for found in tool_problems(raw).problems:
+        by_index.setdefault(found.index, []).append(found)
     problems: list[Problem] = []
-    if "type" not in tool:
+    for index, tool in enumerate(raw):
+        if isinstance(tool, OpenAIFunctionToolSchema):
+            continue  # v1 took its own model as valid
+        where = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            kind = type(tool).__name__
+            if isinstance(tool, BaseModel):
+                kind = f"{kind} (a pydantic model other than OpenAIFunctionToolSchema)"
+            message = f"Tool must be OpenAIFunctionToolSchema or dict, got {kind}"
+            problems.append(_v1("INVALID_TOOL_TYPE", message, where))
+            continue
+        problems.extend(_v1_tool(tool, where, by_index.get(index, [])))
+    return problems
+
+
+def _v1_tool(tool: dict[str, Any], where: str, ours: list[ToolProblem]) -> list[Problem]:
+    causes = {loc: kind for found in ours for loc, kind in found.causes}
+    codes = {found.code for found in ours}
+    function = tool.get("function")
+    problems: list[Problem] = []
+    if "type" not in tool:  # ours defaults it to "function"; v1 wanted it written
         problems.append(_v1("MISSING_TOOL_TYPE", "Tool must have a 'type' field", where))
-    elif tool["type"] != "function":
-        problems.append(
-            _v1(
-                "UNKNOWN_TOOL_TYPE",
-                f"Unknown tool type {tool['type']!r}; expected 'function'",
-                f"{where}.type",
-                "warning",
-            )
-        )
-    if "function" not in tool:
+    elif "type" in causes:
+        message = f"Unknown tool type {tool['type']!r}; expected 'function'"
+        problems.append(_v1("UNKNOWN_TOOL_TYPE", message, f"{where}.type", "warning"))
+    if causes.get("function") == "missing":
         problems.append(_v1("MISSING_FUNCTION", "Tool must have a 'function' field", where))
         return problems
-    function = tool["function"]
-    if not isinstance(function, dict):
-        problems.append(
-            _v1(
-                "INVALID_FUNCTION_TYPE",
-                f"'function' must be a dict, got {type(function).__name__}",
-                f"{where}.function",
-            )
-        )
+    if "function" in causes or not isinstance(function, dict):  # a model there was not v1's
+        message = f"'function' must be a dict, got {type(function).__name__}"
+        problems.append(_v1("INVALID_FUNCTION_TYPE", message, f"{where}.function"))
         return problems
-    if "name" not in function:
-        problems.append(
-            _v1("MISSING_FUNCTION_NAME", "Function must have a 'name'", f"{where}.function.name")
-        )
-    elif not isinstance(function["name"], str) or not function["name"].strip():
-        problems.append(
-            _v1(
-                "INVALID_FUNCTION_NAME",
-                "Function name must be a non-empty string",
-                f"{where}.function.name",
-            )
-        )
+    at = f"{where}.function"
+    name_cause = causes.get("function.name")
+    blank = isinstance(function.get("name"), str) and not function["name"].strip()
+    if name_cause == "missing":
+        message = "Function must have a 'name'"
+        problems.append(_v1("MISSING_FUNCTION_NAME", message, f"{at}.name"))
+    elif name_cause is not None or (blank and "TOOL_NAME_INVALID" in codes):
+        message = "Function name must be a non-empty string"
+        problems.append(_v1("INVALID_FUNCTION_NAME", message, f"{at}.name"))
+    # v1's own rules, which ours has no twin of: a missing description key, the parameters'
+    # type read even when the tool is invalid for another reason.
     if "description" not in function:
+        message = "Function should have a 'description' for better LLM understanding"
         problems.append(
-            _v1(
-                "MISSING_FUNCTION_DESCRIPTION",
-                "Function should have a 'description' for better LLM understanding",
-                f"{where}.function.description",
-                "warning",
-            )
+            _v1("MISSING_FUNCTION_DESCRIPTION", message, f"{at}.description", "warning")
         )
     if "parameters" in function:
         parameters = function["parameters"]
         if not isinstance(parameters, dict):
-            problems.append(
-                _v1(
-                    "INVALID_PARAMETERS_TYPE",
-                    f"'parameters' must be a dict, got {type(parameters).__name__}",
-                    f"{where}.function.parameters",
-                )
-            )
+            message = f"'parameters' must be a dict, got {type(parameters).__name__}"
+            problems.append(_v1("INVALID_PARAMETERS_TYPE", message, f"{at}.parameters"))
         elif parameters.get("type") != "object":
+            message = "'parameters.type' should be 'object'"
             problems.append(
-                _v1(
-                    "PARAMETERS_TYPE_NOT_OBJECT",
-                    "'parameters.type' should be 'object'",
-                    f"{where}.function.parameters.type",
-                    "warning",
-                )
+                _v1("PARAMETERS_TYPE_NOT_OBJECT", message, f"{at}.parameters.type", "warning")
             )
     return problems
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ..errors import TrainGateError, TrainGateHTTPError
-from ..protocol import RolloutResponse, loggable, scrub, scrub_data, wire
+from ..protocol import RolloutResponse, wire
+from ..redaction import loggable, scrub, scrub_data
 from .state import OutboxEntry, StateBackend, StateUnavailable
 from .state.memory import write_outbox
 from .target import DeliveryTarget, TargetFactory

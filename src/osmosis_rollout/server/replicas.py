@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from ..protocol import RolloutResponse, RolloutStatus, loggable
+from ..protocol import RolloutResponse, RolloutStatus
+from ..redaction import loggable
 from .delivery import Delivery, redeliver
 from .registry import AcceptedBody, Conflict
 from .state import ClaimOutcome, LeasedRollout, StateBackend, StateUnavailable

@@ -26,17 +26,17 @@ import anyio
 import anyio.abc
 
 from .. import telemetry
-from ..agent import RolloutAgentLoop, resolve_tool_set
+from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
 from ..protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
     RolloutResponse,
     RolloutStatus,
-    loggable,
-    scrub,
 )
+from ..redaction import loggable, scrub
 from ..rollout import run_rollout
+from ..tools.tool_set import resolve_tool_set
 from .delivery import Delivery, log_exception
 from .registry import AcceptedBody, Conflict, RolloutEntry, RolloutRegistry
 from .replicas import claim_init

@@ -20,13 +20,8 @@ from pydantic import ValidationError
 
 from ..client import RetryPolicy, parse_retry_after
 from ..errors import ConfigError, LLMBackendError, UnsatisfiableSchemaError
-from ..protocol import (
-    CompletionsRequest,
-    CompletionsResponse,
-    describe_validation_error,
-    scrub,
-    wire,
-)
+from ..protocol import CompletionsRequest, CompletionsResponse, describe_validation_error, wire
+from ..redaction import scrub
 from .schema_instances import generate
 from .traingate import RolloutRecord, completion_from_message, estimate_tokens
 

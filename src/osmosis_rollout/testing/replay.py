@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, LLMBackendError
-from ..protocol import REDACTED, CompletionsRequest, CompletionsResponse, Message, RolloutResponse
+from ..protocol import CompletionsRequest, CompletionsResponse, Message, RolloutResponse
+from ..redaction import REDACTED
 from .cassette import Cassette, CassetteRow, read_cassette, request_params
 from .runner import RowInput, RunOptions
 from .traingate import RolloutRecord

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..append_only import first_divergence
 from ..errors import LLMBackendError
 from ..protocol import (
     CompletionsRequest,
@@ -38,7 +39,6 @@ from ..protocol import (
     RolloutRequest,
     RolloutResponse,
     describe_validation_error,
-    first_divergence,
 )
 from ..transport import AsgiTransport, InvalidTarget, PostTransport, Reply
 from .text_tool_calls import find_text_tool_call

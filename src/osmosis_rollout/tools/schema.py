@@ -16,9 +16,10 @@ from typing import Any, TypeVar, overload
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from ..agent import TOOL_NAME_PATTERN, RolloutContext
+from ..agent import RolloutContext
 from ..errors import ToolError
 from ..protocol import OpenAIFunctionSchema, OpenAIFunctionToolSchema
+from .checks import TOOL_NAME_PATTERN
 from .type_schema import _adapter, _SchemaBuilder
 
 F = TypeVar("F", bound=Callable[..., Any])

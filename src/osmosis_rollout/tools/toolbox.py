@@ -24,7 +24,7 @@ from ..agent import RolloutContext
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
 from ..tracing import clip_text
-from .arguments import _check, _shorten, _validator, parse_arguments, quick_check, surely_valid
+from .arguments import _check, _shorten, _validator, parse_arguments, quick_check
 from .schema import _build_spec, _ToolSpec
 from .threads import ToolThreads
 
@@ -119,8 +119,7 @@ class Toolbox:
         else:
             specs = [_build_spec(fn) for fn in functions]
         self._specs: dict[str, _ToolSpec] = {}
-        # Compiled on first need when the schema is surely valid (most typed functions).
-        self._validators: dict[str, jsonschema.Draft202012Validator | None] = {}
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
         self._quick: dict[str, Callable[[Mapping[str, Any]], bool] | None] = {}
         for spec in specs:
             if spec.unbound_self:
@@ -134,8 +133,8 @@ class Toolbox:
             self._specs[spec.name] = spec
             parameters = spec.schema.function.parameters
             self._quick[spec.name] = quick_check(parameters)
-            surely = surely_valid(parameters)  # else compiled now: a bad schema fails here
-            self._validators[spec.name] = None if surely else _validator(spec.name, parameters)
+            # Compiled now, so that a bad schema fails here rather than at a call.
+            self._validators[spec.name] = _validator(spec.name, parameters)
         self.timeout_s = timeout_s
         self._threads = ToolThreads(max_threads)
 
@@ -248,11 +247,7 @@ class Toolbox:
         args = parse_arguments(raw_args, tool_name=spec.name)
         quick = self._quick[spec.name]
         if quick is None or not quick(args):  # the full check, for its messages
-            validator = self._validators[spec.name]
-            if validator is None:
-                parameters = spec.schema.function.parameters
-                validator = self._validators[spec.name] = _validator(spec.name, parameters)
-            _check(spec.name, validator, args)
+            _check(spec.name, self._validators[spec.name], args)
         positional, keywords = self._bind(ctx, spec, args)
         if time_limit is None:  # no cancel scope to pay for
             return _encode(await self._invoke(spec, positional, keywords))

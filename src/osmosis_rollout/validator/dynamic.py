@@ -1,23 +1,22 @@
 """Dynamic checks on a loaded agent: its ``name``, ``run`` and the tools ``get_tools`` returns.
 
-Unlike ``agent.resolve_tools`` (which the server uses and which stops at the first bad tool),
-these report every problem of every tool, and also check each ``parameters`` against the JSON
-Schema metaschema, which TrainGate and the model rely on.
+The tools are judged by ``tools.checks``, as the server judges them, with every problem of every
+tool reported (the server raises the first) and the advice the server does not enforce: each
+``parameters`` against the JSON Schema metaschema, which TrainGate and the model rely on.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
-from pydantic import BaseModel, ValidationError
 
-from ..agent import TOOL_NAME_PATTERN, RolloutAgentLoop
+from ..agent import RolloutAgentLoop
 from ..loader import error_location
-from ..protocol import OpenAIFunctionToolSchema, RolloutRequest, describe_validation_error
+from ..protocol import RolloutRequest
+from ..tools.checks import tool_problems
 from .result import Problem, Severity
 
 __all__ = ["check_instance", "check_tool_list", "check_tools", "sample_request"]
@@ -116,135 +115,8 @@ async def check_tools(
 
 
 def check_tool_list(raw: Sequence[Any]) -> list[Problem]:
-    """Every problem of every tool in ``raw``, located as ``tools[i].function...``."""
-    problems: list[Problem] = []
-    seen: dict[str, int] = {}
-    for i, item in enumerate(raw):
-        where = f"tools[{i}]"
-        data = item.model_dump(exclude_none=True) if isinstance(item, BaseModel) else item
-        if not isinstance(data, dict):
-            problems.append(
-                _problem(
-                    "TOOL_INVALID",
-                    where,
-                    f"{where} is a {type(item).__name__}; a tool is a dict like "
-                    '{"type": "function", "function": {"name": ..., "parameters": {...}}} or an '
-                    "OpenAIFunctionToolSchema",
-                )
-            )
-            continue
-        try:
-            json.dumps(data, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            problems.append(
-                _problem(
-                    "TOOL_NOT_SERIALIZABLE",
-                    where,
-                    f"{where} is not JSON-serialisable ({exc}); use only dicts, lists, strings, "
-                    "finite numbers, booleans and None",
-                )
-            )
-            continue
-        try:
-            tool = OpenAIFunctionToolSchema.model_validate(data)
-        except ValidationError as exc:
-            loc = ".".join(str(p) for p in exc.errors()[0]["loc"])
-            problems.append(
-                _problem(
-                    "TOOL_INVALID",
-                    f"{where}.{loc}" if loc else where,
-                    f"{where} is not a valid OpenAI function tool: "
-                    f"{describe_validation_error(exc, limit=2)}",
-                )
-            )
-            continue
-        problems.extend(_check_function(tool, where, data, seen, i))
-    return problems
-
-
-def _check_function(
-    tool: OpenAIFunctionToolSchema, where: str, data: dict[str, Any], seen: dict[str, int], i: int
-) -> list[Problem]:
-    problems: list[Problem] = []
-    name = tool.function.name
-    if not TOOL_NAME_PATTERN.match(name):
-        problems.append(
-            _problem(
-                "TOOL_NAME_INVALID",
-                f"{where}.function.name",
-                f"tool name {name!r} must be 1-64 letters, digits, '_' or '-' "
-                "(OpenAI's rule, ^[a-zA-Z0-9_-]{1,64}$)",
-            )
-        )
-    if name in seen:
-        problems.append(
-            _problem(
-                "TOOL_NAME_DUPLICATE",
-                f"{where}.function.name",
-                f"tool name {name!r} is already used by tools[{seen[name]}]; tool calls are "
-                "routed by name, so names must be unique",
-            )
-        )
-    else:
-        seen[name] = i
-    description = tool.function.description
-    if not (description and description.strip()):
-        problems.append(
-            _problem(
-                "TOOL_DESCRIPTION_MISSING",
-                f"{where}.function.description",
-                f"tool {name!r} has no description; the model chooses tools by their "
-                "descriptions, so say what it does and when to use it",
-                "warning",
-            )
-        )
-    function = data.get("function")
-    if not isinstance(function, dict) or "parameters" not in function:
-        return problems  # the default, an empty object schema
-    params = tool.function.parameters
-    problems.extend(_schema_problems(params, name, f"{where}.function.parameters"))
-    if params.get("type") != "object":
-        problems.append(
-            _problem(
-                "TOOL_PARAMETERS_NOT_OBJECT",
-                f"{where}.function.parameters",
-                f'parameters of {name!r} must be a JSON Schema with "type": "object" (got '
-                f'type {params.get("type")!r}); put each argument under "properties"',
-            )
-        )
-    return problems
-
-
-#: At most this many schema problems are listed per tool; the rest are counted.
-MAX_SCHEMA_PROBLEMS = 10
-
-
-def _schema_problems(params: dict[str, Any], name: str, where: str) -> list[Problem]:
-    """Every way ``params`` breaks the JSON Schema metaschema, in document order.
-
-    ``check_schema`` stops at its best guess; a user fixing a tool wants the whole list at once.
-    """
-    from jsonschema import Draft202012Validator
-
-    meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
-    errors = sorted(meta.iter_errors(params), key=lambda e: [str(p) for p in e.absolute_path])
-    problems: list[Problem] = []
-    for error in errors[:MAX_SCHEMA_PROBLEMS]:
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        problems.append(
-            _problem(
-                "TOOL_SCHEMA_INVALID",
-                f"{where}{path}",
-                f"parameters of {name!r} is not a valid JSON Schema: {error.message}",
-            )
-        )
-    if len(errors) > MAX_SCHEMA_PROBLEMS:
-        problems.append(
-            _problem(
-                "TOOL_SCHEMA_INVALID",
-                where,
-                f"parameters of {name!r} has {len(errors) - MAX_SCHEMA_PROBLEMS} more schema "
-                "problems; fix the ones above and validate again",
-            )
-        )
-    return problems
+    """Every problem of every tool in ``raw``, located as ``tools[i].function...``
+    (``tools.checks.tool_problems``, as ``Problem``s)."""
+    return [
+        _problem(p.code, p.location, p.message, p.severity) for p in tool_problems(raw).problems
+    ]

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from ...protocol import RolloutResponse, scrub_data, wire
+from ...protocol import RolloutResponse, wire
+from ...redaction import scrub_data
 from ...tracing import safe_trace_name
 from .base import (
     Claim,

@@ -1,0 +1,191 @@
+"""v1's agent and context: ``RolloutAgentLoop`` and ``RolloutContext`` with v1's contract.
+
+A v1 agent subclasses this module's ``RolloutAgentLoop``, so ``run_rollout`` hands it this
+module's ``RolloutContext``: the core context plus what v1 code reaches for, namely ``ctx.llm``
+as a v1 client (``chat_completions(messages, **kw)``, ``get_metrics()``), ``chat_stream``,
+``_build_metrics()``, and a constructor that takes a v1-style client (a fake LLM in an agent's
+unit test) and v1's underscored keywords. The core (``agent.py``) knows none of this.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .. import agent as core
+from ..agent import ChatBackend, TurnObserver
+from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics, RolloutRequest
+from ..results import CompletionsResult
+from . import schemas
+
+__all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext"]
+
+
+@runtime_checkable
+class LLMClientProtocol(Protocol):
+    """v1's LLM client contract, what ``ctx.llm`` offers and what fake LLMs in agents' unit
+    tests implement: ``await chat_completions(messages, **params)`` and ``get_metrics()``."""
+
+    async def chat_completions(self, messages: list[Message], **kwargs: Any) -> Any: ...
+
+    def get_metrics(self) -> RolloutMetrics: ...
+
+
+def _is_chat_backend(llm: object) -> bool:
+    """True for our backends (``chat_completions(request, *, request_id)``); False for a v1
+    client or fake (``chat_completions(messages, **kw)``), which the context calls as v1 did.
+
+    Asked once per v1 context (~14 µs); the per-class memo it had was dropped as not worth its
+    lines (3% of a one-turn rollout's server CPU, and only for v1 agents)."""
+    try:
+        parameters = inspect.signature(llm.chat_completions).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "request_id" in parameters
+
+
+class RolloutContext(core.RolloutContext):
+    """v1's context: ``llm`` is our backend or a v1-style client (``chat_completions(messages,
+    **kw)`` and ``get_metrics()``); with a client, ``chat`` calls it and returns its result
+    unchanged, as v1 did. The underscored keywords are v1's: a monotonic start time, tool
+    counters to start from, and a debug directory for this rollout's events
+    (``<dir>/<rollout_id>.jsonl``).
+    """
+
+    def __init__(
+        self,
+        request: RolloutRequest,
+        tools: Sequence[OpenAIFunctionToolSchema],
+        llm: ChatBackend | LLMClientProtocol,
+        *,
+        trace: Callable[[dict[str, Any]], None] | None = None,
+        observer: TurnObserver | None = None,
+        _start_time: float | None = None,
+        _tool_latency_ms: float = 0.0,
+        _num_tool_calls: int = 0,
+        _debug_dir: str | Path | None = None,
+    ) -> None:
+        if trace is None and _debug_dir is not None:
+            from ..tracing import file_sink
+
+            trace = file_sink(_debug_dir, request.rollout_id, secrets=[request.api_key_value])
+        backend = _is_chat_backend(llm)
+        # The core wants a backend; a v1 client stands in for it but is only ever called by
+        # ``_chat_v1`` (``chat`` and ``chat_stream`` route to it).
+        super().__init__(request, tools, llm, trace=trace, observer=observer)  # type: ignore[arg-type]
+        self._client: Any = None if backend else llm
+        if _start_time is not None:  # a time.monotonic() reading; 0 means "not measured"
+            since = time.monotonic() - _start_time
+            self._started = time.perf_counter() - since if _start_time > 0 else None
+        self._tool_latency_ms = self._tool_wall_ms = float(_tool_latency_ms)
+        self._num_tool_calls = int(_num_tool_calls)
+
+    @property
+    def tools(self) -> list[OpenAIFunctionToolSchema]:
+        """The rollout's tools (copies, made on first read) as v1's models: ``parameters``
+        also read as attributes (``tool.function.parameters.properties``)."""
+        if self._tools is None:
+            self._tools = [_as_v1_tool(tool) for tool in self._shared_tools]
+        return self._tools
+
+    @tools.setter
+    def tools(self, value: list[OpenAIFunctionToolSchema]) -> None:
+        self._tools = value
+
+    @property
+    def llm(self) -> Any:
+        """The LLM with v1's client contract: ``await ctx.llm.chat_completions(messages, **kw)``
+        (a ``ctx.chat`` turn) and ``ctx.llm.get_metrics()``; a v1 client given to the
+        constructor is returned as it is."""
+        return self._client if self._client is not None else _LLMView(self)
+
+    async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
+        """One LLM turn (see the core's ``chat``); through a v1 client, its result unchanged."""
+        if self._client is None:
+            return await super().chat(messages, **params)
+        return await self._chat_v1(messages, params, self._client.chat_completions)  # type: ignore[no-any-return]
+
+    async def chat_stream(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
+        """v1's streaming turn. The protocol has no streaming, so it is :meth:`chat`; a v1-style
+        client that has ``chat_completions_stream`` is called through that, as v1 did, with the
+        same bookkeeping as any turn (counted, timed, its ``finish_reason`` kept)."""
+        stream = getattr(self._client, "chat_completions_stream", None)
+        if self._client is None or not callable(stream):
+            return await self.chat(messages, **params)
+        return await self._chat_v1(messages, params, stream)  # type: ignore[no-any-return]
+
+    async def _chat_v1(
+        self, messages: Sequence[Any], params: dict[str, Any], call: Callable[..., Awaitable[Any]]
+    ) -> Any:
+        """A turn through a v1-style client: called as v1 did, its result returned unchanged."""
+        self._turns_started += 1
+        self._last_messages = [core._as_message(m) for m in messages]
+        started = time.perf_counter()
+        try:
+            result = await call(messages, **self._call_params(params))
+        finally:
+            self._llm_ms += (time.perf_counter() - started) * 1000
+            self._llm_calls += 1
+        reply = getattr(result, "message", None)
+        if isinstance(reply, dict):
+            self._last_messages = [*self._last_messages, reply]
+        reason = getattr(result, "finish_reason", None)
+        self.finish_reasons.append(reason if isinstance(reason, str) else None)
+        return result
+
+    def _llm_metrics(self) -> RolloutMetrics:
+        """The LLM side as a v1 client reports it (``get_metrics()``), when it does."""
+        get_metrics = getattr(self._client, "get_metrics", None)
+        if self._client is not None and callable(get_metrics):
+            reported = get_metrics()
+            if isinstance(reported, RolloutMetrics):
+                return reported
+        return super()._llm_metrics()
+
+    def _build_metrics(self) -> RolloutMetrics:
+        """v1's name for :attr:`metrics`."""
+        return self.metrics
+
+
+def _as_v1_tool(tool: Any) -> Any:
+    if isinstance(tool, OpenAIFunctionToolSchema):
+        return schemas.OpenAIFunctionToolSchema.model_validate(tool.model_dump(exclude_none=True))
+    return copy.deepcopy(tool)
+
+
+class _LLMView:
+    """``ctx.llm`` over our backend, with v1's client contract: each call is a ``ctx.chat``
+    turn (so it is measured and checked like one) and ``get_metrics()`` reports the LLM side."""
+
+    def __init__(self, ctx: RolloutContext) -> None:
+        self._ctx = ctx
+
+    def __repr__(self) -> str:
+        return f"<ctx.llm of rollout {self._ctx.request.rollout_id!r}>"
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (``server_url``, ``client``...) is the backend's, as before this view.
+        return getattr(self._ctx._backend, name)
+
+    @property
+    def rollout_id(self) -> str:
+        """The rollout this client serves (v1's attribute)."""
+        return self._ctx.request.rollout_id
+
+    async def chat_completions(self, messages: Sequence[Any], **kwargs: Any) -> CompletionsResult:
+        """One LLM turn; the same as ``await ctx.chat(messages, **kwargs)``."""
+        return await self._ctx.chat(messages, **kwargs)
+
+    def get_metrics(self) -> RolloutMetrics:
+        """LLM latency, call count and tokens so far (the other fields are 0)."""
+        return core.RolloutContext._llm_metrics(self._ctx)
+
+
+class RolloutAgentLoop(core.RolloutAgentLoop):
+    """v1's base class: the core's, whose ``run`` is handed v1's :class:`RolloutContext`."""
+
+    context_class = RolloutContext

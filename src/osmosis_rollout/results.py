@@ -1,0 +1,73 @@
+"""What the agent API returns: ``RolloutResult`` (how ``run()`` ended) and ``CompletionsResult``
+(one LLM reply, ready to append to the history)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .protocol import CompletionsResponse, Message, RolloutMetrics, RolloutStatus
+
+__all__ = ["CompletionsResult", "RolloutResult"]
+
+
+@dataclass
+class RolloutResult:
+    """How ``run()`` ended, as returned by ``ctx.complete(...)`` or ``ctx.error(...)``.
+
+    The positional order is v1's: ``(status, final_messages, finish_reason, error_message,
+    metrics, reward)``. ``metrics`` is the context's snapshot when the result was made; the
+    server sends the final metrics of the rollout.
+    """
+
+    status: RolloutStatus
+    final_messages: list[Message]
+    finish_reason: str | None = None
+    error_message: str | None = None
+    metrics: RolloutMetrics | None = None
+    reward: float | None = None
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompletionsResult:
+    """One LLM reply, ready to append: ``messages.append(result.message)``.
+
+    Positional order as in v1: ``(message, token_ids, logprobs, usage, finish_reason)``.
+    """
+
+    message: Message
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    finish_reason: str | None = None
+    prompt_token_ids: list[int] | None = None
+
+    @classmethod
+    def from_response(cls, response: CompletionsResponse) -> CompletionsResult:
+        """The first choice of a chat completion, as a dict message plus token data."""
+        choice = response.choices[0]
+        return cls(
+            message=choice.message.model_dump(mode="json", exclude_none=True),
+            token_ids=response.token_ids,
+            logprobs=response.logprobs,
+            usage=response.usage.model_dump(),
+            finish_reason=choice.finish_reason,
+            prompt_token_ids=response.prompt_token_ids,
+        )
+
+    @property
+    def content(self) -> str | None:
+        """The assistant's text, or None when it only called tools."""
+        content = self.message.get("content")
+        return content if isinstance(content, str) else None
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls as OpenAI dicts (``{"id", "type", "function": {name, arguments}}``)."""
+        return list(self.message.get("tool_calls") or [])
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """True when the model asked for at least one tool call."""
+        return bool(self.message.get("tool_calls"))
