@@ -11,7 +11,6 @@ from pydantic import ValidationError
 
 from osmosis_rollout.protocol import (
     DEFAULT_MAX_METADATA_BYTES,
-    REDACTED,
     CompletionsRequest,
     CompletionsResponse,
     InitResponse,
@@ -24,7 +23,7 @@ from osmosis_rollout.protocol import (
     wire,
     wire_json,
 )
-from osmosis_rollout.redaction import scrub
+from osmosis_rollout.redaction import REDACTED, scrub
 
 from .leaks import NASTY_KEY, every_form_absent
 from .serving import init_body
