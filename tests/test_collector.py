@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from osmosis_rollout.testing.collector import lighter_gc, paused_gc
+from osmosis_rollout.evaluation.collector import lighter_gc, paused_gc
 
 
 @pytest.fixture(autouse=True)
@@ -62,8 +62,8 @@ def test_paused_gc_leaves_the_collector_enabled_or_disabled_as_it_was() -> None:
 
 @pytest.mark.anyio
 async def test_run_batch_leaves_the_collector_as_it_was() -> None:
+    from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
     from osmosis_rollout.testing import Harness, MockLLMBackend
-    from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
     from tests.test_inprocess_transports import calculator_agent
 
     gc.set_threshold(700, 10, 10)
@@ -78,7 +78,7 @@ async def test_run_batch_leaves_the_collector_as_it_was() -> None:
 def test_a_command_sets_up_without_collections_then_runs_with_them() -> None:
     """``command_gc``: off while the command sets up; ``ready()`` turns collections back on,
     freezing nothing; the end (or an error) leaves the collector as it was."""
-    from osmosis_rollout.testing.collector import command_gc
+    from osmosis_rollout.evaluation.collector import command_gc
 
     seen: dict[str, object] = {}
 
@@ -98,7 +98,7 @@ def test_a_command_sets_up_without_collections_then_runs_with_them() -> None:
 
 
 def test_a_command_leaves_the_collector_off_when_it_was_off() -> None:
-    from osmosis_rollout.testing.collector import command_gc
+    from osmosis_rollout.evaluation.collector import command_gc
 
     gc.disable()
     with command_gc() as ready:

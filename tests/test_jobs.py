@@ -25,8 +25,8 @@ import pytest
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
+from osmosis_rollout.evaluation.runner import RowResult
 from osmosis_rollout.testing import Finding, read_cassette
-from osmosis_rollout.testing.runner import RowResult
 
 from .openai_stub import OpenAIStub, RecordedRequest, Reply, text, tool_call
 from .support import ASSETS

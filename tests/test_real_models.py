@@ -14,6 +14,7 @@ import pytest
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutResult
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.errors import LLMBackendError
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.protocol import CompletionsRequest, RolloutRequest, same_message
 from osmosis_rollout.server import create_app
 from osmosis_rollout.testing import (
@@ -23,7 +24,6 @@ from osmosis_rollout.testing import (
     RolloutRecord,
 )
 from osmosis_rollout.testing.backends import DEFAULT_MAX_TOKENS
-from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.testing.text_tool_calls import find_text_tool_call
 
 from .openai_stub import OpenAIStub, slow, text, text_tool_call, tool_call, truncated

@@ -14,9 +14,9 @@ from rich.markup import escape
 from ._common import fail
 
 if TYPE_CHECKING:
-    from ..testing.recording import CassetteRecorder
-    from ..testing.replay import ReplayBackend
-    from ..testing.runner import RowResult
+    from ..evaluation.recording import CassetteRecorder
+    from ..evaluation.replay import ReplayBackend
+    from ..evaluation.runner import RowResult
 
 #: The options a replay takes from the cassette unless they are given on the command line.
 RECORDED_OPTIONS = ("max_turns", "temperature", "max_tokens")
@@ -56,8 +56,8 @@ def check_flags(
 def replay_backend(path: Path, mode: str | None, *, sources: bool = False) -> ReplayBackend:
     """Read the cassette (a bad one is a ConfigError with its file and line); ``sources``
     keeps each row's line, for ``--jobs`` workers."""
-    from ..testing.cassette import read_cassette
-    from ..testing.replay import ReplayBackend
+    from ..evaluation.cassette import read_cassette
+    from ..evaluation.replay import ReplayBackend
 
     cassette = read_cassette(path, sources=sources)
     return ReplayBackend(cassette, mode="lenient" if mode == "lenient" else "strict")
@@ -81,7 +81,7 @@ def make_recorder(
     path: Path, gate: Any, options: Any, *, agent: str | None, backend: Any, secrets: list[str]
 ) -> CassetteRecorder:
     """The recorder of one ``--record`` run, writing the header at once."""
-    from ..testing.recording import CassetteRecorder, describe_llm
+    from ..evaluation.recording import CassetteRecorder, describe_llm
 
     return CassetteRecorder(
         path, gate, options, agent=agent, llm=describe_llm(backend), secrets=secrets
@@ -90,7 +90,7 @@ def make_recorder(
 
 def print_divergences(console: Console, rows: list[RowResult], *, limit: int = 10) -> None:
     """Each ``replay_diverged`` finding with its short diff, after the results table."""
-    from ..testing.replay import REPLAY_DIVERGED
+    from ..evaluation.replay import REPLAY_DIVERGED
 
     shown = 0
     for row in rows:

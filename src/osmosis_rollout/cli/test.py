@@ -206,7 +206,7 @@ def command_test(
     if server is not None:
         _check_server_url(server)
     from ..errors import OsmosisError
-    from ..testing.collector import command_gc
+    from ..evaluation.collector import command_gc
 
     with command_gc() as gc_ready:  # no collections while it sets up
         pool = None
@@ -318,7 +318,7 @@ def _warm_up_workers(jobs: str) -> None:
     value = jobs.strip().lower()
     if value != "auto" and not (value.isdecimal() and int(value) > 1):
         return  # one process (the default): nothing to import or launch
-    from ..testing.parallel import cpu_count, warm_up
+    from ..evaluation.parallel import cpu_count, warm_up
 
     if value != "auto" or cpu_count() > 1:
         warm_up()
@@ -330,7 +330,7 @@ def _check_jobs(
     """``--jobs N|auto`` as a number of worker processes; refused where it cannot work."""
     value = jobs.strip().lower()
     if value == "auto":
-        from ..testing.parallel import cpu_count
+        from ..evaluation.parallel import cpu_count
 
         count = cpu_count()
     else:
@@ -379,7 +379,7 @@ def _start_pool(
     verbose: bool,
 ) -> Any:
     """The ``--jobs`` workers, started: each loads TARGET and builds the same backend."""
-    from ..testing.parallel import BackendSpec, WorkerPool, WorkerSpec
+    from ..evaluation.parallel import BackendSpec, WorkerPool, WorkerSpec
 
     if replay is not None:
         backend = BackendSpec(
@@ -464,8 +464,8 @@ def _make_backend(
 
 
 def _load_rows(path: Path, *, limit: int | None, offset: int) -> list[Any]:
-    from ..testing.datasets import load_dataset
-    from ..testing.runner import RowInput
+    from ..evaluation.datasets import load_dataset
+    from ..evaluation.runner import RowInput
 
     return [
         RowInput(index=r.number, messages=r.messages, metadata=r.metadata)
@@ -506,9 +506,9 @@ async def _run(
             TimeElapsedColumn,
         )
 
+        from ..evaluation.runner import BatchReport, RowResult, RunOptions, run_batch, summarise
         from ..render import results_table, summary_table
         from ..testing.harness import Harness
-        from ..testing.runner import BatchReport, RowResult, RunOptions, run_batch, summarise
         from ..testing.traingate import MockTrainGate
 
         err = stderr_console()
@@ -686,7 +686,7 @@ def _library_log_level(verbose: bool) -> Iterator[None]:
 
 async def _with_token_check(backend: Any) -> Any:
     """Wrap the real backend in the token check; close it if no engine answers."""
-    from ..testing.token_check import TokenCheckBackend
+    from ..evaluation.token_check import TokenCheckBackend
 
     try:
         return await TokenCheckBackend.connect(backend)

@@ -32,9 +32,9 @@ from rich.rule import Rule
 
 from ..agent import RolloutAgentLoop, RolloutContext
 from ..errors import OsmosisError, ToolError
+from ..evaluation.runner import RowInput, RowResult, result_from_outcome
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..testing.harness import Harness, RolloutOutcome
-from ..testing.runner import RowInput, RowResult, result_from_outcome
 from ..testing.traingate import (
     LLMBackend,
     RolloutRecord,

@@ -1,6 +1,7 @@
-"""LLM backends for the mock TrainGate: an offline deterministic mock, and OpenAI-compatible APIs.
+"""LLM backends for the mock TrainGate: an offline deterministic mock, scripted replies, and
+OpenAI-compatible APIs.
 
-Both implement :class:`~osmosis_rollout.testing.traingate.LLMBackend`: the mock TrainGate hands
+Each implements :class:`~osmosis_rollout.testing.traingate.LLMBackend`: the mock TrainGate hands
 them each chat request together with the rollout's record (the tools the server declared at init,
 the previous requests and replies) and sends back whatever they return.
 """
@@ -27,7 +28,7 @@ from ..protocol import (
     scrub,
     wire,
 )
-from .schema_instances import generate
+from ._sampling.schema_instances import generate
 from .traingate import RolloutRecord, completion_from_message, estimate_tokens
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_OPENAI_BASE_URL",
     "MockLLMBackend",
     "OpenAICompatibleBackend",
+    "ScriptedBackend",
 ]
 
 #: Where ``OpenAICompatibleBackend.from_env`` points without a URL, as the OpenAI SDK does.
@@ -130,6 +132,28 @@ class MockLLMBackend:
                 }
             )
         return calls
+
+
+class ScriptedBackend:
+    """Replies with the given assistant messages in order, one per turn of each rollout.
+
+    Each item is an assistant message dict (``{"content": ...}`` or ``{"tool_calls": [...]}``)
+    or a full ``CompletionsResponse``. Past the end, it answers ``"done"``.
+    """
+
+    def __init__(self, replies: list[dict[str, Any] | CompletionsResponse]) -> None:
+        self.replies = replies
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        turn = len(record.replies)
+        item: dict[str, Any] | CompletionsResponse = (
+            self.replies[turn] if turn < len(self.replies) else {"content": "done"}
+        )
+        if isinstance(item, CompletionsResponse):
+            return item
+        return completion_from_message(request, item, turn=turn)
 
 
 def _final_answer(messages: list[dict[str, Any]]) -> str:

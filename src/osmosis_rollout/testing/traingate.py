@@ -49,7 +49,6 @@ __all__ = [
     "LLMBackend",
     "MockTrainGate",
     "RolloutRecord",
-    "ScriptedBackend",
 ]
 
 #: Finding codes, stable: they appear in results files and in ``osmosis test`` output.
@@ -154,28 +153,6 @@ class LLMBackend(Protocol):
     ) -> CompletionsResponse: ...
 
 
-class ScriptedBackend:
-    """Replies with the given assistant messages in order, one per turn of each rollout.
-
-    Each item is an assistant message dict (``{"content": ...}`` or ``{"tool_calls": [...]}``)
-    or a full ``CompletionsResponse``. Past the end, it answers ``"done"``.
-    """
-
-    def __init__(self, replies: list[dict[str, Any] | CompletionsResponse]) -> None:
-        self.replies = replies
-
-    async def complete(
-        self, request: CompletionsRequest, record: RolloutRecord
-    ) -> CompletionsResponse:
-        turn = len(record.replies)
-        item: dict[str, Any] | CompletionsResponse = (
-            self.replies[turn] if turn < len(self.replies) else {"content": "done"}
-        )
-        if isinstance(item, CompletionsResponse):
-            return item
-        return completion_from_message(request, item, turn=turn)
-
-
 def completion_from_message(
     request: CompletionsRequest, message: dict[str, Any], *, turn: int = 0
 ) -> CompletionsResponse:
@@ -221,7 +198,11 @@ class MockTrainGate:
         *,
         base_url: str = "http://traingate.test",
     ) -> None:
-        self.backend: LLMBackend = backend or ScriptedBackend([])
+        if not backend:
+            from .backends import ScriptedBackend  # it imports this module
+
+            backend = ScriptedBackend([])
+        self.backend: LLMBackend = backend
         self.base_url = base_url.rstrip("/")
         self.records: dict[str, RolloutRecord] = {}
         self.stray_findings: list[Finding] = []

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import REDACTED, CompletionsRequest, CompletionsResponse, Message, RolloutResponse
+from ..testing.traingate import RolloutRecord
 from .cassette import Cassette, CassetteRow, read_cassette, request_params
 from .runner import RowInput, RunOptions
-from .traingate import RolloutRecord
 
 if TYPE_CHECKING:
     from ..agent import RolloutAgentLoop
@@ -168,7 +168,7 @@ class ReplayBackend:
     async def replay(self, agent: RolloutAgentLoop, *, concurrency: int = 8) -> ReplayReport:
         """Replay every recorded row through a :class:`~.harness.Harness` (the real server and
         mock TrainGate, in process) and report each row's result and findings."""
-        from .harness import Harness
+        from ..testing.harness import Harness
         from .runner import run_batch
 
         options = self.options(concurrency=concurrency)

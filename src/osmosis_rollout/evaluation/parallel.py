@@ -42,11 +42,11 @@ if TYPE_CHECKING:
     # .runner (and through it the harness) is imported on use: `osmosis test --jobs` starts
     # its workers before it has imported them.
     from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
+    from ..testing.harness import Harness
+    from ..testing.traingate import RolloutRecord
     from .cassette import Cassette, CassetteRow
-    from .harness import Harness
     from .replay import ReplayBackend
     from .runner import BatchReport, RowInput, RowResult, RunOptions
-    from .traingate import RolloutRecord
 
 __all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count", "warm_up"]
 
@@ -89,12 +89,12 @@ class BackendSpec:
         if self.kind == "replay":
             return _RowReplays(self.replay_mode)
         if self.kind == "openai":
-            from .backends import OpenAICompatibleBackend
+            from ..testing.backends import OpenAICompatibleBackend
 
             return OpenAICompatibleBackend.from_env(
                 os.environ, base_url=self.base_url, model=self.model, timeout_s=self.timeout_s
             )
-        from .backends import MockLLMBackend
+        from ..testing.backends import MockLLMBackend
 
         return MockLLMBackend(seed=self.seed)
 
@@ -482,9 +482,9 @@ def _context() -> Any:
 
 #: What a worker imports before it loads the agent (the forkserver imports it once).
 _PRELOAD = (
-    "osmosis_rollout.testing.parallel",
+    "osmosis_rollout.evaluation.parallel",
     "osmosis_rollout.testing.harness",
-    "osmosis_rollout.testing.replay",
+    "osmosis_rollout.evaluation.replay",
     "osmosis_rollout.loader",
     "osmosis_rollout.server",  # each worker's harness builds the app
     "osmosis_rollout.tools",  # what agents import
@@ -595,9 +595,9 @@ async def _work(
     """Run rows with ``concurrency`` lanes, each taking the next row when it is free."""
     import anyio
 
-    from .harness import Harness
+    from ..testing.harness import Harness
+    from ..testing.traingate import MockTrainGate
     from .runner import RunOptions, run_batch
-    from .traingate import MockTrainGate
 
     lock = anyio.Lock()
     buffer: deque[_Item] = deque()
