@@ -548,3 +548,29 @@ def test_every_field_of_a_row_result_survives_the_trip_from_a_worker() -> None:
     arrived = pickle.loads(pickle.dumps(result))
     assert arrived == result
     assert arrived.as_dict() == result.as_dict()
+
+
+def test_each_worker_row_keeps_every_run_option_but_concurrency() -> None:
+    """A worker runs each row with the batch's options, concurrency 1: every field, including
+    ones a subclass or a later version adds (a field-by-field copy dropped those)."""
+    from osmosis_rollout.evaluation.parallel import one_row_at_a_time
+    from osmosis_rollout.evaluation.runner import RunOptions
+
+    @dataclasses.dataclass(frozen=True)
+    class MoreOptions(RunOptions):
+        samples: int = 1
+
+    options = MoreOptions(
+        max_turns=3,
+        max_tokens_total=99,
+        completion_params={"temperature": 0.5},
+        timeout_s=7.0,
+        concurrency=16,
+        samples=4,
+    )
+    single = one_row_at_a_time(options)
+    assert isinstance(single, MoreOptions)
+    assert single.concurrency == 1
+    for field in dataclasses.fields(options):
+        if field.name != "concurrency":
+            assert getattr(single, field.name) == getattr(options, field.name), field.name

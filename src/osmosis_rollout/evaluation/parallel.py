@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import multiprocessing
@@ -557,6 +558,12 @@ class _RowReplays:
         return backend
 
 
+def one_row_at_a_time(options: RunOptions) -> RunOptions:
+    """The options of each row a worker runs (one row per ``run_batch``): every setting of the
+    batch's, whatever fields ``RunOptions`` has, with a concurrency of 1."""
+    return dataclasses.replace(options, concurrency=1)
+
+
 def _worker_main(
     spec: WorkerSpec, tasks: Connection, results: Connection, lifeline: Connection
 ) -> None:
@@ -645,13 +652,7 @@ async def _work(
     options = settings[0].options
     if replays is not None:
         replays.cassette = settings[0].cassette
-    one_at_a_time = RunOptions(
-        max_turns=options.max_turns,
-        max_tokens_total=options.max_tokens_total,
-        completion_params=options.completion_params,
-        timeout_s=options.timeout_s,
-        concurrency=1,
-    )
+    one_at_a_time = one_row_at_a_time(options)
     try:
         # The collector set once for the worker's life, not per row's run_batch (collector.py).
         with lighter_gc():
