@@ -604,7 +604,7 @@ async def _work(
 
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
-    from .runner import RunOptions, run_batch
+    from .runner import run_batch
 
     lock = anyio.Lock()
     buffer: deque[_Item] = deque()
