@@ -16,11 +16,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .run import TestOptions, TestReport, run_test
+    from .run import RunObserver, TestOptions, TestReport, run_test
     from .runner import BatchReport, RowInput, RowResult, RunOptions, run_batch, summarise
 
 #: Each public name and the submodule that defines it.
 _HOMES = {
+    "RunObserver": "run",
     "TestOptions": "run",
     "TestReport": "run",
     "run_test": "run",
@@ -36,6 +37,7 @@ __all__ = [
     "BatchReport",
     "RowInput",
     "RowResult",
+    "RunObserver",
     "RunOptions",
     "TestOptions",
     "TestReport",
