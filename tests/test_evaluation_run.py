@@ -67,9 +67,12 @@ def test_run_test_reports_what_osmosis_test_reports(tmp_path: Path, target: str)
         code for r in their_rows[:-1] for code in sorted(f["code"] for f in r["findings"])
     ]
     if target == CALCULATOR:
-        assert report.passed and report.exit_code == 0 and report.findings == []
+        assert report.passed
+        assert report.exit_code == 0
+        assert report.findings == []
     else:
-        assert not report.passed and report.exit_code == 1
+        assert not report.passed
+        assert report.exit_code == 1
         assert {f.code for f in report.findings} == {"history_rewritten"}
 
 
@@ -90,7 +93,8 @@ async def test_an_observer_sees_each_row_as_it_finishes() -> None:
         TestOptions(target=CALCULATOR, dataset=DATASET, limit=3, concurrency=2), Watch()
     )
     assert sorted(seen) == [1, 2, 3]
-    assert isinstance(report, TestReport) and all(isinstance(r, RowResult) for r in report.rows)
+    assert isinstance(report, TestReport)
+    assert all(isinstance(r, RowResult) for r in report.rows)
 
 
 def test_options_are_frozen_and_named_like_the_command_options() -> None:
