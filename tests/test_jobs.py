@@ -574,3 +574,65 @@ def test_each_worker_row_keeps_every_run_option_but_concurrency() -> None:
     for field in dataclasses.fields(options):
         if field.name != "concurrency":
             assert getattr(single, field.name) == getattr(options, field.name), field.name
+
+
+PARENT_NOTING_AGENT = '''
+import os
+from pathlib import Path
+
+from osmosis_rollout import RolloutAgentLoop
+
+
+class ParentNoting(RolloutAgentLoop):
+    """Notes which process started the one it runs in: ``$PARENTS/<pid>`` holds the parent's."""
+
+    name = "parent_noting"
+
+    def __init__(self):
+        Path(os.environ["PARENTS"], str(os.getpid())).write_text(str(os.getppid()))
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages)
+        return ctx.complete([*messages, result.message], reward=1.0)
+'''
+
+TWO_RUNS = """
+import asyncio, json, os, sys
+from osmosis_rollout.evaluation import TestOptions, run_test
+
+options = TestOptions(target=sys.argv[1], dataset=sys.argv[2], jobs=2, concurrency=2)
+for _ in range(2):
+    report = asyncio.run(run_test(options))
+    assert report.summary["rows"] == 4, report.summary
+print(os.getpid())
+"""
+
+
+def test_pools_in_one_process_fork_from_one_forkserver_that_ends_with_it(tmp_path: Path) -> None:
+    """Two ``--jobs 2`` runs in one process (``run_test`` twice): every worker of both is
+    forked by the same forkserver, which multiprocessing keeps for the process's life (no pool
+    stops it through multiprocessing's private state), and which is gone once the process is."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(PARENT_NOTING_AGENT)
+    dataset = write_rows(tmp_path / "rows.jsonl", [{"user_prompt": f"row {i}"} for i in range(4)])
+    parents = tmp_path / "parents"
+    parents.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_RUNS, f"{agent}:ParentNoting", str(dataset)],
+        env=osmosis_env(PARENTS=str(parents)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    command = int(done.stdout.split()[-1])
+    workers = {int(p.name): int(p.read_text()) for p in parents.iterdir()}
+    workers.pop(command)  # the command loads the agent too
+    assert len(workers) == 4  # two workers in each of the two runs
+    (forkserver,) = set(workers.values())
+    assert forkserver != command
+    wait_for(lambda: not alive(forkserver), "the forkserver ends with its process", 10)

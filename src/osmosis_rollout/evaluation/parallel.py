@@ -185,7 +185,6 @@ class WorkerPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: asyncio.Queue[tuple[_Worker, _Message]] | None = None
         self._started = False
-        self._owns_forkserver = False
         self._starter: threading.Thread | None = None  # forking the workers from a forkserver
         self._start_error: BaseException | None = None
         self._closed = False
@@ -209,7 +208,7 @@ class WorkerPool:
         self._started = True
         context = _context()
         if context.get_start_method() == "forkserver":
-            self._owns_forkserver = _launch_forkserver()
+            _launch_forkserver()
             self._starter = threading.Thread(
                 target=self._start_all, args=(context,), name="osmosis-test-start", daemon=True
             )
@@ -361,12 +360,6 @@ class WorkerPool:
             if worker.reader is not None:
                 worker.reader.join(_STOP_GRACE_S)
             worker.results.close()
-        if self._owns_forkserver:  # started for this pool: stopped and reaped with it
-            self._owns_forkserver = False
-            from multiprocessing import forkserver
-
-            with contextlib.suppress(Exception):
-                forkserver._forkserver._stop()  # type: ignore[attr-defined]
 
     def _wait_started(self) -> None:
         if self._starter is not None:
@@ -439,31 +432,21 @@ def _rollout_id(row: RowInput, run_id: str) -> str:
     return f"row-{row.index}-{run_id}"
 
 
-#: Whether :func:`warm_up` launched the forkserver that no pool has taken charge of yet.
-_warmed_up = False
-
-
 def warm_up() -> None:
     """Launch the forkserver now, before the command reads its rows and imports the rest: it
-    imports what the workers need meanwhile. The next :class:`WorkerPool` takes it over."""
-    global _warmed_up
-    if _context().get_start_method() == "forkserver" and _launch_forkserver():
-        _warmed_up = True
+    imports what the workers need meanwhile. The next :class:`WorkerPool` forks from it."""
+    if _context().get_start_method() == "forkserver":
+        _launch_forkserver()
 
 
-def _launch_forkserver() -> bool:
-    """Make sure the forkserver runs (with SIGINT and SIGTERM ignored, which it and the workers
-    inherit); whether the caller is in charge of stopping it: it launched it, or took it over
-    from :func:`warm_up`."""
-    global _warmed_up
+def _launch_forkserver() -> None:
+    """Make sure the forkserver runs, launched with SIGINT and SIGTERM ignored (which it and the
+    workers inherit). It is multiprocessing's: it serves every later pool of this process, and
+    ends when this process does (the pipe it watches closes), so no pool stops it."""
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    launched = getattr(server, "_forkserver_pid", 0) is None
     with _signals_ignored():
         forkserver.ensure_running()
-    owned, _warmed_up = launched or _warmed_up, False
-    return owned
 
 
 def _context() -> Any:
