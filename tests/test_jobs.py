@@ -553,8 +553,8 @@ def test_every_field_of_a_row_result_survives_the_trip_from_a_worker() -> None:
 def test_each_worker_row_keeps_every_run_option_but_concurrency() -> None:
     """A worker runs each row with the batch's options, concurrency 1: every field, including
     ones a subclass or a later version adds (a field-by-field copy dropped those)."""
-    from osmosis_rollout.evaluation.parallel import one_row_at_a_time
     from osmosis_rollout.evaluation.runner import RunOptions
+    from osmosis_rollout.evaluation.worker import one_row_at_a_time
 
     @dataclasses.dataclass(frozen=True)
     class MoreOptions(RunOptions):

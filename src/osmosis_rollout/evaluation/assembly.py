@@ -135,7 +135,8 @@ def make_backend(options: TestOptions) -> Any:
 
 def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPool:
     """The ``--jobs`` workers, started: each loads the target and builds the same backend."""
-    from .parallel import BackendSpec, WorkerPool, WorkerSpec
+    from .parallel import WorkerPool
+    from .worker import BackendSpec, WorkerSpec
 
     assert options.target is not None  # the caller checks: workers load the target
     if options.replay is not None:
