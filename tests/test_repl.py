@@ -37,7 +37,7 @@ from osmosis_rollout.repl.commands import parse_command, parse_reply
 from osmosis_rollout.repl.stepper import SteppingBackend, Turn
 from osmosis_rollout.testing import RolloutRecord, ScriptedBackend
 from osmosis_rollout.testing.backends import MockLLMBackend
-from osmosis_rollout.testing.traingate import LLMBackend, completion_from_message
+from osmosis_rollout.testing.records import LLMBackend, completion_from_message
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..protocol import Message, wire
-from ..testing.traingate import MockTrainGate, RolloutRecord
+from ..testing.records import RolloutRecord
+from ..testing.traingate import MockTrainGate
 from .cassette import (
     CassetteHeader,
     CassetteRow,

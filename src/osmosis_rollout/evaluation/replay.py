@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import REDACTED, CompletionsRequest, CompletionsResponse, Message, RolloutResponse
-from ..testing.traingate import RolloutRecord
+from ..testing.records import RolloutRecord
 from .cassette import Cassette, CassetteRow, read_cassette, request_params
 from .runner import RowInput, RunOptions
 

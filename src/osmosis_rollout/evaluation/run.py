@@ -25,7 +25,7 @@ from .options import TestOptions
 from .results_file import OrderedRows, open_output
 
 if TYPE_CHECKING:
-    from ..testing.traingate import Finding
+    from ..testing.records import Finding
     from .runner import RowResult
 
 __all__ = ["RunObserver", "TestOptions", "TestReport", "run_test"]

@@ -19,7 +19,8 @@ import anyio
 from ..errors import OsmosisError
 from ..protocol import Message, RolloutMetrics
 from ..testing.harness import Harness, RolloutOutcome, ServerUnreachable
-from ..testing.traingate import Finding, name_gate_urls
+from ..testing.records import Finding
+from ..testing.traingate import name_gate_urls
 from .collector import lighter_gc
 
 __all__ = ["BatchReport", "RowInput", "RowResult", "RunOptions", "run_batch", "summarise"]

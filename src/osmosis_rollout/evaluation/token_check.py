@@ -23,7 +23,7 @@ import httpx2
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, wire
 from ..testing.backends import OpenAICompatibleBackend
-from ..testing.traingate import RolloutRecord
+from ..testing.records import RolloutRecord
 
 __all__ = [
     "TOKEN_DRIFT",

@@ -26,7 +26,7 @@ from .collector import lighter_gc
 
 if TYPE_CHECKING:
     from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
-    from ..testing.traingate import RolloutRecord
+    from ..testing.records import RolloutRecord
     from .cassette import Cassette
     from .replay import ReplayBackend
     from .runner import RowInput, RowResult, RunOptions

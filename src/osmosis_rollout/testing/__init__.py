@@ -21,13 +21,8 @@ if TYPE_CHECKING:
     from ..evaluation.replay import ReplayBackend, ReplayReport
     from .backends import MockLLMBackend, OpenAICompatibleBackend, ScriptedBackend
     from .harness import Harness, RolloutOutcome
-    from .traingate import (
-        Finding,
-        LLMBackend,
-        MockTrainGate,
-        RolloutRecord,
-        completion_from_message,
-    )
+    from .records import Finding, LLMBackend, RolloutRecord, completion_from_message
+    from .traingate import MockTrainGate
 
 #: Each public name and the module that defines it (relative to ``osmosis_rollout``).
 _HOMES = {
@@ -41,11 +36,11 @@ _HOMES = {
     "RolloutOutcome": ".testing.harness",
     "ReplayBackend": ".evaluation.replay",
     "ReplayReport": ".evaluation.replay",
-    "Finding": ".testing.traingate",
-    "LLMBackend": ".testing.traingate",
+    "Finding": ".testing.records",
+    "LLMBackend": ".testing.records",
     "MockTrainGate": ".testing.traingate",
-    "RolloutRecord": ".testing.traingate",
-    "completion_from_message": ".testing.traingate",
+    "RolloutRecord": ".testing.records",
+    "completion_from_message": ".testing.records",
 }
 
 __all__ = [

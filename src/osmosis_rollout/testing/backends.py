@@ -1,7 +1,7 @@
 """LLM backends for the mock TrainGate: an offline deterministic mock, scripted replies, and
 OpenAI-compatible APIs.
 
-Each implements :class:`~osmosis_rollout.testing.traingate.LLMBackend`: the mock TrainGate hands
+Each implements :class:`~osmosis_rollout.testing.records.LLMBackend`: the mock TrainGate hands
 them each chat request together with the rollout's record (the tools the server declared at init,
 the previous requests and replies) and sends back whatever they return.
 """
@@ -29,7 +29,7 @@ from ..protocol import (
     wire,
 )
 from ._sampling.schema_instances import generate
-from .traingate import RolloutRecord, completion_from_message, estimate_tokens
+from .records import RolloutRecord, completion_from_message, estimate_tokens
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
