@@ -23,7 +23,7 @@ from osmosis_rollout.testing import (
     OpenAICompatibleBackend,
     RolloutRecord,
 )
-from osmosis_rollout.testing.backends import DEFAULT_MAX_TOKENS
+from osmosis_rollout.testing.openai_backend import DEFAULT_MAX_TOKENS
 from osmosis_rollout.testing.text_tool_calls import find_text_tool_call
 
 from .openai_stub import OpenAIStub, slow, text, text_tool_call, tool_call, truncated

@@ -122,7 +122,7 @@ def make_backend(options: TestOptions) -> Any:
 
         return MockLLMBackend(seed=options.seed)
     if kind == "openai":
-        from ..testing.backends import OpenAICompatibleBackend
+        from ..testing.openai_backend import OpenAICompatibleBackend
 
         return OpenAICompatibleBackend.from_env(
             os.environ,

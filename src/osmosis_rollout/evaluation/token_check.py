@@ -22,7 +22,7 @@ import httpx2
 
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, wire
-from ..testing.backends import OpenAICompatibleBackend
+from ..testing.openai_backend import OpenAICompatibleBackend
 from ..testing.records import RolloutRecord
 
 __all__ = [

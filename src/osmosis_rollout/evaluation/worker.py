@@ -65,7 +65,7 @@ class BackendSpec:
         if self.kind == "replay":
             return _RowReplays(self.replay_mode)
         if self.kind == "openai":
-            from ..testing.backends import OpenAICompatibleBackend
+            from ..testing.openai_backend import OpenAICompatibleBackend
 
             return OpenAICompatibleBackend.from_env(
                 os.environ, base_url=self.base_url, model=self.model, timeout_s=self.timeout_s

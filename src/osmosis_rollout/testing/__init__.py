@@ -19,15 +19,16 @@ if TYPE_CHECKING:
     from ..evaluation.cassette import read_cassette
     from ..evaluation.datasets import DatasetRow, load_dataset
     from ..evaluation.replay import ReplayBackend, ReplayReport
-    from .backends import MockLLMBackend, OpenAICompatibleBackend, ScriptedBackend
+    from .backends import MockLLMBackend, ScriptedBackend
     from .harness import Harness, RolloutOutcome
+    from .openai_backend import OpenAICompatibleBackend
     from .records import Finding, LLMBackend, RolloutRecord, completion_from_message
     from .traingate import MockTrainGate
 
 #: Each public name and the module that defines it (relative to ``osmosis_rollout``).
 _HOMES = {
     "MockLLMBackend": ".testing.backends",
-    "OpenAICompatibleBackend": ".testing.backends",
+    "OpenAICompatibleBackend": ".testing.openai_backend",
     "ScriptedBackend": ".testing.backends",
     "read_cassette": ".evaluation.cassette",
     "DatasetRow": ".evaluation.datasets",

@@ -120,7 +120,8 @@ class RolloutRecord:
 
 
 class LLMBackend(Protocol):
-    """Answers one chat turn for the mock; see ``testing.backends`` for the built-in ones.
+    """Answers one chat turn for the mock; see ``testing.backends`` and ``testing.openai_backend``
+    for the built-in ones.
 
     A backend may also define ``rollout_completed(record, response)``: the mock calls it with
     each rollout's first completion callback, before the rollout counts as done, so it can add
