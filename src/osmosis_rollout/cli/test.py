@@ -255,26 +255,23 @@ def _given(context: typer.Context, name: str) -> bool:
 def _interactive(options: TestOptions, *, start_row: int | None) -> int:
     """The REPL over the same setup as a batch, with the backend closed afterwards."""
     from ..evaluation.assembly import closing, prepare
-    from ..evaluation.collector import command_gc
     from ..repl import run_repl
     from ._test_view import warn
 
-    with command_gc() as gc_ready:  # no collections while it sets up
-        setup = prepare(options, warn=warn, start_row=start_row)
-        gc_ready()  # set up: collections back on
+    setup = prepare(options, warn=warn, start_row=start_row)
 
-        async def repl() -> int:
-            async with closing(setup.backend):
-                return await run_repl(
-                    setup.agent,
-                    backend=setup.backend,
-                    rows=setup.rows,
-                    start_row=start_row,
-                    server_url=options.server,
-                    server_key=options.api_key,
-                    completion_params=setup.completion_params,
-                    max_turns=setup.max_turns,
-                    debug_dir=options.debug_dir,
-                )
+    async def repl() -> int:
+        async with closing(setup.backend):
+            return await run_repl(
+                setup.agent,
+                backend=setup.backend,
+                rows=setup.rows,
+                start_row=start_row,
+                server_url=options.server,
+                server_key=options.api_key,
+                completion_params=setup.completion_params,
+                max_turns=setup.max_turns,
+                debug_dir=options.debug_dir,
+            )
 
-        return run_async(repl())
+    return run_async(repl())

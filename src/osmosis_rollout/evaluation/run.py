@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .assembly import Setup, closing, prepare, with_token_check
-from .collector import command_gc
 from .options import TestOptions
 from .results_file import OrderedRows, open_output
 
@@ -97,15 +96,13 @@ async def run_test(options: TestOptions, observer: RunObserver | None = None) ->
     cancelled). Raises ``OsmosisError`` subclasses for what the options get wrong.
     """
     observer = observer or RunObserver()
-    with command_gc() as gc_ready:  # no collections while it sets up
-        setup = prepare(options, warn=observer.warn)
-        try:
-            gc_ready()  # set up: collections back on
-            with _library_log_level(options.verbose):
-                return await _run(options, setup, observer)
-        finally:
-            if setup.pool is not None:
-                setup.pool.close()
+    setup = prepare(options, warn=observer.warn)
+    try:
+        with _library_log_level(options.verbose):
+            return await _run(options, setup, observer)
+    finally:
+        if setup.pool is not None:
+            setup.pool.close()
 
 
 async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> TestReport:
