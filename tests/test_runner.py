@@ -197,3 +197,29 @@ def test_the_testing_package_still_reaches_its_submodules_as_attributes() -> Non
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_every_public_testing_name_still_imports_from_the_testing_package() -> None:
+    """What users import in their pytest keeps working where the engine moved out
+    (``DatasetRow``, ``load_dataset``, ``read_cassette``, ``ReplayBackend``... now live in
+    ``osmosis_rollout.evaluation``), and still lazily: importing the package, or the ``--jobs``
+    pool's module, imports neither the server nor the engine's runner, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import osmosis_rollout.testing as t\n"
+        "import osmosis_rollout.evaluation.parallel\n"
+        "heavy = {'osmosis_rollout.server', 'osmosis_rollout.evaluation.runner'}\n"
+        "assert not heavy & set(sys.modules), heavy & set(sys.modules)\n"
+        "for name in t.__all__:\n"
+        "    exec(f'from osmosis_rollout.testing import {name}')\n"
+        "import osmosis_rollout.evaluation as e\n"
+        "for name in e.__all__:\n"
+        "    exec(f'from osmosis_rollout.evaluation import {name}')\n"
+        "from osmosis_rollout.testing import ScriptedBackend, MockLLMBackend\n"
+        "assert ScriptedBackend.__module__ == MockLLMBackend.__module__\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
