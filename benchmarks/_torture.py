@@ -1,4 +1,5 @@
-"""Shared by ``soak.py`` and ``fuzz_inits.py``: ``osmosis serve`` as a child process on 127.0.0.1.
+"""Shared by ``soak.py`` and ``fuzz_inits.py``: ``osmosis serve`` as a child process on 127.0.0.1,
+and the torture parts from ``tests/torture.py``.
 
 The child is a real server (uvicorn, its own lifespan, the default retry policy), so RSS and CPU
 are the server's alone; the TrainGate side runs in the benchmark's own event loop
@@ -16,6 +17,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _bench import ROOT, cpu_seconds, rss_bytes, stop_process, wait_until_serving
+
+# The torture parts (hostile inits, the faulty TrainGate, the tally) live with their other
+# user, the test suite: tests/torture.py, importable once the repository root is on the path.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from tests.torture import FaultyGate, hostile_inits, tally, valid_init
+
+__all__ = [
+    "SERVER_KEY",
+    "FaultyGate",
+    "Served",
+    "hostile_inits",
+    "osmosis_serve",
+    "tally",
+    "valid_init",
+]
 
 SERVER_KEY = "torture-server-key-42"
 

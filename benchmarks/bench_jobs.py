@@ -30,7 +30,7 @@ from typing import Any
 from _bench import ROOT, print_table, ratio, write_results
 from bench_test_throughput import TARGET, write_dataset
 
-from osmosis_rollout.testing.parallel import cpu_count
+from osmosis_rollout.evaluation.parallel import cpu_count
 
 JOBS = ("1", "2", "auto")
 

@@ -32,11 +32,11 @@ from typing import Any
 from _bench import ROOT, print_table, ratio, write_results
 from bench_test_throughput import TARGET, write_dataset
 
+from osmosis_rollout.evaluation.datasets import load_dataset
+from osmosis_rollout.evaluation.recording import CassetteRecorder
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.loader import load_agent
 from osmosis_rollout.testing import Harness, MockLLMBackend, MockTrainGate, ReplayBackend
-from osmosis_rollout.testing.datasets import load_dataset
-from osmosis_rollout.testing.recording import CassetteRecorder
-from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
 
 
 async def _timed_batch(

@@ -33,13 +33,13 @@ from typing import Any
 
 from _bench import ROOT, print_table, ratio, write_results
 
+from osmosis_rollout.evaluation.datasets import load_dataset
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch, summarise
 from osmosis_rollout.loader import load_agent
 from osmosis_rollout.protocol import CompletionsRequest, CompletionsResponse, RolloutRequest
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import Harness, RolloutRecord
 from osmosis_rollout.testing.backends import MockLLMBackend
-from osmosis_rollout.testing.datasets import load_dataset
-from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch, summarise
 from osmosis_rollout.tools.tool_set import resolve_tools
 
 TARGET = "examples/calculator/agent.py:CalculatorAgent"

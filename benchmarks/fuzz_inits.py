@@ -1,6 +1,6 @@
 """Fuzz: 10,000+ hostile inits against ``osmosis serve`` over real sockets on 127.0.0.1.
 
-The bodies come from ``osmosis_rollout.testing.torture.hostile_inits`` (seeded): fields of the
+The bodies come from ``tests/torture.py: hostile_inits`` (seeded): fields of the
 wrong type, size or format, lists of up to ``--scale`` items, deep nesting, broken JSON, invalid
 UTF-8, lone surrogates; about one in ten is valid and runs (the agent completes at once). The
 goals: no 5xx, every response under 8 KB. It also prints the server's peak RSS and CPU time per
@@ -22,10 +22,9 @@ from pathlib import Path
 import anyio
 import httpx2
 from _bench import print_table, ratio, verdict, write_results
-from _torture import SERVER_KEY, Served, osmosis_serve
+from _torture import SERVER_KEY, Served, hostile_inits, osmosis_serve, valid_init
 
 from osmosis_rollout.testing import Harness, MockTrainGate
-from osmosis_rollout.testing.torture import hostile_inits, valid_init
 
 AGENT = "tests/assets/hrd_agents.py:Quick"
 GOAL_BYTES = 8192

@@ -27,12 +27,11 @@ from pathlib import Path
 import anyio
 import httpx2
 from _bench import print_table, ratio, verdict, write_results
-from _torture import SERVER_KEY, Served, osmosis_serve
+from _torture import SERVER_KEY, FaultyGate, Served, osmosis_serve, tally, valid_init
 
 from osmosis_rollout.protocol import RolloutRequest
 from osmosis_rollout.redaction import secret_forms
 from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
-from osmosis_rollout.testing.torture import FaultyGate, tally, valid_init
 
 AGENT = "tests/assets/srv_agents.py:ToolAgent"
 CANARY = 'canary-"7f3a"\\b/%2F+key\'9'

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from osmosis_rollout.evaluation.recording import CassetteRecorder, describe_llm
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.loader import load_agent
 from osmosis_rollout.protocol import CompletionsRequest, CompletionsResponse
 from osmosis_rollout.scaffold import create_project, list_templates, project_names
@@ -29,8 +31,6 @@ from osmosis_rollout.testing import (
     completion_from_message,
     load_dataset,
 )
-from osmosis_rollout.testing.recording import CassetteRecorder, describe_llm
-from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 CASSETTE = Path("tests") / "cassettes" / "recorded.jsonl"

@@ -212,8 +212,8 @@ async def test_parallel_tool_calls_count_their_wall_time_not_their_sum() -> None
     import anyio
 
     from osmosis_rollout import RolloutAgentLoop
+    from osmosis_rollout.evaluation.runner import tool_wall_ms
     from osmosis_rollout.testing import Harness, ScriptedBackend
-    from osmosis_rollout.testing.runner import tool_wall_ms
     from osmosis_rollout.tools import Toolbox
 
     async def slow(x: int) -> int:

@@ -626,3 +626,38 @@ def test_what_an_agent_wrote_to_a_file_it_never_closed_is_there_after_the_comman
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert log.read_text().count("ran ") == 3
+
+
+# -- --jobs, parsed once ---------------------------------------------------------------------------
+
+
+def test_jobs_auto_on_one_cpu_is_one_process_so_record_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--jobs auto`` on a one-CPU machine means one process, so ``--record`` is not refused
+    (it was: the check compared the text "auto" with "1")."""
+    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.cpu_count", lambda: 1)
+    cassette = tmp_path / "cassette.jsonl"
+    result = invoke(
+        CALCULATOR, "-d", DATASET, "--limit", "2", "--jobs", "auto", "--record", str(cassette)
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "cassette of 2 row(s) written" in result.stderr
+    assert cassette.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--record", "CASSETTE"], "cassette of 2 row(s) written"),
+        (["-i", "--row", "99"], "--row 99 is not in the dataset rows loaded (1-2)"),
+    ],
+    ids=["record", "interactive"],
+)
+def test_jobs_01_is_one_process_like_jobs_1(tmp_path: Path, args: list[str], message: str) -> None:
+    """``--jobs 01`` is the number 1: not refused with ``--record`` or ``--interactive`` (the
+    check compared it with the text "1")."""
+    args = [str(tmp_path / "c.jsonl") if a == "CASSETTE" else a for a in args]
+    result = invoke(CALCULATOR, "-d", DATASET, "--limit", "2", "--jobs", "01", *args)
+    assert "--jobs" not in result.stderr, result.stderr
+    assert message in result.stderr

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from osmosis_rollout.testing.collector import lighter_gc, paused_gc
+from osmosis_rollout.evaluation.collector import lighter_gc, paused_gc
 
 
 @pytest.fixture(autouse=True)
@@ -62,8 +63,8 @@ def test_paused_gc_leaves_the_collector_enabled_or_disabled_as_it_was() -> None:
 
 @pytest.mark.anyio
 async def test_run_batch_leaves_the_collector_as_it_was() -> None:
+    from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
     from osmosis_rollout.testing import Harness, MockLLMBackend
-    from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
     from tests.support import calculator_agent
 
     gc.set_threshold(700, 10, 10)
@@ -75,33 +76,40 @@ async def test_run_batch_leaves_the_collector_as_it_was() -> None:
     assert gc.get_freeze_count() == 0
 
 
-def test_a_command_sets_up_without_collections_then_runs_with_them() -> None:
-    """``command_gc``: off while the command sets up; ``ready()`` turns collections back on,
-    freezing nothing; the end (or an error) leaves the collector as it was."""
-    from osmosis_rollout.testing.collector import command_gc
+def _run_command(dataset: Path) -> int:
+    """``osmosis test`` over ``dataset`` in this process (the calculator example)."""
+    from typer.testing import CliRunner
 
-    seen: dict[str, object] = {}
+    from osmosis_rollout.cli import app
 
-    def command() -> None:
-        with command_gc() as ready:
-            seen["off while setting up"] = not gc.isenabled()
-            ready()
-            seen["on after ready"] = gc.isenabled()
-            seen["nothing frozen"] = gc.get_freeze_count() == 0
-            raise RuntimeError("the run failed")
+    root = Path(__file__).resolve().parent.parent
+    target = f"{root}/examples/calculator/agent.py:CalculatorAgent"
+    return CliRunner().invoke(app, ["test", target, "-d", str(dataset), "--limit", "2"]).exit_code
 
+
+def test_a_command_leaves_the_collector_as_it_was_run_or_failed(tmp_path: Path) -> None:
+    """``osmosis test`` (the setup pause of the collector, ``command_gc``, is gone: it moved no
+    figure by 10%): a run, and a run that fails while it sets up, leave the collector on,
+    with its threshold and nothing frozen."""
+    root = Path(__file__).resolve().parent.parent
+    gc.set_threshold(700, 10, 10)
     assert gc.isenabled()
-    with pytest.raises(RuntimeError):
-        command()
-    assert seen == {"off while setting up": True, "on after ready": True, "nothing frozen": True}
+    assert _run_command(root / "examples/calculator/dataset.jsonl") == 0
     assert gc.isenabled()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert _run_command(bad) == 2
+    assert gc.isenabled()
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
 
 
 def test_a_command_leaves_the_collector_off_when_it_was_off() -> None:
-    from osmosis_rollout.testing.collector import command_gc
-
+    """A program that turned the collector off keeps it off through ``osmosis test``."""
+    root = Path(__file__).resolve().parent.parent
     gc.disable()
-    with command_gc() as ready:
-        ready()
+    try:
+        assert _run_command(root / "examples/calculator/dataset.jsonl") == 0
         assert not gc.isenabled()  # it was off before the command: it stays off
-    assert not gc.isenabled()
+    finally:
+        gc.enable()

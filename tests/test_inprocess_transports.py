@@ -20,9 +20,9 @@ from starlette.routing import Route
 
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.errors import TrainGateError
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.protocol import CompletionsRequest
 from osmosis_rollout.testing import Harness, MockLLMBackend, MockTrainGate, ScriptedBackend
-from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.transport import AsgiTransport, InvalidTarget, TransportFailure
 
 from .support import calculator_agent

@@ -25,8 +25,8 @@ import pytest
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
+from osmosis_rollout.evaluation.runner import RowResult
 from osmosis_rollout.testing import Finding, read_cassette
-from osmosis_rollout.testing.runner import RowResult
 
 from .openai_stub import OpenAIStub, RecordedRequest, Reply, text, tool_call
 from .support import ASSETS
@@ -548,3 +548,91 @@ def test_every_field_of_a_row_result_survives_the_trip_from_a_worker() -> None:
     arrived = pickle.loads(pickle.dumps(result))
     assert arrived == result
     assert arrived.as_dict() == result.as_dict()
+
+
+def test_each_worker_row_keeps_every_run_option_but_concurrency() -> None:
+    """A worker runs each row with the batch's options, concurrency 1: every field, including
+    ones a subclass or a later version adds (a field-by-field copy dropped those)."""
+    from osmosis_rollout.evaluation.runner import RunOptions
+    from osmosis_rollout.evaluation.worker import one_row_at_a_time
+
+    @dataclasses.dataclass(frozen=True)
+    class MoreOptions(RunOptions):
+        samples: int = 1
+
+    options = MoreOptions(
+        max_turns=3,
+        max_tokens_total=99,
+        completion_params={"temperature": 0.5},
+        timeout_s=7.0,
+        concurrency=16,
+        samples=4,
+    )
+    single = one_row_at_a_time(options)
+    assert isinstance(single, MoreOptions)
+    assert single.concurrency == 1
+    for field in dataclasses.fields(options):
+        if field.name != "concurrency":
+            assert getattr(single, field.name) == getattr(options, field.name), field.name
+
+
+PARENT_NOTING_AGENT = '''
+import os
+from pathlib import Path
+
+from osmosis_rollout import RolloutAgentLoop
+
+
+class ParentNoting(RolloutAgentLoop):
+    """Notes which process started the one it runs in: ``$PARENTS/<pid>`` holds the parent's."""
+
+    name = "parent_noting"
+
+    def __init__(self):
+        Path(os.environ["PARENTS"], str(os.getpid())).write_text(str(os.getppid()))
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages)
+        return ctx.complete([*messages, result.message], reward=1.0)
+'''
+
+TWO_RUNS = """
+import asyncio, json, os, sys
+from osmosis_rollout.evaluation import TestOptions, run_test
+
+options = TestOptions(target=sys.argv[1], dataset=sys.argv[2], jobs=2, concurrency=2)
+for _ in range(2):
+    report = asyncio.run(run_test(options))
+    assert report.summary["rows"] == 4, report.summary
+print(os.getpid())
+"""
+
+
+def test_pools_in_one_process_fork_from_one_forkserver_that_ends_with_it(tmp_path: Path) -> None:
+    """Two ``--jobs 2`` runs in one process (``run_test`` twice): every worker of both is
+    forked by the same forkserver, which multiprocessing keeps for the process's life (no pool
+    stops it through multiprocessing's private state), and which is gone once the process is."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(PARENT_NOTING_AGENT)
+    dataset = write_rows(tmp_path / "rows.jsonl", [{"user_prompt": f"row {i}"} for i in range(4)])
+    parents = tmp_path / "parents"
+    parents.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_RUNS, f"{agent}:ParentNoting", str(dataset)],
+        env=osmosis_env(PARENTS=str(parents)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    command = int(done.stdout.split()[-1])
+    workers = {int(p.name): int(p.read_text()) for p in parents.iterdir()}
+    workers.pop(command)  # the command loads the agent too
+    assert len(workers) == 4  # two workers in each of the two runs
+    (forkserver,) = set(workers.values())
+    assert forkserver != command
+    wait_for(lambda: not alive(forkserver), "the forkserver ends with its process", 10)

@@ -15,6 +15,7 @@ from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutResult
 from osmosis_rollout.append_only import same_message
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.errors import LLMBackendError
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.protocol import CompletionsRequest, RolloutRequest
 from osmosis_rollout.server import create_app
 from osmosis_rollout.testing import (
@@ -23,8 +24,7 @@ from osmosis_rollout.testing import (
     OpenAICompatibleBackend,
     RolloutRecord,
 )
-from osmosis_rollout.testing.backends import DEFAULT_MAX_TOKENS
-from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch
+from osmosis_rollout.testing.openai_backend import DEFAULT_MAX_TOKENS
 from osmosis_rollout.testing.text_tool_calls import find_text_tool_call
 
 from .openai_stub import OpenAIStub, slow, stub_backend, text, text_tool_call, tool_call, truncated

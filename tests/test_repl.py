@@ -25,6 +25,7 @@ from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 
 from osmosis_rollout.errors import LLMBackendError, ToolError
+from osmosis_rollout.evaluation.runner import RowInput
 from osmosis_rollout.protocol import (
     CompletionsRequest,
     CompletionsResponse,
@@ -36,8 +37,7 @@ from osmosis_rollout.repl.commands import parse_command, parse_reply
 from osmosis_rollout.repl.stepper import SteppingBackend, Turn
 from osmosis_rollout.testing import RolloutRecord, ScriptedBackend
 from osmosis_rollout.testing.backends import MockLLMBackend
-from osmosis_rollout.testing.runner import RowInput
-from osmosis_rollout.testing.traingate import LLMBackend, completion_from_message
+from osmosis_rollout.testing.records import LLMBackend, completion_from_message
 
 from .openai_stub import OpenAIStub, slow, stub_backend, text, tool_call
 

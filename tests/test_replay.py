@@ -18,9 +18,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
+from osmosis_rollout.evaluation.cassette import CassetteError
 from osmosis_rollout.repl import run_repl
 from osmosis_rollout.testing import ReplayBackend, RolloutRecord, read_cassette
-from osmosis_rollout.testing.cassette import CassetteError
 
 from .openai_stub import OpenAIStub, RecordedRequest, Reply, text, tool_call
 from .support import ASSETS, load_asset

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch, summarise
 from osmosis_rollout.testing import Harness, MockLLMBackend
-from osmosis_rollout.testing.runner import RowInput, RunOptions, run_batch, summarise
 
 from .support import load_asset, serve_in_thread
 
@@ -174,24 +174,52 @@ async def test_a_retried_turn_is_not_a_history_rewrite() -> None:
 
 
 def test_the_testing_package_still_reaches_its_submodules_as_attributes() -> None:
-    """Its names load on first use; ``import osmosis_rollout.testing`` then
-    ``osmosis_rollout.testing.runner.run_batch`` (what mypy accepts) must work as it did when
+    """Their names load on first use; ``import osmosis_rollout.evaluation`` then
+    ``osmosis_rollout.evaluation.runner.run_batch`` (what mypy accepts) must work as it did when
     the package imported its submodules eagerly, in a fresh interpreter."""
     import subprocess
     import sys
 
     script = (
+        "import osmosis_rollout.evaluation as e\n"
         "import osmosis_rollout.testing as t\n"
-        "assert callable(t.runner.run_batch)\n"
+        "assert callable(e.runner.run_batch)\n"
         "assert t.harness.Harness is t.Harness\n"
-        "assert t.replay.ReplayBackend is t.ReplayBackend\n"
-        "for missing in ('no_such_module', '_private'):\n"
-        "    try:\n"
-        "        getattr(t, missing)\n"
-        "    except AttributeError as exc:\n"
-        "        assert missing in str(exc), exc\n"
-        "    else:\n"
-        "        raise AssertionError(missing)\n"
+        "assert e.replay.ReplayBackend is t.ReplayBackend\n"
+        "for package in (t, e):\n"
+        "    for missing in ('no_such_module', '_private'):\n"
+        "        try:\n"
+        "            getattr(package, missing)\n"
+        "        except AttributeError as exc:\n"
+        "            assert missing in str(exc), exc\n"
+        "        else:\n"
+        "            raise AssertionError(missing)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_public_testing_name_still_imports_from_the_testing_package() -> None:
+    """What users import in their pytest keeps working where the engine moved out
+    (``DatasetRow``, ``load_dataset``, ``read_cassette``, ``ReplayBackend``... now live in
+    ``osmosis_rollout.evaluation``), and still lazily: importing the package, or the ``--jobs``
+    pool's module, imports neither the server nor the engine's runner, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import osmosis_rollout.testing as t\n"
+        "import osmosis_rollout.evaluation.parallel\n"
+        "heavy = {'osmosis_rollout.server', 'osmosis_rollout.evaluation.runner'}\n"
+        "assert not heavy & set(sys.modules), heavy & set(sys.modules)\n"
+        "for name in t.__all__:\n"
+        "    exec(f'from osmosis_rollout.testing import {name}')\n"
+        "import osmosis_rollout.evaluation as e\n"
+        "for name in e.__all__:\n"
+        "    exec(f'from osmosis_rollout.evaluation import {name}')\n"
+        "from osmosis_rollout.testing import ScriptedBackend, MockLLMBackend\n"
+        "assert ScriptedBackend.__module__ == MockLLMBackend.__module__\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

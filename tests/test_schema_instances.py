@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from osmosis_rollout.errors import UnsatisfiableSchemaError
-from osmosis_rollout.testing.schema_instances import generate
+from osmosis_rollout.testing._sampling.schema_instances import generate
 
 SEEDS = range(21)
 
@@ -272,7 +272,7 @@ def test_values_are_stable_across_processes() -> None:
     schema = CORPUS[1][1]
     code = (
         "import json, sys\n"
-        "from osmosis_rollout.testing.schema_instances import generate\n"
+        "from osmosis_rollout.testing._sampling.schema_instances import generate\n"
         "print(json.dumps(generate(json.loads(sys.argv[1]), seed=11), sort_keys=True))\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

@@ -11,13 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from osmosis_rollout.cli import app
-from osmosis_rollout.testing import Harness, OpenAICompatibleBackend
-from osmosis_rollout.testing.runner import RowInput, RowResult, RunOptions, run_batch
-from osmosis_rollout.testing.token_check import (
+from osmosis_rollout.evaluation.runner import RowInput, RowResult, RunOptions, run_batch
+from osmosis_rollout.evaluation.token_check import (
     TokenCheckBackend,
     TokenCheckUnavailable,
     detect_engine,
 )
+from osmosis_rollout.testing import Harness, OpenAICompatibleBackend
 
 from .engine_stub import EngineStub
 from .openai_stub import OpenAIStub

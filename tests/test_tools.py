@@ -28,7 +28,7 @@ from osmosis_rollout.protocol import (
 )
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
-from osmosis_rollout.testing.schema_instances import generate
+from osmosis_rollout.testing._sampling.schema_instances import generate
 from osmosis_rollout.tools import (
     Toolbox,
     execute_tool_calls,

@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.server import create_app
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
-from osmosis_rollout.testing.torture import FaultyGate, hostile_inits, tally, valid_init
+from tests.torture import FaultyGate, hostile_inits, tally, valid_init
 
 from .gates import ADD_CALL, ANSWER
 from .leaks import every_form_absent, written_text

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
 from osmosis_rollout.cli import app
+from osmosis_rollout.evaluation.runner import RowInput
 from osmosis_rollout.repl import run_repl
 from osmosis_rollout.repl.views import message_view
 from osmosis_rollout.testing import Harness, ScriptedBackend
-from osmosis_rollout.testing.runner import RowInput
 from osmosis_rollout.tools import Toolbox
 from osmosis_rollout.tracing import MAX_TRACED_TEXT, TRACE_VERSION
 from osmosis_rollout.trajectory import parse_trace, read_trace

@@ -11,7 +11,7 @@ import pytest
 from osmosis_rollout import Problem, ValidationResult, validate_agent_loop_async
 from osmosis_rollout.testing import RolloutRecord, ScriptedBackend
 from osmosis_rollout.testing.harness import RolloutOutcome
-from osmosis_rollout.testing.traingate import Finding
+from osmosis_rollout.testing.records import Finding
 from osmosis_rollout.validator.dry_run import dry_run, problems_from_outcome
 from osmosis_rollout.validator.dynamic import check_tool_list
 from osmosis_rollout.validator.result import PROBLEM_CODES

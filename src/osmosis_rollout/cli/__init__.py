@@ -41,16 +41,17 @@ def _root(
     """Build, validate, serve and test LLM agent loops for reinforcement-learning rollouts."""
 
 
+#: The command modules; each adds its command to `app` when imported.
+COMMANDS = ("init", "validate", "test", "serve", "view", "outbox")
+
+
 def _register() -> None:
-    # Each module adds its command to `app`; imported here, not at their top, to avoid cycles.
+    # Imported here, not at their top, to avoid cycles. A module that fails to import fails
+    # the whole CLI with its error: a command must never vanish from `osmosis --help` quietly.
     import importlib
 
-    for name in ("init", "validate", "test", "serve", "view", "outbox"):
-        try:
-            importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
+    for name in COMMANDS:
+        importlib.import_module(f".{name}", __name__)
 
 
 _register()

@@ -1,12 +1,13 @@
 """``osmosis test --record / --replay``: the flag checks and reports of record and replay.
 
-Kept apart from ``cli/test.py`` so the command reads as options -> backend -> run -> report.
+Kept apart from ``cli/test.py`` so the command reads as options -> run -> report; the cassettes
+themselves are read and written by ``osmosis_rollout.evaluation``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -14,12 +15,7 @@ from rich.markup import escape
 from ._common import fail
 
 if TYPE_CHECKING:
-    from ..testing.recording import CassetteRecorder
-    from ..testing.replay import ReplayBackend
-    from ..testing.runner import RowResult
-
-#: The options a replay takes from the cassette unless they are given on the command line.
-RECORDED_OPTIONS = ("max_turns", "temperature", "max_tokens")
+    from ..evaluation.runner import RowResult
 
 
 def check_flags(
@@ -53,44 +49,9 @@ def check_flags(
         )
 
 
-def replay_backend(path: Path, mode: str | None, *, sources: bool = False) -> ReplayBackend:
-    """Read the cassette (a bad one is a ConfigError with its file and line); ``sources``
-    keeps each row's line, for ``--jobs`` workers."""
-    from ..testing.cassette import read_cassette
-    from ..testing.replay import ReplayBackend
-
-    cassette = read_cassette(path, sources=sources)
-    return ReplayBackend(cassette, mode="lenient" if mode == "lenient" else "strict")
-
-
-def recorded_settings(
-    backend: ReplayBackend, given: dict[str, Any], explicit: set[str]
-) -> dict[str, Any]:
-    """``max_turns``/``temperature``/``max_tokens`` as recorded, unless given on the command
-    line: a replay asks the agent for what the recording asked."""
-    options = backend.cassette.header.options
-    recorded = {
-        "max_turns": options.max_turns,
-        "temperature": options.completion_params.get("temperature"),
-        "max_tokens": options.completion_params.get("max_tokens"),
-    }
-    return {key: given[key] if key in explicit else recorded[key] for key in RECORDED_OPTIONS}
-
-
-def make_recorder(
-    path: Path, gate: Any, options: Any, *, agent: str | None, backend: Any, secrets: list[str]
-) -> CassetteRecorder:
-    """The recorder of one ``--record`` run, writing the header at once."""
-    from ..testing.recording import CassetteRecorder, describe_llm
-
-    return CassetteRecorder(
-        path, gate, options, agent=agent, llm=describe_llm(backend), secrets=secrets
-    )
-
-
 def print_divergences(console: Console, rows: list[RowResult], *, limit: int = 10) -> None:
     """Each ``replay_diverged`` finding with its short diff, after the results table."""
-    from ..testing.replay import REPLAY_DIVERGED
+    from ..evaluation.replay import REPLAY_DIVERGED
 
     shown = 0
     for row in rows:
@@ -109,14 +70,3 @@ def print_divergences(console: Console, rows: list[RowResult], *, limit: int = 1
                     f"  [{style}]{escape(line)}[/]" if style else f"  {escape(line)}",
                     soft_wrap=True,
                 )
-
-
-def cassette_note(backend: ReplayBackend) -> str | None:
-    """A warning for a cassette whose recording was interrupted."""
-    cassette = backend.cassette
-    if cassette.complete:
-        return None
-    return (
-        f"{cassette.path} is a partial cassette (its recording was interrupted): replaying "
-        f"its {len(cassette.rows)} complete row(s)"
-    )

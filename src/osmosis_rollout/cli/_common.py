@@ -100,7 +100,8 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         raise first from None
 
 
-#: What interrupted the last run: "Ctrl-C" or "SIGTERM" (for summaries that say why they stop).
+#: What interrupted the current run: "Ctrl-C" or "SIGTERM" (for summaries that say why they
+#: stop); reset as each run starts.
 INTERRUPTED_BY = {"signal": "Ctrl-C"}
 
 
@@ -109,6 +110,8 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
     """SIGTERM (``kill``, a CI timeout, a container stop) ends the run the way Ctrl-C does: the
     rows that finished are kept and summarised, instead of the process dying mid-write."""
     import signal
+
+    INTERRUPTED_BY["signal"] = "Ctrl-C"  # this run's, not a previous run's in this process
 
     def on_sigterm(signum: int, frame: object) -> None:
         INTERRUPTED_BY["signal"] = "SIGTERM"

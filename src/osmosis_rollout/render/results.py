@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from ..testing.runner import RowResult
+    from ..evaluation.runner import RowResult
 
 __all__ = ["format_ms", "results_table", "summary_table"]
 

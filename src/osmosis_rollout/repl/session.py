@@ -32,15 +32,11 @@ from rich.rule import Rule
 
 from ..agent import RolloutAgentLoop, RolloutContext
 from ..errors import OsmosisError, ToolError
+from ..evaluation.runner import RowInput, RowResult, result_from_outcome
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..testing.harness import Harness, RolloutOutcome
-from ..testing.runner import RowInput, RowResult, result_from_outcome
-from ..testing.traingate import (
-    LLMBackend,
-    RolloutRecord,
-    completion_from_message,
-    name_gate_urls,
-)
+from ..testing.records import LLMBackend, RolloutRecord, completion_from_message
+from ..testing.traingate import name_gate_urls
 from .commands import Command, completion_words, parse_command, parse_reply
 from .stepper import SteppingBackend, Turn, TurnTimes, Waiting
 from .views import (

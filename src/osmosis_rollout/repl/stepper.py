@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import LLMBackendError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, RolloutResponse
-from ..testing.traingate import LLMBackend, RolloutRecord
+from ..testing.records import LLMBackend, RolloutRecord
 
 __all__ = ["SteppingBackend", "Turn", "TurnTimes", "Waiting"]
 

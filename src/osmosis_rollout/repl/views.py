@@ -17,9 +17,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from ..evaluation.runner import RowInput, RowResult, tool_wall_ms
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..render import format_ms
-from ..testing.runner import RowInput, RowResult, tool_wall_ms
 from .commands import COMMANDS
 from .stepper import Turn
 

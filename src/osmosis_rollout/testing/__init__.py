@@ -1,4 +1,4 @@
-"""Test helpers for agent developers: a mock TrainGate, LLM backends, datasets and a runner.
+"""Test helpers for agent developers: a mock TrainGate, LLM backends and the harness.
 
 Import from here in your own pytest suite::
 
@@ -6,6 +6,8 @@ Import from here in your own pytest suite::
 
 The names load on first use: ``osmosis test --jobs`` imports a submodule of this package
 before it starts its workers, and must not wait for the whole toolkit to import first.
+Datasets, cassettes and replay belong to the engine of ``osmosis test``
+(:mod:`osmosis_rollout.evaluation`); their names stay importable from here.
 """
 
 from __future__ import annotations
@@ -14,37 +16,32 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backends import MockLLMBackend, OpenAICompatibleBackend
-    from .cassette import read_cassette
-    from .datasets import DatasetRow, load_dataset
+    from ..evaluation.cassette import read_cassette
+    from ..evaluation.datasets import DatasetRow, load_dataset
+    from ..evaluation.replay import ReplayBackend, ReplayReport
+    from .backends import MockLLMBackend, ScriptedBackend
     from .harness import Harness, RolloutOutcome
-    from .replay import ReplayBackend, ReplayReport
-    from .traingate import (
-        Finding,
-        LLMBackend,
-        MockTrainGate,
-        RolloutRecord,
-        ScriptedBackend,
-        completion_from_message,
-    )
+    from .openai_backend import OpenAICompatibleBackend
+    from .records import Finding, LLMBackend, RolloutRecord, completion_from_message
+    from .traingate import MockTrainGate
 
-#: Each public name and the submodule that defines it.
+#: Each public name and the module that defines it (relative to ``osmosis_rollout``).
 _HOMES = {
-    "MockLLMBackend": "backends",
-    "OpenAICompatibleBackend": "backends",
-    "read_cassette": "cassette",
-    "DatasetRow": "datasets",
-    "load_dataset": "datasets",
-    "Harness": "harness",
-    "RolloutOutcome": "harness",
-    "ReplayBackend": "replay",
-    "ReplayReport": "replay",
-    "Finding": "traingate",
-    "LLMBackend": "traingate",
-    "MockTrainGate": "traingate",
-    "RolloutRecord": "traingate",
-    "ScriptedBackend": "traingate",
-    "completion_from_message": "traingate",
+    "MockLLMBackend": ".testing.backends",
+    "OpenAICompatibleBackend": ".testing.openai_backend",
+    "ScriptedBackend": ".testing.backends",
+    "read_cassette": ".evaluation.cassette",
+    "DatasetRow": ".evaluation.datasets",
+    "load_dataset": ".evaluation.datasets",
+    "Harness": ".testing.harness",
+    "RolloutOutcome": ".testing.harness",
+    "ReplayBackend": ".evaluation.replay",
+    "ReplayReport": ".evaluation.replay",
+    "Finding": ".testing.records",
+    "LLMBackend": ".testing.records",
+    "MockTrainGate": ".testing.traingate",
+    "RolloutRecord": ".testing.records",
+    "completion_from_message": ".testing.records",
 }
 
 __all__ = [
@@ -69,7 +66,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        # A submodule (``osmosis_rollout.testing.runner``...): an attribute of the package once
+        # A submodule (``osmosis_rollout.testing.harness``...): an attribute of the package once
         # imported, as it was when the package imported its submodules eagerly.
         if name.isidentifier() and not name.startswith("_"):
             try:
@@ -78,7 +75,7 @@ def __getattr__(name: str) -> Any:
                 if exc.name != f"{__name__}.{name}":
                     raise
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    value = getattr(importlib.import_module(home, "osmosis_rollout"), name)
     globals()[name] = value  # the next lookup is a plain module attribute
     return value
 

@@ -31,7 +31,8 @@ from ..transport import AsgiTransport, Httpx2Transport, PostTransport, Transport
 
 if TYPE_CHECKING:
     from ..server import RolloutServer
-from .traingate import Finding, LLMBackend, MockTrainGate, RolloutRecord
+from .records import Finding, LLMBackend, RolloutRecord
+from .traingate import MockTrainGate
 
 __all__ = ["Harness", "RolloutOutcome", "ServerUnreachable"]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..agent import RolloutAgentLoop
 from ..loader import display_path, error_location
 from ..protocol import RolloutStatus
-from ..testing.traingate import LLMBackend
+from ..testing.records import LLMBackend
 from .result import Problem
 
 if TYPE_CHECKING:

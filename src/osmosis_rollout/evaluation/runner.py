@@ -18,9 +18,10 @@ import anyio
 
 from ..errors import OsmosisError
 from ..protocol import Message, RolloutMetrics
+from ..testing.harness import Harness, RolloutOutcome, ServerUnreachable
+from ..testing.records import Finding
+from ..testing.traingate import name_gate_urls
 from .collector import lighter_gc
-from .harness import Harness, RolloutOutcome, ServerUnreachable
-from .traingate import Finding, name_gate_urls
 
 __all__ = ["BatchReport", "RowInput", "RowResult", "RunOptions", "run_batch", "summarise"]
 

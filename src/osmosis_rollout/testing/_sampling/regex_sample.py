@@ -2,7 +2,7 @@
 
 It parses the pattern into a small tree (literals, classes, groups, alternation, quantifiers,
 anchors) and draws one matching string from it. Constructs it cannot sample faithfully
-(lookarounds, backreferences, inline flags) raise ``_Unsupported`` instead of a wrong string.
+(lookarounds, backreferences, inline flags) raise ``Unsupported`` instead of a wrong string.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 
 _PRINTABLE = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
 _WORD_CHARS = list(string.ascii_letters + string.digits + "_")
-_DOT_CHARS = list(string.ascii_letters + string.digits)
+DOT_CHARS = list(string.ascii_letters + string.digits)
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     """Internal: the pattern uses a construct the sampler does not handle."""
 
 
-class _Regex:
+class Regex:
     """A sampler for simple regular expressions: literals, classes, groups, alternation,
     quantifiers and anchors. Lookarounds, backreferences and flags are refused."""
 
@@ -30,7 +30,7 @@ class _Regex:
         self.pos = 0
         self.tree = self._alternation()
         if self.pos != len(self.text):
-            raise _Unsupported(f"an unbalanced ')' at offset {self.pos}")
+            raise Unsupported(f"an unbalanced ')' at offset {self.pos}")
 
     def sample(self, rng: random.Random) -> str:
         return self._emit(self.tree, rng)
@@ -91,15 +91,15 @@ class _Regex:
             elif match := re.match(r"\?P?<([A-Za-z_]\w*)>", self.text[self.pos :]):
                 self.pos += match.end()
             elif self._peek() == "?":
-                raise _Unsupported("a lookaround or inline flag")
+                raise Unsupported("a lookaround or inline flag")
             inner = self._alternation()
             if self._next() != ")":
-                raise _Unsupported("an unclosed group")
+                raise Unsupported("an unclosed group")
             return inner
         if char == "[":
             return ("set", self._class())
         if char == ".":
-            return ("set", _DOT_CHARS)
+            return ("set", DOT_CHARS)
         if char in ("^", "$"):
             return ("seq", [])
         if char == "\\":
@@ -114,7 +114,7 @@ class _Regex:
         if char in ("A", "Z", "z"):
             return ("seq", [])
         if char in ("b", "B") or char in "123456789":
-            raise _Unsupported(f"'\\{char}'")
+            raise Unsupported(f"'\\{char}'")
         return ("set", [_escape_literal(char, self)])
 
     def _class(self) -> list[str]:
@@ -126,7 +126,7 @@ class _Regex:
         while True:
             char = self._next()
             if char == "":
-                raise _Unsupported("an unclosed character class")
+                raise Unsupported("an unclosed character class")
             if char == "]" and not first:
                 break
             first = False
@@ -149,7 +149,7 @@ class _Regex:
             excluded = set(chars)
             chars = [c for c in _PRINTABLE if c not in excluded]
         if not chars:
-            raise _Unsupported("an empty character class")
+            raise Unsupported("an empty character class")
         return chars
 
     def _emit(self, node: tuple[Any, ...], rng: random.Random) -> str:
@@ -171,14 +171,14 @@ def _escape_class(char: str) -> list[str] | None:
         "d": digits,
         "w": word,
         "s": space,
-        "D": [c for c in _DOT_CHARS if c not in digits],
+        "D": [c for c in DOT_CHARS if c not in digits],
         "W": [c for c in _PRINTABLE if c not in word and c != " "],
-        "S": _DOT_CHARS,
+        "S": DOT_CHARS,
     }
     return table.get(char)
 
 
-def _escape_literal(char: str, regex: _Regex) -> str:
+def _escape_literal(char: str, regex: Regex) -> str:
     controls = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
     if char in controls:
         return controls[char]
@@ -186,11 +186,11 @@ def _escape_literal(char: str, regex: _Regex) -> str:
         width = 2 if char == "x" else 4
         digits = regex.text[regex.pos : regex.pos + width]
         if len(digits) != width or not all(c in string.hexdigits for c in digits):
-            raise _Unsupported(f"a malformed '\\{char}' escape")
+            raise Unsupported(f"a malformed '\\{char}' escape")
         regex.pos += width
         return chr(int(digits, 16))
     if char == "":
-        raise _Unsupported("a trailing backslash")
+        raise Unsupported("a trailing backslash")
     if char.isalpha():
-        raise _Unsupported(f"'\\{char}'")
+        raise Unsupported(f"'\\{char}'")
     return char

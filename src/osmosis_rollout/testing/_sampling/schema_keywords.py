@@ -15,7 +15,7 @@ _ARRAY_KEYS = frozenset(
     {"items", "prefixItems", "minItems", "maxItems", "contains", "uniqueItems", "additionalItems"}
 )
 _STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
-_NUMBER_KEYS = frozenset(
+NUMBER_KEYS = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 )
 _LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
@@ -24,17 +24,17 @@ _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitio
 _SUBSCHEMAS = frozenset({"items", "additionalProperties", "contains", "propertyNames"})
 
 
-class _NoValue(Exception):
+class NoValue(Exception):
     """Internal: this attempt found no value; the message says where and why."""
 
 
-def _types(schema: dict[str, Any], path: str) -> list[str]:
+def types_of(schema: dict[str, Any], path: str) -> list[str]:
     declared = schema.get("type")
     if isinstance(declared, str):
         return [declared]
     if isinstance(declared, list):
         if not declared:
-            raise _NoValue(f"the types required at {path} have nothing in common")
+            raise NoValue(f"the types required at {path} have nothing in common")
         return list(declared)
     keys = schema.keys()
     inferred = [
@@ -43,14 +43,14 @@ def _types(schema: dict[str, Any], path: str) -> list[str]:
             ("object", _OBJECT_KEYS),
             ("array", _ARRAY_KEYS),
             ("string", _STRING_KEYS),
-            ("number", _NUMBER_KEYS),
+            ("number", NUMBER_KEYS),
         )
         if words & keys
     ]
     return inferred or ["string", "integer", "boolean"]
 
 
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Both schemas at once (for allOf and $ref siblings); unfoldable conflicts go to allOf."""
     out = dict(a)
     leftover: list[dict[str, Any]] = []
@@ -70,7 +70,7 @@ def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         elif key in _UPPER_BOUNDS and _is_number(ours) and _is_number(theirs):
             out[key] = min(ours, theirs)
         elif key == "enum" and isinstance(ours, list) and isinstance(theirs, list):
-            out[key] = [v for v in ours if any(_canonical(v) == _canonical(t) for t in theirs)]
+            out[key] = [v for v in ours if any(canonical(v) == canonical(t) for t in theirs)]
         elif key in _SCHEMA_MAPS and isinstance(ours, dict) and isinstance(theirs, dict):
             merged = dict(ours)
             for name, sub in theirs.items():
@@ -106,7 +106,7 @@ def _common_types(a: Any, b: Any) -> list[str]:
     return common
 
 
-def _bounds(schema: dict[str, Any]) -> tuple[Fraction | None, bool, Fraction | None, bool]:
+def number_bounds(schema: dict[str, Any]) -> tuple[Fraction | None, bool, Fraction | None, bool]:
     """(lower, lower is strict, upper, upper is strict), drafts 4 and 6+ alike."""
 
     def side(inclusive: str, exclusive: str, lower: bool) -> tuple[Fraction | None, bool]:
@@ -130,9 +130,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _canonical(value: Any) -> str:
+def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _escape(name: str) -> str:
+def escape_name(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")

@@ -6,13 +6,13 @@ import random
 import re
 import uuid
 
-from .regex_sample import _DOT_CHARS, _Regex, _Unsupported
-from .schema_keywords import _NoValue
+from .regex_sample import DOT_CHARS, Regex, Unsupported
+from .schema_keywords import NoValue
 
 _WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "haven", "iris", "jade"]
 
 
-def _plain_string(rng: random.Random, low: int, high: int | None) -> str:
+def plain_string(rng: random.Random, low: int, high: int | None) -> str:
     start = low if high is not None and high < 3 else max(low, 3)
     stop = start + 12 if high is None else min(high, start + 12)
     size = rng.randint(start, stop)
@@ -26,7 +26,7 @@ def _plain_string(rng: random.Random, low: int, high: int | None) -> str:
     return text
 
 
-def _format_string(fmt: str, rng: random.Random) -> str | None:
+def format_string(fmt: str, rng: random.Random) -> str | None:
     n = rng.randint(1, 999)
     word = rng.choice(_WORDS)
     date = f"{rng.randint(2000, 2030):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
@@ -56,21 +56,19 @@ def _format_string(fmt: str, rng: random.Random) -> str | None:
     return values.get(fmt)
 
 
-def _pattern_string(pattern: str, rng: random.Random, low: int, path: str) -> str:
+def pattern_string(pattern: str, rng: random.Random, low: int, path: str) -> str:
     try:
         compiled = re.compile(pattern)
     except re.error:
-        raise _NoValue(
-            f"the pattern at {path} is not a regular expression Python accepts"
-        ) from None
+        raise NoValue(f"the pattern at {path} is not a regular expression Python accepts") from None
     try:
-        text = _Regex(pattern).sample(rng)
-    except _Unsupported as exc:
-        raise _NoValue(
+        text = Regex(pattern).sample(rng)
+    except Unsupported as exc:
+        raise NoValue(
             f"the pattern {pattern!r} at {path} uses {exc}, which the generator does not support"
         ) from None
     if len(text) < low and not pattern.endswith("$"):
-        text += "".join(rng.choice(_DOT_CHARS) for _ in range(low - len(text)))
+        text += "".join(rng.choice(DOT_CHARS) for _ in range(low - len(text)))
     if not compiled.search(text):
-        raise _NoValue(f"cannot build a string matching the pattern {pattern!r} at {path}")
+        raise NoValue(f"cannot build a string matching the pattern {pattern!r} at {path}")
     return text

@@ -14,6 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..protocol import Message, wire
+from ..testing.records import RolloutRecord
+from ..testing.traingate import MockTrainGate
 from .cassette import (
     CassetteHeader,
     CassetteRow,
@@ -24,7 +26,6 @@ from .cassette import (
     request_params,
 )
 from .runner import RowResult, RunOptions
-from .traingate import MockTrainGate, RolloutRecord
 
 __all__ = ["CassetteRecorder", "describe_llm"]
 

@@ -1,9 +1,10 @@
 """Torture kit: hostile inits, a TrainGate that misbehaves on purpose, and the accounting.
 
 Used by ``tests/test_torture.py`` (short runs on every CI run) and by ``benchmarks/soak.py`` and
-``benchmarks/fuzz_inits.py`` (the long runs); usable against your own deployment too::
+``benchmarks/fuzz_inits.py`` (the long runs); usable against your own deployment too, from a
+checkout::
 
-    from osmosis_rollout.testing.torture import FaultyGate, hostile_inits, tally
+    from tests.torture import FaultyGate, hostile_inits, tally
 
 Everything is seeded, so a failing run can be replayed exactly.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .traingate import MockTrainGate
+from osmosis_rollout.testing import MockTrainGate
 
 __all__ = ["FaultyGate", "Tally", "hostile_inits", "tally"]
 

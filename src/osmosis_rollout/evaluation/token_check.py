@@ -22,8 +22,8 @@ import httpx2
 
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, wire
-from .backends import OpenAICompatibleBackend
-from .traingate import RolloutRecord
+from ..testing.openai_backend import OpenAICompatibleBackend
+from ..testing.records import RolloutRecord
 
 __all__ = [
     "TOKEN_DRIFT",

@@ -22,39 +22,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import logging
 import multiprocessing
 import os
 import signal
-import sys
 import threading
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .collector import lighter_gc
+from .worker import Item, WorkerSettings, WorkerSpec, row_rollout_id, worker_main
 
 if TYPE_CHECKING:
     # .runner (and through it the harness) is imported on use: `osmosis test --jobs` starts
     # its workers before it has imported them.
-    from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
     from .cassette import Cassette, CassetteRow
-    from .harness import Harness
-    from .replay import ReplayBackend
     from .runner import BatchReport, RowInput, RowResult, RunOptions
-    from .traingate import RolloutRecord
 
-__all__ = ["BackendSpec", "WorkerPool", "WorkerSpec", "cpu_count", "warm_up"]
+__all__ = ["WorkerPool", "cpu_count", "warm_up"]
 
 #: Seconds a worker is given to exit after its pipe closed, before it is killed.
 _STOP_GRACE_S = 2.0
 
-#: One row as handed to a worker: its position in the batch, the row, its recorded row (replay).
-_Item = tuple[int, "RowInput", Any]
 _Message = tuple[Any, ...]
 
 
@@ -68,63 +59,11 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
-class BackendSpec:
-    """How a worker builds its LLM backend: the same CLI options, rebuilt in each process.
-
-    The API key is never part of it: an ``openai`` worker reads ``OPENAI_API_KEY`` from the
-    environment it inherits, like the parent does. A ``replay`` worker gets each row's recording
-    from the parent with the row.
-    """
-
-    kind: Literal["mock", "openai", "replay"] = "mock"
-    seed: int = 0
-    base_url: str | None = None
-    model: str | None = None
-    timeout_s: float = 120.0
-    replay_mode: Literal["strict", "lenient"] = "strict"
-
-    def build(self) -> Any:
-        """A fresh backend of this kind."""
-        if self.kind == "replay":
-            return _RowReplays(self.replay_mode)
-        if self.kind == "openai":
-            from .backends import OpenAICompatibleBackend
-
-            return OpenAICompatibleBackend.from_env(
-                os.environ, base_url=self.base_url, model=self.model, timeout_s=self.timeout_s
-            )
-        from .backends import MockLLMBackend
-
-        return MockLLMBackend(seed=self.seed)
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What a worker is started with: what to load and how; the run's options come later."""
-
-    target: str
-    backend: BackendSpec
-    debug_dir: str | None = None
-    verbose: bool = False
-    #: Shared by every worker: rollout ids read ``row-<n>-<run_id>`` as with one process.
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
-
-
-@dataclass(frozen=True)
-class _Settings:
-    """Sent with a worker's first rows: the run options and, for a replay, the cassette's
-    header (its rows come one by one with the rows they replay)."""
-
-    options: RunOptions
-    cassette: Cassette | None = None
-
-
 @dataclass
 class _Run:
     """The parent's state of one :meth:`WorkerPool.run`."""
 
-    settings: _Settings
+    settings: WorkerSettings
     pending: deque[tuple[int, RowInput]]
     bind: Callable[[RowInput], CassetteRow | None] | None
     on_result: Callable[[RowResult], None] | None
@@ -184,7 +123,6 @@ class WorkerPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: asyncio.Queue[tuple[_Worker, _Message]] | None = None
         self._started = False
-        self._owns_forkserver = False
         self._starter: threading.Thread | None = None  # forking the workers from a forkserver
         self._start_error: BaseException | None = None
         self._closed = False
@@ -208,7 +146,7 @@ class WorkerPool:
         self._started = True
         context = _context()
         if context.get_start_method() == "forkserver":
-            self._owns_forkserver = _launch_forkserver()
+            _launch_forkserver()
             self._starter = threading.Thread(
                 target=self._start_all, args=(context,), name="osmosis-test-start", daemon=True
             )
@@ -230,7 +168,7 @@ class WorkerPool:
         result_out, result_in = context.Pipe(duplex=False)
         life_out, life_in = context.Pipe(duplex=False)
         process = context.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(self.spec, task_out, result_in, life_out),
             name=f"osmosis-test-worker-{number}",
         )
@@ -285,7 +223,7 @@ class WorkerPool:
             pairs = zip(cassette.rows, cassette.sources or (), strict=True)
             sources = {id(row): line for row, line in pairs}
         run = _Run(
-            settings=_Settings(options, header),
+            settings=WorkerSettings(options, header),
             pending=deque(enumerate(rows)),
             bind=bind,
             on_result=on_result,
@@ -326,7 +264,7 @@ class WorkerPool:
             # Guided self-scheduling: big chunks early, single rows at the end.
             concurrency = max(1, run.settings.options.concurrency)
             size = min(concurrency, max(1, len(run.pending) // (8 * len(self._workers))))
-            chunk: list[_Item] = []
+            chunk: list[Item] = []
             for _ in range(min(size, len(run.pending))):
                 position, row = run.pending.popleft()
                 chunk.append((position, row, run.recorded(row)))
@@ -360,12 +298,6 @@ class WorkerPool:
             if worker.reader is not None:
                 worker.reader.join(_STOP_GRACE_S)
             worker.results.close()
-        if self._owns_forkserver:  # started for this pool: stopped and reaped with it
-            self._owns_forkserver = False
-            from multiprocessing import forkserver
-
-            with contextlib.suppress(Exception):
-                forkserver._forkserver._stop()  # type: ignore[attr-defined]
 
     def _wait_started(self) -> None:
         if self._starter is not None:
@@ -426,43 +358,28 @@ def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
 
     return RowResult(
         index=row.index,
-        rollout_id=_rollout_id(row, run_id),
+        rollout_id=row_rollout_id(row, run_id),
         status="ERROR",
         error_message=message,
         metadata=row.metadata,
     )
 
 
-def _rollout_id(row: RowInput, run_id: str) -> str:
-    """The rollout id :func:`~.runner.run_batch` gives ``row`` in the run ``run_id``."""
-    return f"row-{row.index}-{run_id}"
-
-
-#: Whether :func:`warm_up` launched the forkserver that no pool has taken charge of yet.
-_warmed_up = False
-
-
 def warm_up() -> None:
     """Launch the forkserver now, before the command reads its rows and imports the rest: it
-    imports what the workers need meanwhile. The next :class:`WorkerPool` takes it over."""
-    global _warmed_up
-    if _context().get_start_method() == "forkserver" and _launch_forkserver():
-        _warmed_up = True
+    imports what the workers need meanwhile. The next :class:`WorkerPool` forks from it."""
+    if _context().get_start_method() == "forkserver":
+        _launch_forkserver()
 
 
-def _launch_forkserver() -> bool:
-    """Make sure the forkserver runs (with SIGINT and SIGTERM ignored, which it and the workers
-    inherit); whether the caller is in charge of stopping it: it launched it, or took it over
-    from :func:`warm_up`."""
-    global _warmed_up
+def _launch_forkserver() -> None:
+    """Make sure the forkserver runs, launched with SIGINT and SIGTERM ignored (which it and the
+    workers inherit). It is multiprocessing's: it serves every later pool of this process, and
+    ends when this process does (the pipe it watches closes), so no pool stops it."""
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
-    launched = getattr(server, "_forkserver_pid", 0) is None
     with _signals_ignored():
         forkserver.ensure_running()
-    owned, _warmed_up = launched or _warmed_up, False
-    return owned
 
 
 def _context() -> Any:
@@ -482,9 +399,10 @@ def _context() -> Any:
 
 #: What a worker imports before it loads the agent (the forkserver imports it once).
 _PRELOAD = (
-    "osmosis_rollout.testing.parallel",
+    "osmosis_rollout.evaluation.parallel",
+    "osmosis_rollout.evaluation.worker",
     "osmosis_rollout.testing.harness",
-    "osmosis_rollout.testing.replay",
+    "osmosis_rollout.evaluation.replay",
     "osmosis_rollout.loader",
     "osmosis_rollout.server",  # each worker's harness builds the app
     "osmosis_rollout.tools",  # what agents import
@@ -508,194 +426,3 @@ def _signals_ignored() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-# -- in the worker process ----------------------------------------------------------------------
-
-
-class _RowReplays:
-    """A worker's backend for ``--replay``: each rollout is answered by a
-    :class:`~.replay.ReplayBackend` over the one recorded row the parent bound to its row."""
-
-    def __init__(self, mode: Literal["strict", "lenient"]) -> None:
-        self.mode: Literal["strict", "lenient"] = mode
-        self.cassette: Cassette | None = None  # the header, from the first settings
-        self._by_rollout: dict[str, ReplayBackend] = {}
-
-    def expect(self, rollout_id: str, recorded: str | None) -> None:
-        """The next rollout ``rollout_id`` replays ``recorded`` (a cassette row line; None: a
-        row not recorded)."""
-        from .cassette import Cassette, CassetteRow
-        from .replay import ReplayBackend
-
-        assert self.cassette is not None
-        header = self.cassette
-        rows = [CassetteRow.model_validate_json(recorded)] if recorded is not None else []
-        cassette = Cassette(header.path, header.header, rows, header.complete)
-        self._by_rollout[rollout_id] = ReplayBackend(cassette, mode=self.mode)
-
-    def done(self, rollout_id: str) -> None:
-        self._by_rollout.pop(rollout_id, None)
-
-    async def complete(
-        self, request: CompletionsRequest, record: RolloutRecord
-    ) -> CompletionsResponse:
-        return await self._for(record).complete(request, record)
-
-    def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
-        self._for(record).rollout_completed(record, response)
-
-    def _for(self, record: RolloutRecord) -> ReplayBackend:
-        backend = self._by_rollout.get(record.rollout_id)
-        if backend is None:
-            from ..errors import LLMBackendError
-
-            raise LLMBackendError(
-                f"rollout {record.rollout_id!r} is not one this worker was given",
-                kind="replay_unknown_row",
-            )
-        return backend
-
-
-def _worker_main(
-    spec: WorkerSpec, tasks: Connection, results: Connection, lifeline: Connection
-) -> None:
-    """A worker's life: load the agent and backend, run the rows handed to it, say goodbye."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _exit_with_parent(lifeline)
-    library_log = logging.getLogger("osmosis_rollout")
-    library_log.setLevel(logging.WARNING if spec.verbose else logging.CRITICAL)
-    if spec.verbose:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        library_log.addHandler(handler)
-    try:
-        from ..loader import load_agent
-
-        agent = load_agent(spec.target)
-        backend = spec.backend.build()
-        in_flight = asyncio.run(_work(spec, agent, backend, tasks, results))
-        # multiprocessing ends a worker without the interpreter's teardown: what the agent
-        # holds (an open file, say) is finalized here or never, even in a reference cycle.
-        del agent, backend
-        gc.collect()
-    except (EOFError, BrokenPipeError):  # the parent went away: nobody to report to
-        os._exit(1)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            results.send(("fatal", _describe(exc)))
-        sys.exit(1)
-    results.send(("bye", {"max_in_flight": in_flight}))
-
-
-async def _work(
-    spec: WorkerSpec, agent: Any, backend: Any, tasks: Connection, results: Connection
-) -> int:
-    """Run rows with ``concurrency`` lanes, each taking the next row when it is free."""
-    import anyio
-
-    from .harness import Harness
-    from .runner import RunOptions, run_batch
-    from .traingate import MockTrainGate
-
-    lock = anyio.Lock()
-    buffer: deque[_Item] = deque()
-    exhausted = False
-    told_stopped = False
-    settings: list[_Settings] = []
-    replays = backend if isinstance(backend, _RowReplays) else None
-
-    async def fetch() -> None:
-        nonlocal exhausted
-        results.send(("want",))
-        first, chunk = await anyio.to_thread.run_sync(tasks.recv)
-        if first is not None:
-            settings.append(first)
-        exhausted = not chunk
-        buffer.extend(chunk)
-
-    async def next_row() -> _Item | None:
-        async with lock:
-            if not buffer and not exhausted:
-                await fetch()
-            return buffer.popleft() if buffer else None
-
-    async def lane(harness: Harness, options: RunOptions) -> None:
-        nonlocal told_stopped
-        while (item := await next_row()) is not None:
-            position, row, recorded = item
-            rollout_id = _rollout_id(row, spec.run_id)
-            if replays is not None:
-                replays.expect(rollout_id, recorded)
-
-            def send(result: RowResult, at: int = position) -> None:
-                results.send(("row", at, result))
-
-            report = await run_batch(harness, [row], options, on_result=send, run_id=spec.run_id)
-            if replays is not None:
-                replays.done(rollout_id)
-            if report.stopped_early and not told_stopped:
-                told_stopped = True
-                results.send(("stopped", report.stopped_early))
-
-    await fetch()  # the settings come with the first rows
-    if not buffer:
-        return 0
-    options = settings[0].options
-    if replays is not None:
-        replays.cassette = settings[0].cassette
-    one_at_a_time = RunOptions(
-        max_turns=options.max_turns,
-        max_tokens_total=options.max_tokens_total,
-        completion_params=options.completion_params,
-        timeout_s=options.timeout_s,
-        concurrency=1,
-    )
-    try:
-        # The collector set once for the worker's life, not per row's run_batch (collector.py).
-        with lighter_gc():
-            async with (
-                Harness(
-                    agent,
-                    gate=MockTrainGate(backend),
-                    rollout_timeout_s=options.timeout_s,
-                    max_concurrent=options.concurrency,
-                    debug_dir=spec.debug_dir,
-                ) as harness,
-                anyio.create_task_group() as lanes,
-            ):
-                for _ in range(max(1, options.concurrency)):
-                    lanes.start_soon(lane, harness, one_at_a_time)
-    finally:
-        close = getattr(backend, "aclose", None)
-        if close is not None:
-            await close()
-    return int(getattr(backend, "max_in_flight", 0))
-
-
-def _exit_with_parent(lifeline: Connection) -> None:
-    """A daemon thread that ends this worker the moment its parent is gone (even ``kill -9``):
-    the parent holds the only other end of ``lifeline``, which closes with it."""
-
-    def watch() -> None:
-        with contextlib.suppress(OSError, EOFError):
-            while not lifeline.poll(None):
-                pass
-        os._exit(1)
-
-    threading.Thread(target=watch, name="osmosis-parent-watch", daemon=True).start()
-
-
-def _describe(exc: BaseException) -> str:
-    """One line for an error that stopped a worker (an agent's own exception included)."""
-    from ..errors import OsmosisError
-
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = " ".join(str(exc).split())
-    if len(text) > 500:
-        text = text[:497] + "..."
-    if isinstance(exc, OsmosisError):
-        return text or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -28,17 +28,17 @@ from urllib.parse import unquote
 import jsonschema
 from jsonschema.exceptions import best_match
 
-from ..errors import UnsatisfiableSchemaError
+from ...errors import UnsatisfiableSchemaError
 from .schema_keywords import (
-    _NUMBER_KEYS,
-    _bounds,
-    _canonical,
-    _escape,
-    _merge,
-    _NoValue,
-    _types,
+    NUMBER_KEYS,
+    NoValue,
+    canonical,
+    escape_name,
+    merge,
+    number_bounds,
+    types_of,
 )
-from .string_sample import _format_string, _pattern_string, _plain_string
+from .string_sample import format_string, pattern_string, plain_string
 
 __all__ = ["generate"]
 
@@ -66,7 +66,7 @@ def generate(schema: Mapping[str, Any] | bool, *, seed: int = 0) -> Any:
         builder = _Builder(schema, validator, seed=seed, attempt=attempt)
         try:
             value = builder.value(schema, "#", 0)
-        except _NoValue as exc:
+        except NoValue as exc:
             problem = str(exc)
             continue
         error = best_match(validator.iter_errors(value))
@@ -127,13 +127,13 @@ class _Builder:
 
     def value(self, schema: Any, path: str, depth: int) -> Any:
         if depth > _MAX_DEPTH:
-            raise _NoValue(f"the schema at {path} recurses without a finite instance")
+            raise NoValue(f"the schema at {path} recurses without a finite instance")
         if schema is True:
             schema = {}
         if schema is False:
-            raise _NoValue(f"the schema at {path} is `false`, which allows no value")
+            raise NoValue(f"the schema at {path} is `false`, which allows no value")
         if not isinstance(schema, dict):
-            raise _NoValue(f"the schema at {path} is not an object")
+            raise NoValue(f"the schema at {path} is not an object")
         schema = self.flatten(schema, path)
         rng = self.rng(path)
         if "const" in schema:
@@ -145,15 +145,15 @@ class _Builder:
         for key in ("oneOf", "anyOf"):
             if key in schema:
                 return self.union(schema, key, path, depth)
-        types = _types(schema, path)
+        types = types_of(schema, path)
         rng.shuffle(types)
         problems = []
         for kind in types:
             try:
                 return self.typed(kind, schema, path, depth, rng)
-            except _NoValue as exc:
+            except NoValue as exc:
                 problems.append(str(exc))
-        raise _NoValue("; ".join(problems))
+        raise NoValue("; ".join(problems))
 
     def typed(
         self, kind: str, schema: dict[str, Any], path: str, depth: int, rng: random.Random
@@ -170,7 +170,7 @@ class _Builder:
             return rng.random() < 0.5
         if kind == "null":
             return None
-        raise _NoValue(f"unknown type {kind!r} at {path}")
+        raise NoValue(f"unknown type {kind!r} at {path}")
 
     # -- $ref and allOf ---------------------------------------------------------------------
 
@@ -180,24 +180,24 @@ class _Builder:
             if "$ref" in schema:
                 target = self.resolve(schema["$ref"], path)
                 rest = {k: v for k, v in schema.items() if k != "$ref"}
-                schema = _merge(target, rest) if rest else target
+                schema = merge(target, rest) if rest else target
             elif isinstance(schema.get("allOf"), list):
                 merged = {k: v for k, v in schema.items() if k != "allOf"}
                 for part in schema["allOf"]:
                     if part is False:
-                        raise _NoValue(f"allOf at {path} contains `false`")
+                        raise NoValue(f"allOf at {path} contains `false`")
                     if isinstance(part, dict):
-                        merged = _merge(merged, self.flatten(part, path))
-                if "allOf" in merged:  # conflicts _merge could not fold: checked, not built
+                        merged = merge(merged, self.flatten(part, path))
+                if "allOf" in merged:  # conflicts merge could not fold: checked, not built
                     return merged
                 schema = merged
             else:
                 return schema
-        raise _NoValue(f"$ref at {path} loops without reaching a schema")
+        raise NoValue(f"$ref at {path} loops without reaching a schema")
 
     def resolve(self, ref: Any, path: str) -> dict[str, Any]:
         if not isinstance(ref, str) or not ref.startswith("#"):
-            raise _NoValue(
+            raise NoValue(
                 f"$ref {ref!r} at {path} is not local; only '#/...' references (to $defs or "
                 "definitions) are supported"
             )
@@ -209,11 +209,11 @@ class _Builder:
             elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
                 node = node[int(key)]
             else:
-                raise _NoValue(f"$ref {ref!r} at {path} points to nothing in the schema")
+                raise NoValue(f"$ref {ref!r} at {path} points to nothing in the schema")
         if node is True:
             return {}
         if not isinstance(node, dict):
-            raise _NoValue(f"$ref {ref!r} at {path} does not point to a schema object")
+            raise NoValue(f"$ref {ref!r} at {path} does not point to a schema object")
         return node
 
     # -- enum and unions --------------------------------------------------------------------
@@ -221,7 +221,7 @@ class _Builder:
     def enum(self, schema: dict[str, Any], path: str, rng: random.Random) -> Any:
         options = [v for v in schema["enum"] if self.valid(v, schema)]
         if not options:
-            raise _NoValue(f"no value of the enum at {path} satisfies the other keywords")
+            raise NoValue(f"no value of the enum at {path} satisfies the other keywords")
         return copy.deepcopy(rng.choice(options))
 
     def union(self, schema: dict[str, Any], key: str, path: str, depth: int) -> Any:
@@ -234,16 +234,16 @@ class _Builder:
         for index, branch in branches:
             if branch is False:
                 continue
-            sub = _merge(rest, branch) if isinstance(branch, dict) else rest
+            sub = merge(rest, branch) if isinstance(branch, dict) else rest
             try:
                 candidate = self.value(sub, path, depth + 1)
-            except _NoValue as exc:
+            except NoValue as exc:
                 problems.append(f"{key}[{index}]: {exc}")
                 continue
             if self.valid(candidate, schema):
                 return candidate
             problems.append(f"{key}[{index}] gave a value that fails the whole {key}")
-        raise _NoValue(f"no branch of {key} at {path} works ({'; '.join(problems)})")
+        raise NoValue(f"no branch of {key} at {path} works ({'; '.join(problems)})")
 
     # -- containers -------------------------------------------------------------------------
 
@@ -277,7 +277,7 @@ class _Builder:
         out: dict[str, Any] = {}
         for name in names:
             sub = props[name] if name in props else self.extra_schema(schema, name, path)
-            out[name] = self.value(sub, f"{path}/{_escape(name)}", depth + 1)
+            out[name] = self.value(sub, f"{path}/{escape_name(name)}", depth + 1)
         return out
 
     def extra_schema(self, schema: dict[str, Any], name: str, path: str) -> Any:
@@ -290,7 +290,7 @@ class _Builder:
             return {"allOf": matching}
         extra = schema.get("additionalProperties", True)
         if extra is False:
-            raise _NoValue(
+            raise NoValue(
                 f"property {name!r} at {path} is required (or needed for minProperties) but "
                 "additionalProperties is false and `properties` does not declare it"
             )
@@ -310,7 +310,7 @@ class _Builder:
         if depth < _MINIMAL_DEPTH:
             low = max(low, min(1, high))
         if low > high:
-            raise _NoValue(f"the array at {path} needs {low} to {high} items")
+            raise NoValue(f"the array at {path} needs {low} to {high} items")
         size = rng.randint(low, min(high, low + 2))
         unique = schema.get("uniqueItems") is True
         out: list[Any] = []
@@ -319,13 +319,13 @@ class _Builder:
             sub = prefix[i] if i < len(prefix) else items
             for retry in range(12):
                 item = self.value(sub, f"{path}/{i}" + (f"~{retry}" if retry else ""), depth + 1)
-                if not unique or _canonical(item) not in seen:
+                if not unique or canonical(item) not in seen:
                     break
             else:
                 if i >= low:  # enough items already: a shorter array is still valid
                     break
-                raise _NoValue(f"cannot find {low} distinct items for the array at {path}")
-            seen.add(_canonical(item))
+                raise NoValue(f"cannot find {low} distinct items for the array at {path}")
+            seen.add(canonical(item))
             out.append(item)
         contains = schema.get("contains")
         if contains is not None and not any(self.valid(v, contains) for v in out):
@@ -343,25 +343,25 @@ class _Builder:
         low = schema.get("minLength") or 0
         high = schema.get("maxLength")
         if high is not None and low > high:
-            raise _NoValue(f"the string at {path} needs minLength {low} <= maxLength {high}")
+            raise NoValue(f"the string at {path} needs minLength {low} <= maxLength {high}")
         pattern = schema.get("pattern")
         for tries in range(16):
             rng = self.rng(path, f"string{tries}")
             fmt = schema.get("format")
             if isinstance(pattern, str):
-                text = _pattern_string(pattern, rng, low, path)
-            elif isinstance(fmt, str) and (formatted := _format_string(fmt, rng)) is not None:
+                text = pattern_string(pattern, rng, low, path)
+            elif isinstance(fmt, str) and (formatted := format_string(fmt, rng)) is not None:
                 text = formatted
             else:
-                text = _plain_string(rng, low, high)
+                text = plain_string(rng, low, high)
             if low <= len(text) and (high is None or len(text) <= high):
                 return text
-        raise _NoValue(f"cannot build a string at {path} that fits its pattern/format and length")
+        raise NoValue(f"cannot build a string at {path} that fits its pattern/format and length")
 
     def number(
         self, schema: dict[str, Any], path: str, rng: random.Random, *, integer: bool
     ) -> Any:
-        lo, lo_strict, hi, hi_strict = _bounds(schema)
+        lo, lo_strict, hi, hi_strict = number_bounds(schema)
         step = schema.get("multipleOf")
         if lo is None:
             lo = Fraction(0) if hi is None else hi - _DEFAULT_SPAN
@@ -375,17 +375,17 @@ class _Builder:
             last = math.ceil(hi / unit) - 1 if hi_strict else math.floor(hi / unit)
             if first > last:
                 what = "integer" if unit == 1 else f"multiple of {step}"
-                raise _NoValue(f"no {what} lies within the bounds at {path}")
-            bounds = {k: v for k, v in schema.items() if k in _NUMBER_KEYS}
+                raise NoValue(f"no {what} lies within the bounds at {path}")
+            bounds = {k: v for k, v in schema.items() if k in NUMBER_KEYS}
             for _ in range(16):
                 k = rng.randint(first, min(last, first + 2 * _DEFAULT_SPAN))
                 exact = k * unit
                 candidate: Any = int(exact) if exact.denominator == 1 else float(exact)
                 if self.valid(candidate, bounds):
                     return candidate
-            raise _NoValue(f"floating-point rounding defeats multipleOf {step} at {path}")
+            raise NoValue(f"floating-point rounding defeats multipleOf {step} at {path}")
         if lo > hi or (lo == hi and (lo_strict or hi_strict)):
-            raise _NoValue(f"no number lies within the bounds at {path}")
+            raise NoValue(f"no number lies within the bounds at {path}")
         value = round(float(lo + (hi - lo) * Fraction(rng.random())), 2)
         if (value < lo or (lo_strict and value == lo)) or (
             value > hi or (hi_strict and value == hi)

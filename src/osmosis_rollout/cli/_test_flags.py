@@ -1,0 +1,107 @@
+"""``osmosis test``'s usage errors: flags that cannot work together, refused before a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._common import fail
+
+
+def jobs_count(jobs: str) -> int | None:
+    """``--jobs N|auto`` as a number of worker processes, parsed once for every check that
+    needs it (``auto`` on one CPU is 1, as is ``01``); None when it is neither."""
+    value = jobs.strip().lower()
+    if value == "auto":
+        from ..evaluation.parallel import cpu_count
+
+        return cpu_count()
+    try:
+        count = int(value)
+    except ValueError:
+        return None
+    return count if count >= 1 else None
+
+
+def warm_up_workers(count: int | None) -> None:
+    """With ``--jobs`` above 1, launch the workers' forkserver first thing: it imports what
+    they need while this process imports, reads and binds its rows."""
+    if count is not None and count > 1:
+        from ..evaluation.parallel import warm_up
+
+        warm_up()
+
+
+def check_jobs(
+    jobs: str,
+    count: int | None,
+    *,
+    interactive: bool,
+    server: str | None,
+    record: Path | None,
+    token_check: bool,
+) -> int:
+    """``--jobs``' number of workers, refused where it cannot work."""
+    if count is None:
+        fail(
+            f"--jobs {jobs!r}: give a number of worker processes (1 or more) or auto",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --jobs auto",
+        )
+    if count == 1:
+        return 1
+    if interactive:
+        fail("--jobs works only in batch mode, not with --interactive")
+    if server is not None:
+        fail(
+            "--jobs runs TARGET in worker processes; with --server that server runs the "
+            "rollouts: drop --jobs and raise --concurrency instead",
+            hint="osmosis test --server http://127.0.0.1:9000 -d rows.jsonl --concurrency 32",
+        )
+    if record is not None:
+        fail(
+            "--record writes one cassette from one process: record with --jobs 1, then replay "
+            "it with --jobs N",
+            hint="osmosis test agent.py:MyAgent --replay runs/cassette.jsonl --jobs auto",
+        )
+    if token_check:
+        fail("--token-check runs with --jobs 1 only: drop --jobs (or give --jobs 1)")
+    return count
+
+
+def check_mode_flags(
+    interactive: bool, *, row: int | None, output: Path | None, json_output: bool
+) -> None:
+    """Refuse flags the chosen mode would silently ignore."""
+    if row is not None and not interactive:
+        fail(
+            "--row works only with --interactive",
+            hint=f"to run just that row in a batch: --offset {row - 1} --limit 1",
+        )
+    if interactive and (output is not None or json_output):
+        flag = "--output" if output is not None else "--json"
+        fail(f"{flag} works only in batch mode, not with --interactive")
+
+
+def check_token_check(
+    token_check: bool, *, interactive: bool, llm: str, llm_url: str | None
+) -> None:
+    """``--token-check`` needs batch mode and a real model's tokenizer."""
+    if token_check and interactive:
+        fail("--token-check works only in batch mode, not with --interactive")
+    if token_check and not llm_url and llm.lower() != "openai":
+        fail(
+            "--token-check needs a real model: the mock LLM has no tokenizer",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --llm-url "
+            "http://127.0.0.1:8080/v1 --model NAME --token-check",
+        )
+
+
+def check_server_url(url: str) -> None:
+    """--server must be a base URL, so a typo is a usage error rather than a connection error."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        fail(
+            f"--server {url!r} is not an http:// or https:// URL with a host",
+            hint="osmosis test --server http://127.0.0.1:9000 --dataset rows.jsonl",
+        )

@@ -1,0 +1,130 @@
+"""How ``osmosis test`` shows a run: warnings and a progress bar as it goes, then the results
+and summary tables and the notes after them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.markup import escape
+
+from ..evaluation.run import RunObserver
+from ._common import EXIT_OK, EXIT_PROBLEMS, stderr_console, stdout_console
+
+if TYPE_CHECKING:
+    from ..evaluation import TestOptions, TestReport
+    from ..evaluation.runner import RowResult
+
+
+def warn(message: str) -> None:
+    """``Warning: message`` on stderr."""
+    stderr_console().print(f"[yellow]Warning:[/] {escape(message)}", soft_wrap=True)
+
+
+class Shown(RunObserver):
+    """The run as the terminal shows it: warnings, a progress bar on stderr, an interrupt."""
+
+    def __init__(self, json_output: bool, output: Path | None) -> None:
+        self.err = stderr_console()
+        self.json_output = json_output
+        self.output = output
+
+    def warn(self, message: str) -> None:
+        warn(message)
+
+    def info(self, message: str) -> None:
+        self.err.print(message)
+
+    def batch(
+        self, total: int, *, workers: int | None, concurrency: int
+    ) -> contextlib.AbstractContextManager[Callable[[RowResult], None]]:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(
+                "[green]{task.fields[passed]} passed[/] [red]{task.fields[failed]} failed[/]"
+            ),
+            TimeElapsedColumn(),
+            console=self.err,
+            transient=False,
+        )
+        task = progress.add_task("rollouts", total=total, passed=0, failed=0)
+        if workers is not None:
+            self.err.print(
+                f"[dim]{workers} worker processes, up to {concurrency} rollouts at once in each[/]"
+            )
+        counts = {"passed": 0, "failed": 0}
+
+        def advance(result: RowResult) -> None:
+            counts["passed" if result.passed else "failed"] += 1
+            progress.update(task, advance=1, passed=counts["passed"], failed=counts["failed"])
+
+        @contextlib.contextmanager
+        def shown() -> Iterator[Callable[[RowResult], None]]:
+            with progress:
+                yield advance
+
+        return shown()
+
+    def interruption(self) -> str:
+        from ._common import INTERRUPTED_BY
+
+        return INTERRUPTED_BY["signal"]
+
+    def interrupted(self, partial: TestReport, total: int) -> None:
+        # With --json the partial summary goes to stdout, as the results file ends with it.
+        if self.json_output:
+            typer.echo(json.dumps(partial.summary, indent=2))
+        where = f"; their results are in {self.output}" if self.output is not None else ""
+        self.err.print(
+            f"{len(partial.rows)} of {total} row(s) finished before the interrupt{where}"
+        )
+
+
+def render(report: TestReport, options: TestOptions, *, json_output: bool) -> int:
+    """The results and summary tables, then the notes; the exit code."""
+    from ..render import results_table, summary_table
+
+    err = stderr_console()
+    report_console = err if json_output else stdout_console()
+    report_console.print(results_table(report.rows))
+    report_console.print(summary_table(report.summary))
+    if report.replayed:
+        from ._cassettes import print_divergences
+
+        print_divergences(report_console, report.rows)
+    if report.cassette is not None:
+        err.print(f"cassette of {report.cassette_rows} row(s) written to {report.cassette}")
+    if report.summary["errors"] and not options.verbose:
+        err.print(
+            "[dim]Rerun with --verbose to see the agents' tracebacks, or --debug-dir DIR to "
+            "keep a trace of every rollout.[/]"
+        )
+    for line in report.token_check_lines:
+        err.print(line, markup=False, highlight=False)
+    if report.max_in_flight > 1:
+        err.print(
+            f"[dim]llm time includes queueing: up to {report.max_in_flight} turns were with the "
+            "model server at once; one that serves fewer in parallel (llama.cpp --parallel, vLLM "
+            "--max-num-seqs) kept the rest waiting. --concurrency 1 times the model alone.[/]"
+        )
+    if options.output is not None:
+        err.print(f"results written to {options.output}")
+    if json_output:
+        typer.echo(json.dumps(report.summary, indent=2))
+    return EXIT_OK if report.passed else EXIT_PROBLEMS

@@ -1,0 +1,232 @@
+"""What a run of ``osmosis test`` is built from: the LLM backend, the rows, the agent, the
+``--jobs`` workers. Shared by :func:`~.run.run_test` and the interactive REPL's command.
+
+Heavy modules are imported inside the functions: ``osmosis test --help`` imports this one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..agent import RolloutAgentLoop
+    from .options import TestOptions
+    from .parallel import WorkerPool
+    from .replay import ReplayBackend
+    from .runner import RowInput
+
+#: The options a replay takes from the cassette unless they are given (not None).
+RECORDED_OPTIONS = ("max_turns", "temperature", "max_tokens")
+#: ``max_turns`` when neither the options nor a replayed cassette give one.
+DEFAULT_MAX_TURNS = 10
+
+
+@dataclass
+class Setup:
+    """A run, set up: the backend answering the LLM turns, the rows, the agent (None with a
+    ``server``), the request settings, and the ``--jobs`` workers (already starting) if any."""
+
+    backend: Any
+    rows: list[RowInput]
+    agent: RolloutAgentLoop | None
+    max_turns: int
+    completion_params: dict[str, Any]
+    pool: WorkerPool | None = None
+
+
+def prepare(
+    options: TestOptions,
+    *,
+    warn: Callable[[str], None],
+    start_row: int | None = None,
+) -> Setup:
+    """Build what ``options`` describe. The workers start first, so they import while this
+    process reads its rows; they are stopped again if anything after fails. ``start_row``
+    (the REPL's ``--row``) must be among the rows loaded. Raises ``ConfigError`` and the
+    loader's errors."""
+    pool = None
+    if options.jobs > 1 and options.target is not None:
+        pool = start_pool(options, warn=warn)
+    try:
+        return _prepare(options, warn=warn, start_row=start_row, pool=pool)
+    except BaseException:
+        if pool is not None:
+            pool.close()
+        raise
+
+
+def _prepare(
+    options: TestOptions,
+    *,
+    warn: Callable[[str], None],
+    start_row: int | None,
+    pool: WorkerPool | None,
+) -> Setup:
+    given = {
+        "max_turns": options.max_turns,
+        "temperature": options.temperature,
+        "max_tokens": options.max_tokens,
+    }
+    if options.replay is not None:
+        backend: Any = replay_backend(options.replay, options.replay_mode, sources=pool is not None)
+        note = cassette_note(backend)
+        if note:
+            warn(note)
+        settings = recorded_settings(backend, given)
+    else:
+        backend = make_backend(options)
+        settings = given
+    completion_params: dict[str, Any] = {}
+    if settings["temperature"] is not None:
+        completion_params["temperature"] = settings["temperature"]
+    if settings["max_tokens"] is not None:
+        completion_params["max_tokens"] = settings["max_tokens"]
+    if options.dataset:
+        rows = load_rows(Path(options.dataset), limit=options.limit, offset=options.offset)
+    elif options.replay is not None:
+        end = options.offset + options.limit if options.limit else None
+        rows = backend.rows()[options.offset : end]
+    else:
+        rows = []
+    if start_row is not None and rows and not any(r.index == start_row for r in rows):
+        first, last = rows[0].index, rows[-1].index
+        raise ConfigError(f"--row {start_row} is not in the dataset rows loaded ({first}-{last})")
+    agent = None
+    if options.target is not None:
+        from ..loader import load_agent
+
+        agent = load_agent(options.target)
+    max_turns = settings["max_turns"]
+    return Setup(
+        backend=backend,
+        rows=rows,
+        agent=agent,
+        max_turns=DEFAULT_MAX_TURNS if max_turns is None else max_turns,
+        completion_params=completion_params,
+        pool=pool,
+    )
+
+
+def make_backend(options: TestOptions) -> Any:
+    """The LLM backend ``llm``/``llm_url`` name: the offline mock or an OpenAI-compatible API."""
+    kind = "openai" if options.llm_url else options.llm.lower()
+    if kind == "mock":
+        from ..testing.backends import MockLLMBackend
+
+        return MockLLMBackend(seed=options.seed)
+    if kind == "openai":
+        from ..testing.openai_backend import OpenAICompatibleBackend
+
+        return OpenAICompatibleBackend.from_env(
+            os.environ,
+            base_url=options.llm_url,
+            model=options.model or os.environ.get("OPENAI_MODEL"),
+            timeout_s=options.llm_timeout,
+        )
+    raise ConfigError(f"unknown --llm {options.llm!r}; choose mock or openai")
+
+
+def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPool:
+    """The ``--jobs`` workers, started: each loads the target and builds the same backend."""
+    from .parallel import WorkerPool
+    from .worker import BackendSpec, WorkerSpec
+
+    assert options.target is not None  # the caller checks: workers load the target
+    if options.replay is not None:
+        backend = BackendSpec(
+            "replay", replay_mode="lenient" if options.replay_mode == "lenient" else "strict"
+        )
+    elif options.llm_url or options.llm.lower() == "openai":
+        backend = BackendSpec(
+            "openai",
+            base_url=options.llm_url,
+            model=options.model or os.environ.get("OPENAI_MODEL"),
+            timeout_s=options.llm_timeout,
+        )
+    else:
+        backend = BackendSpec("mock", seed=options.seed)
+    debug_dir = options.debug_dir
+    spec = WorkerSpec(
+        target=options.target,
+        backend=backend,
+        debug_dir=str(Path(debug_dir).resolve()) if debug_dir is not None else None,
+        verbose=options.verbose,
+    )
+    pool = WorkerPool(spec, options.jobs, notify=warn)
+    pool.start()
+    return pool
+
+
+def load_rows(path: Path, *, limit: int | None, offset: int) -> list[RowInput]:
+    """The dataset's rows as the runner takes them, numbered from 1 in the file."""
+    from .datasets import load_dataset
+    from .runner import RowInput
+
+    return [
+        RowInput(index=r.number, messages=r.messages, metadata=r.metadata)
+        for r in load_dataset(path, limit=limit, offset=offset)
+    ]
+
+
+def replay_backend(path: Path, mode: str | None, *, sources: bool = False) -> ReplayBackend:
+    """Read the cassette (a bad one is a ConfigError with its file and line); ``sources``
+    keeps each row's line, for ``--jobs`` workers."""
+    from .cassette import read_cassette
+    from .replay import ReplayBackend
+
+    cassette = read_cassette(path, sources=sources)
+    return ReplayBackend(cassette, mode="lenient" if mode == "lenient" else "strict")
+
+
+def recorded_settings(backend: ReplayBackend, given: dict[str, Any]) -> dict[str, Any]:
+    """``max_turns``/``temperature``/``max_tokens`` as recorded, unless given (not None): a
+    replay asks the agent for what the recording asked."""
+    options = backend.cassette.header.options
+    recorded = {
+        "max_turns": options.max_turns,
+        "temperature": options.completion_params.get("temperature"),
+        "max_tokens": options.completion_params.get("max_tokens"),
+    }
+    return {
+        key: given[key] if given[key] is not None else recorded[key] for key in RECORDED_OPTIONS
+    }
+
+
+def cassette_note(backend: ReplayBackend) -> str | None:
+    """A warning for a cassette whose recording was interrupted."""
+    cassette = backend.cassette
+    if cassette.complete:
+        return None
+    return (
+        f"{cassette.path} is a partial cassette (its recording was interrupted): replaying "
+        f"its {len(cassette.rows)} complete row(s)"
+    )
+
+
+async def with_token_check(backend: Any) -> Any:
+    """Wrap the real backend in the token check; close it if no engine answers."""
+    from .token_check import TokenCheckBackend
+
+    try:
+        return await TokenCheckBackend.connect(backend)
+    except BaseException:
+        await backend.aclose()
+        raise
+
+
+@contextlib.asynccontextmanager
+async def closing(backend: Any) -> AsyncIterator[None]:
+    """Close a backend that holds an HTTP client (the OpenAI-compatible one) when done."""
+    try:
+        yield
+    finally:
+        close = getattr(backend, "aclose", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,53 @@
+"""The ``--output`` results file: one JSON object per row in dataset order, then a summary."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import ConfigError
+
+
+def open_output(path: Path) -> IO[str]:
+    """The results file, opened for writing (its folder made); a ConfigError if it cannot be."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write --output {path}: {exc.strerror or exc}") from None
+
+
+class OrderedRows:
+    """Writes ``--output`` rows in dataset order as soon as each one's predecessors are done,
+    with trace paths relative to the results file so the pair can be moved together."""
+
+    def __init__(self, sink: IO[str] | None, order: list[int], output: Path | None) -> None:
+        self.sink = sink
+        self.order = order
+        self.next = 0
+        self.waiting: dict[int, Any] = {}
+        self.base = output.resolve().parent if output is not None else None
+
+    def add(self, result: Any) -> None:
+        """Hold ``result`` until every earlier row is written, then write what is ready."""
+        if self.sink is None:
+            return
+        self.waiting[result.index] = result
+        while self.next < len(self.order) and self.order[self.next] in self.waiting:
+            self._write(self.waiting.pop(self.order[self.next]))
+            self.next += 1
+        self.sink.flush()
+
+    def flush_all(self) -> None:
+        """On an interrupt: write the rows still held back, in order, gaps and all."""
+        for index in sorted(self.waiting):
+            self._write(self.waiting.pop(index))
+
+    def _write(self, result: Any) -> None:
+        assert self.sink is not None
+        row = result.as_dict()
+        if row.get("trace") and self.base is not None:
+            row["trace"] = os.path.relpath(row["trace"], self.base)
+        self.sink.write(json.dumps(row, default=str) + "\n")

@@ -1,0 +1,245 @@
+"""``run_test``: the Python twin of ``osmosis test``, from options to a report.
+
+The command parses its options into :class:`~.options.TestOptions`, awaits :func:`run_test`
+and renders the :class:`TestReport`; a :class:`RunObserver` is how it shows a run as it goes
+(warnings, a progress bar, an interruption). Nothing here prints or decides an exit: the
+report carries what the command exits with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from .assembly import Setup, closing, prepare, with_token_check
+from .options import TestOptions
+from .results_file import OrderedRows, open_output
+
+if TYPE_CHECKING:
+    from ..testing.records import Finding
+    from .runner import RowResult
+
+__all__ = ["RunObserver", "TestOptions", "TestReport", "run_test"]
+
+
+@dataclass(frozen=True)
+class TestReport:
+    """What a run found: each row's result in dataset order, the summary that ``--json`` prints
+    and ``--output`` ends with, and what the command says after its tables."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    rows: list[RowResult]
+    summary: dict[str, Any]
+    #: The rows came from a cassette: their ``replay_diverged`` findings deserve a diff.
+    replayed: bool = False
+    #: With ``record``: the cassette written, and how many rows it holds.
+    cassette: Path | None = None
+    cassette_rows: int = 0
+    #: With ``token_check``: the check's closing lines.
+    token_check_lines: list[str] = field(default_factory=list)
+    #: The most LLM turns that were with the model at once (all workers together).
+    max_in_flight: int = 0
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every row's findings, in row order."""
+        return [finding for row in self.rows for finding in row.findings]
+
+    @property
+    def passed(self) -> bool:
+        """Every row completed without findings, and there was at least one."""
+        return bool(self.summary["failed"] == 0 and self.summary["rows"] > 0)
+
+    @property
+    def exit_code(self) -> int:
+        """What ``osmosis test`` exits with: 0 when :attr:`passed`, 1 otherwise."""
+        return 0 if self.passed else 1
+
+
+class RunObserver:
+    """How a caller watches a run; this one shows nothing. The command's prints each call."""
+
+    def warn(self, message: str) -> None:
+        """Something the user should know that does not stop the run (a partial cassette, a
+        worker that died)."""
+
+    def info(self, message: str) -> None:
+        """A line about how the run goes (the token check's engine)."""
+
+    def batch(
+        self, total: int, *, workers: int | None, concurrency: int
+    ) -> contextlib.AbstractContextManager[Callable[[RowResult], None]]:
+        """Entered while the rows run; gives the function called with each finished row."""
+        return contextlib.nullcontext(lambda result: None)
+
+    def interruption(self) -> str:
+        """What stopped the run when it is cancelled, for the partial summary."""
+        return "cancelled"
+
+    def interrupted(self, partial: TestReport, total: int) -> None:
+        """The run was cancelled; ``partial`` holds the rows that finished."""
+
+
+async def run_test(options: TestOptions, observer: RunObserver | None = None) -> TestReport:
+    """Run ``options``' rows the way ``osmosis test`` does and report what they found.
+
+    ``--output`` is written as the rows finish (a partial summary ends it if the run is
+    cancelled). Raises ``OsmosisError`` subclasses for what the options get wrong.
+    """
+    observer = observer or RunObserver()
+    setup = prepare(options, warn=observer.warn)
+    try:
+        with _library_log_level(options.verbose):
+            return await _run(options, setup, observer)
+    finally:
+        if setup.pool is not None:
+            setup.pool.close()
+
+
+async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> TestReport:
+    import asyncio  # here, not at the top: `osmosis --help` imports the command's modules
+
+    from ..testing.harness import Harness
+    from ..testing.traingate import MockTrainGate
+    from .runner import BatchReport, RunOptions, run_batch, summarise
+
+    backend, rows, pool = setup.backend, setup.rows, setup.pool
+    server_key = options.api_key if options.server is not None else None
+    if options.token_check:
+        backend = await with_token_check(backend)
+        observer.info(f"token check: using {backend.engine.name}'s tokenizer endpoints")
+    run_options = RunOptions(
+        max_turns=setup.max_turns,
+        completion_params=setup.completion_params,
+        timeout_s=options.timeout,
+        concurrency=options.concurrency,
+    )
+    gate = MockTrainGate(backend)
+    recorder = None
+    if options.record is not None:
+        from .recording import CassetteRecorder, describe_llm
+
+        secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), server_key) if s]
+        recorder = CassetteRecorder(
+            options.record,
+            gate,
+            run_options,
+            agent=options.target,
+            llm=describe_llm(backend),
+            secrets=secrets,
+        )
+    sink: IO[str] | None = open_output(options.output) if options.output else None
+    finished: list[RowResult] = []
+    started = time.perf_counter()
+    writer = OrderedRows(sink, [r.index for r in rows], options.output)
+    progress = observer.batch(
+        len(rows), workers=pool.jobs if pool else None, concurrency=options.concurrency
+    )
+
+    shown: list[Callable[[RowResult], None]] = []
+
+    def on_result(result: RowResult) -> None:
+        finished.append(result)
+        shown[0](result)
+        if recorder is not None:
+            recorder.row_finished(result)
+        writer.add(result)
+
+    try:
+        async with closing(backend):
+            if pool is not None:
+                cassette = getattr(backend, "cassette", None)  # a replay: bind rows here
+                with progress as show:
+                    shown.append(show)
+                    report = await pool.run(
+                        rows,
+                        run_options,
+                        cassette=cassette,
+                        bind=_binder(backend) if cassette is not None else None,
+                        on_result=on_result,
+                    )
+            else:
+                async with Harness(
+                    setup.agent,
+                    gate=gate,
+                    server_url=options.server,
+                    server_key=server_key,
+                    rollout_timeout_s=options.timeout,
+                    max_concurrent=options.concurrency,
+                    debug_dir=options.debug_dir,
+                ) as harness:
+                    with progress as show:
+                        shown.append(show)
+                        report = await run_batch(harness, rows, run_options, on_result=on_result)
+        summary = summarise(report)
+        if options.token_check:
+            summary["token_check"] = backend.report.as_dict()
+        if sink is not None:
+            sink.write(json.dumps(summary) + "\n")
+        if recorder is not None:
+            recorder.close(complete=True)
+    except asyncio.CancelledError:
+        # Ctrl-C or SIGTERM: the rows that finished are already in the file; a closing
+        # summary marks it as partial, so a half-written results file is never mistaken for
+        # a whole run.
+        partial = BatchReport(
+            sorted(finished, key=lambda r: r.index),
+            wall_s=time.perf_counter() - started,
+            stopped_early=f"interrupted ({observer.interruption()})",
+        )
+        if sink is not None:
+            writer.flush_all()
+            sink.write(json.dumps(summarise(partial)) + "\n")
+        observer.interrupted(TestReport(partial.rows, summarise(partial)), len(rows))
+        raise
+    finally:
+        if sink is not None:
+            sink.close()
+        if recorder is not None:
+            recorder.close(complete=False)  # no-op after a finished run
+    return TestReport(
+        report.rows,
+        summary,
+        replayed=hasattr(backend, "cassette"),
+        cassette=recorder.path if recorder is not None else None,
+        cassette_rows=recorder.rows_written if recorder is not None else 0,
+        token_check_lines=list(backend.report.lines()) if options.token_check else [],
+        max_in_flight=pool.max_in_flight if pool else getattr(backend, "max_in_flight", 0),
+    )
+
+
+def _binder(backend: Any) -> Any:
+    """For ``--jobs`` replays: each row's recorded row, taken in dataset order."""
+
+    def bind(row: Any) -> Any:
+        return backend.take_row(row.messages, row.metadata)
+
+    return bind
+
+
+@contextlib.contextmanager
+def _library_log_level(verbose: bool) -> Iterator[None]:
+    """For one run: the library's warnings and tracebacks on stderr with ``verbose``, nothing
+    below CRITICAL without (the report shows every failure; the log would repeat them per row);
+    the previous logging setup is restored afterwards."""
+    library_log = logging.getLogger("osmosis_rollout")
+    previous = library_log.level
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    library_log.setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    if verbose:
+        library_log.addHandler(handler)
+    try:
+        yield
+    finally:
+        library_log.removeHandler(handler)
+        library_log.setLevel(previous)

@@ -1,0 +1,354 @@
+"""``OpenAICompatibleBackend``: the mock TrainGate's turns answered by a real model, through any
+OpenAI-style ``/chat/completions`` endpoint (OpenAI, vLLM, SGLang, Ollama, llama.cpp).
+
+It implements :class:`~osmosis_rollout.testing.records.LLMBackend`, like the offline backends
+of :mod:`.backends`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+from pydantic import ValidationError
+
+from ..client import RetryPolicy, parse_retry_after
+from ..errors import ConfigError, LLMBackendError
+from ..protocol import (
+    CompletionsRequest,
+    CompletionsResponse,
+    describe_validation_error,
+    wire,
+)
+from ..redaction import scrub
+from .records import RolloutRecord, estimate_tokens
+
+__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_OPENAI_BASE_URL", "OpenAICompatibleBackend"]
+
+#: Where ``OpenAICompatibleBackend.from_env`` points without a URL, as the OpenAI SDK does.
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: ``max_tokens`` for a turn that sets none: without it a local server may generate until its
+#: context is full (minutes on a CPU) before answering.
+DEFAULT_MAX_TOKENS = 1024
+_BODY_EXCERPT = 300
+_CONTEXT_HINTS = (
+    "context length",
+    "context_length",
+    "maximum context",
+    "context window",
+    "context size",
+    "too many tokens",
+)
+
+
+def _sampled_ids(choice: dict[str, Any]) -> list[int] | None:
+    """The token ids the model sampled, where an engine puts them: vLLM's
+    ``choices[0].token_ids`` (``return_token_ids``), or the ``id`` of each entry of
+    llama.cpp's ``choices[0].logprobs.content``."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(i, int) for i in ids):
+        return ids
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if isinstance(content, list) and content:
+        found = [item.get("id") for item in content if isinstance(item, dict)]
+        ints = [i for i in found if isinstance(i, int)]
+        if len(ints) == len(content):
+            return ints
+    return None
+
+
+def _generation_abandoned(exc: httpx2.TransportError) -> bool:
+    """A read timeout: the request was sent, so the server may still be generating the reply."""
+    return isinstance(exc, httpx2.ReadTimeout)
+
+
+class OpenAICompatibleBackend:
+    """Answers turns with a real model behind an OpenAI-style ``/chat/completions`` endpoint.
+
+    Works with OpenAI, vLLM, SGLang, Ollama and llama.cpp servers. Like the OpenAI SDK, it
+    appends ``/chat/completions`` to ``base_url`` as given, so pass the URL up to and including
+    the version segment (``http://localhost:8000/v1``). Each request carries the turn's
+    messages and sampling parameters plus ``tools`` (the tools the rollout server declared at
+    init); our ``rollout_id`` and ``logprobs`` extensions are sent only with
+    ``forward_extensions=True``. A turn without ``max_tokens`` gets ``default_max_tokens``
+    (``None`` sends none).
+
+    429 and 5xx answers and transport errors are retried with backoff (``retry``; ``sleep`` is
+    injectable for tests), except a reply that timed out: the server may still be generating
+    it, so a retry would only queue behind the abandoned generation. It fails at once and says
+    so. Failures raise :class:`~osmosis_rollout.errors.LLMBackendError`
+    whose ``kind`` and ``systemic`` flag let a batch stop early on a bad key or a dead server.
+    A reply without ``usage`` gets an estimate, since the protocol requires one. The API key is
+    never part of an error message or ``repr``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        http: httpx2.AsyncClient | None = None,
+        timeout_s: float = 120.0,
+        extra_headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
+        forward_extensions: bool = False,
+        default_max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        parts = urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"LLM URL {base_url!r} must be an http:// or https:// URL with a host, "
+                "e.g. http://localhost:8000/v1"
+            )
+        if not model.strip():
+            raise ConfigError("the model name is empty: pass --model NAME")
+        self.base_url = base_url.strip().rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.model = model
+        self._api_key = api_key or None
+        self.timeout_s = timeout_s
+        self.extra_headers = dict(extra_headers or {})
+        self.retry = retry or RetryPolicy(retries=3, base_delay_s=1.0, max_delay_s=20.0)
+        self.forward_extensions = forward_extensions
+        self.default_max_tokens = default_max_tokens
+        #: Merged into every request body (engine-specific switches, e.g. ``return_token_ids``).
+        self.extra_body: dict[str, Any] = dict(extra_body or {})
+        #: The most turns that were with the server at once: above the server's own slots,
+        #: part of the measured LLM time is queueing there, not generation.
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._sleep = sleep
+        self._http = http
+        self._owns_http = http is None
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str],
+        base_url: str | None = None,
+        model: str | None = None,
+        **options: Any,
+    ) -> OpenAICompatibleBackend:
+        """Build from flags, falling back to ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``.
+
+        Without a URL anywhere, it uses OpenAI's own (``DEFAULT_OPENAI_BASE_URL``).
+        """
+        if not model:
+            raise ConfigError(
+                "no model name: pass --model NAME (the name the LLM server serves, "
+                "e.g. 'gpt-4o-mini' or vLLM's --served-model-name)"
+            )
+        url = base_url or environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL
+        api_key = environ.get("OPENAI_API_KEY") or None
+        if url == DEFAULT_OPENAI_BASE_URL and api_key is None:
+            raise ConfigError(
+                "OpenAI's API needs a key: set OPENAI_API_KEY, or point --llm-url at your own "
+                "OpenAI-compatible server (vLLM, SGLang, Ollama...)"
+            )
+        return cls(url, model, api_key, **options)
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleBackend(base_url={self.base_url!r}, model={self.model!r})"
+
+    async def __aenter__(self) -> OpenAICompatibleBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @property
+    def http(self) -> httpx2.AsyncClient:
+        """The HTTP client: the one passed in, or one created on first use (then owned)."""
+        if self._http is None:
+            timeout = httpx2.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
+            self._http = httpx2.AsyncClient(timeout=timeout)
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this backend created it."""
+        if self._owns_http and self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse:
+        """Send one turn to the LLM server and map its reply (or failure)."""
+        self._in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            response = await self._post(json.dumps(self.body(request, record)).encode())
+        finally:
+            self._in_flight -= 1
+        return self._parse(response, request)
+
+    def body(self, request: CompletionsRequest, record: RolloutRecord) -> dict[str, Any]:
+        """The JSON body for one turn: the OpenAI SDK's shape, with the declared tools."""
+        body: dict[str, Any] = {"model": self.model, "messages": request.messages}
+        for key in ("temperature", "top_p", "max_tokens", "stop"):
+            value = getattr(request, key)
+            if value is not None:
+                body[key] = value
+        if request.max_tokens is None and self.default_max_tokens is not None:
+            body["max_tokens"] = self.default_max_tokens
+        body.update({k: v for k, v in (request.model_extra or {}).items() if k != "tools"})
+        body.update(self.extra_body)
+        if record.tools:
+            body["tools"] = [wire(tool) for tool in record.tools]
+        if self.forward_extensions:
+            body["rollout_id"] = request.rollout_id
+            if request.logprobs is not None:
+                body["logprobs"] = request.logprobs
+        return body
+
+    # -- HTTP and retries -------------------------------------------------------------------
+
+    async def _post(self, content: bytes) -> httpx2.Response:
+        headers = {"Content-Type": "application/json", **self.extra_headers}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        policy = self.retry
+        for attempt in range(policy.retries + 1):
+            last = attempt == policy.retries
+            try:
+                response = await self.http.post(self.url, content=content, headers=headers)
+            except httpx2.TransportError as exc:
+                if last or _generation_abandoned(exc):
+                    raise self._transport_error(exc, attempt + 1) from None
+                delay = policy.backoff(attempt, random.random())
+            else:
+                status = response.status_code
+                if 200 <= status < 300:
+                    return response
+                if last or not (status == 429 or status >= 500):
+                    raise self._status_error(response, attempt + 1)
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                delay = (
+                    min(retry_after, policy.retry_after_cap_s)
+                    if retry_after is not None
+                    else policy.backoff(attempt, random.random())
+                )
+            await self._sleep(delay)
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _transport_error(self, exc: httpx2.TransportError, attempts: int) -> LLMBackendError:
+        detail = self._scrub(str(exc))[:200]
+        tried = f" ({attempts} attempts)" if attempts > 1 else ""
+        if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+            return LLMBackendError(
+                f"cannot connect to the LLM server at {self.base_url}{tried}: "
+                f"{type(exc).__name__} {detail}. Is it running? Check --llm-url / OPENAI_BASE_URL",
+                kind="unreachable",
+                systemic=True,
+            )
+        if _generation_abandoned(exc):
+            return LLMBackendError(
+                f"the LLM server at {self.base_url} did not answer within {self.timeout_s:g} s; "
+                "not retried, since it may still be generating this reply (a retry would queue "
+                "behind it). Lower --max-tokens, or allow more time with --llm-timeout",
+                kind="timeout",
+            )
+        if isinstance(exc, httpx2.TimeoutException):
+            return LLMBackendError(
+                f"the LLM server at {self.base_url} did not answer within {self.timeout_s:g} s"
+                f"{tried}",
+                kind="timeout",
+            )
+        return LLMBackendError(
+            f"the connection to the LLM server at {self.base_url} failed{tried}: "
+            f"{type(exc).__name__} {detail}",
+            kind="http",
+        )
+
+    def _status_error(self, response: httpx2.Response, attempts: int) -> LLMBackendError:
+        status = response.status_code
+        where = f"the LLM server at {self.url} answered HTTP {status}"
+        tried = f" after {attempts} attempts" if attempts > 1 else ""
+        body = self._excerpt(response)
+        if status in (401, 403):
+            hint = (
+                "it needs an API key: set OPENAI_API_KEY"
+                if self._api_key is None
+                else "check the API key in OPENAI_API_KEY"
+            )
+            # No body here: providers echo parts of a rejected key in it.
+            return LLMBackendError(
+                f"{where}: {hint}", kind="auth", systemic=True, status_code=status
+            )
+        if status == 404:
+            return LLMBackendError(
+                f"{where}: check the URL (it usually ends in /v1; /chat/completions is appended) "
+                f"and the model name {self.model!r}" + (f" ({body})" if body else ""),
+                kind="not_found",
+                systemic=True,
+                status_code=status,
+            )
+        if status == 429:
+            return LLMBackendError(
+                f"{where}{tried}: rate limited; lower --concurrency or try again later"
+                + (f" ({body})" if body else ""),
+                kind="rate_limit",
+                status_code=status,
+            )
+        if status in (400, 413, 422) and any(h in body.lower() for h in _CONTEXT_HINTS):
+            return LLMBackendError(
+                f"{where}: the conversation is longer than the model's context window; lower "
+                f"--max-tokens or --max-turns, or shorten the prompts ({body})",
+                kind="context_length",
+                status_code=status,
+            )
+        return LLMBackendError(
+            f"{where}{tried}" + (f": {body}" if body else ""), kind="http", status_code=status
+        )
+
+    def _parse(self, response: httpx2.Response, request: CompletionsRequest) -> CompletionsResponse:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise LLMBackendError(
+                f"the LLM server at {self.url} did not answer with a JSON object "
+                f"({self._excerpt(response) or 'empty body'})",
+                kind="bad_response",
+            )
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if isinstance(first, dict):
+            per_choice = first.get("logprobs")
+            if data.get("token_ids") is None:
+                data["token_ids"] = _sampled_ids(first)
+            if data.get("logprobs") is None and isinstance(per_choice, dict):
+                data["logprobs"] = per_choice
+            if data.get("usage") is None and isinstance(first.get("message"), dict):
+                prompt = estimate_tokens(request.messages)
+                completion = estimate_tokens([first["message"]])
+                data["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion}
+        try:
+            return CompletionsResponse.model_validate(data)
+        except ValidationError as exc:
+            raise LLMBackendError(
+                f"the LLM server at {self.url} sent a reply that is not a chat completion "
+                f"({describe_validation_error(exc)}); it needs choices[0].message",
+                kind="bad_response",
+            ) from None
+
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self._api_key)
+
+    def _excerpt(self, response: httpx2.Response) -> str:
+        try:
+            text = response.text
+        except (UnicodeDecodeError, LookupError):
+            return ""
+        text = self._scrub(" ".join(text.split()))
+        return text[:_BODY_EXCERPT] + ("..." if len(text) > _BODY_EXCERPT else "")

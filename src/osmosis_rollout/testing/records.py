@@ -1,0 +1,165 @@
+"""What the mock TrainGate records: each rollout's :class:`RolloutRecord`, the protocol
+:class:`Finding` codes it reports, and :class:`LLMBackend`, the interface its backends answer.
+
+Kept apart from :mod:`.traingate` (the Starlette app and its handlers) so the backends, the
+runner and the REPL can use them without the app.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from ..errors import LLMBackendError
+from ..protocol import (
+    CompletionsRequest,
+    CompletionsResponse,
+    OpenAIFunctionToolSchema,
+    RolloutRequest,
+    RolloutResponse,
+)
+
+__all__ = [
+    "Finding",
+    "LLMBackend",
+    "RolloutRecord",
+    "completion_from_message",
+    "estimate_tokens",
+]
+
+#: Finding codes, stable: they appear in results files and in ``osmosis test`` output.
+UNKNOWN_ROLLOUT = "unknown_rollout"
+BAD_API_KEY = "bad_api_key"
+HISTORY_REWRITTEN = "history_rewritten"
+DUPLICATE_COMPLETION = "duplicate_completion"
+NO_COMPLETION = "no_completion"
+UNKNOWN_TOOL = "unknown_tool"
+MALFORMED_REQUEST = "malformed_request"
+CHAT_AFTER_COMPLETION = "chat_after_completion"
+TOOLS_SENT = "tools_sent"
+TRUNCATED_REPLY = "truncated_reply"
+TOOL_CALL_IN_TEXT = "tool_call_in_text"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One protocol violation the mock TrainGate observed, with a stable ``code``."""
+
+    code: str
+    message: str
+    rollout_id: str | None = None
+    #: The LLM turn it was seen at (the number of chat calls so far), None before any.
+    turn: int | None = None
+    #: Structured facts for results files (e.g. a ``replay_diverged`` finding's field and diff).
+    details: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form for results files."""
+        data: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "rollout_id": self.rollout_id,
+            "turn": self.turn,
+        }
+        if self.details is not None:
+            data["details"] = self.details
+        return data
+
+
+@dataclass
+class RolloutRecord:
+    """Everything the mock saw for one rollout."""
+
+    rollout_id: str
+    api_key: str | None = None
+    #: The init this mock sent (None for a rollout registered with :meth:`MockTrainGate.expect`).
+    request: RolloutRequest | None = None
+    tools: list[OpenAIFunctionToolSchema] = field(default_factory=list)
+    #: Whether ``tools`` is what the server declared (from an init or ``expect(tools=...)``);
+    #: only then are undeclared tool calls reported.
+    tools_known: bool = False
+    #: ``tools`` as the init's JSON had them, when they came from an init (a replay compares
+    #: them with its recording without dumping every tool again).
+    tools_wire: list[Any] | None = None
+    chats: list[CompletionsRequest] = field(default_factory=list)
+    replies: list[CompletionsResponse] = field(default_factory=list)
+    completions: list[RolloutResponse] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+    backend_error: LLMBackendError | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    #: Set once ``tools`` is final: at once for :meth:`MockTrainGate.expect`, and when the init
+    #: answer arrived for :meth:`MockTrainGate.init_rollout`. A chat call waits for it, since a
+    #: server may start the agent (and its first turn) before its 202 reaches us.
+    tools_ready: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def result(self) -> RolloutResponse | None:
+        """The first completion callback, if it arrived."""
+        return self.completions[0] if self.completions else None
+
+    @property
+    def tool_names(self) -> set[str]:
+        """Names of the tools the server declared at init."""
+        return {t.name for t in self.tools}
+
+    def add(
+        self,
+        code: str,
+        message: str,
+        *,
+        turn: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a finding for this rollout, at ``turn`` (default: the last chat turn)."""
+        turn = turn if turn is not None else len(self.chats) or None
+        self.findings.append(Finding(code, message, self.rollout_id, turn, details))
+
+
+class LLMBackend(Protocol):
+    """Answers one chat turn for the mock; see ``testing.backends`` and ``testing.openai_backend``
+    for the built-in ones.
+
+    A backend may also define ``rollout_completed(record, response)``: the mock calls it with
+    each rollout's first completion callback, before the rollout counts as done, so it can add
+    findings about the result (the replay backend compares it with the recording).
+    """
+
+    async def complete(
+        self, request: CompletionsRequest, record: RolloutRecord
+    ) -> CompletionsResponse: ...
+
+
+def completion_from_message(
+    request: CompletionsRequest, message: dict[str, Any], *, turn: int = 0
+) -> CompletionsResponse:
+    """Wrap an assistant message in a full completion with consistent usage numbers."""
+    msg = {"role": "assistant", **message}
+    prompt_tokens = estimate_tokens(request.messages)
+    completion_tokens = max(1, estimate_tokens([msg]))
+    reason = "tool_calls" if msg.get("tool_calls") else "stop"
+    return CompletionsResponse.model_validate(
+        {
+            "id": f"mock-{request.rollout_id}-{turn}",
+            "created": 0,
+            "model": request.model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": reason}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+            "token_ids": [(turn * 1000 + i) % 50000 for i in range(completion_tokens)],
+            "logprobs": [-0.01 * ((i % 7) + 1) for i in range(completion_tokens)],
+            "prompt_token_ids": [i % 50000 for i in range(prompt_tokens)],
+        }
+    )
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """A deterministic token estimate (about four characters a token) for mock usage."""
+    text = json.dumps(messages, sort_keys=True, separators=(",", ":"))
+    return max(1, len(text) // 4)

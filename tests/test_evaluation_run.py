@@ -1,0 +1,111 @@
+"""``osmosis_rollout.evaluation.run_test``, the Python twin of ``osmosis test``: the same rows
+give the same report as the command, and the command is a thin layer over it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from osmosis_rollout.cli import app
+from osmosis_rollout.evaluation import RunObserver, TestOptions, TestReport, run_test
+from osmosis_rollout.evaluation.runner import RowResult
+
+ROOT = Path(__file__).resolve().parent.parent
+CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
+DATASET = ROOT / "examples/calculator/dataset.jsonl"
+REWRITES = f"{ROOT}/tests/assets/bad_agents.py:RewritesHistoryAgent"
+
+#: Summary figures that differ between any two runs: timings, and token estimates (from the
+#: text, which holds random rollout and tool-call ids).
+TIMED = (
+    "latency_ms_p50",
+    "latency_ms_p95",
+    "wall_s",
+    "rollouts_per_s",
+    "prompt_tokens",
+    "response_tokens",
+)
+
+
+def untimed(summary: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in summary.items() if key not in TIMED}
+
+
+def row_outcome(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a results row says about its rollout, without ids, traces and timings."""
+    findings = sorted(f["code"] for f in row["findings"])
+    return row["row"], row["status"], row["reward"], row["turns"], row["tool_calls"], findings
+
+
+@pytest.mark.parametrize("target", [CALCULATOR, REWRITES], ids=["passes", "findings"])
+def test_run_test_reports_what_osmosis_test_reports(tmp_path: Path, target: str) -> None:
+    """The same dataset through ``run_test`` and through ``osmosis test --json -o``: the same
+    summary (but its timings), the same rows with the same findings, the same exit status."""
+    limit = 4
+    ours = tmp_path / "ours.jsonl"
+    options = TestOptions(target=target, dataset=DATASET, limit=limit, seed=3, output=ours)
+    report = asyncio.run(run_test(options))
+    theirs = tmp_path / "theirs.jsonl"
+    args = [target, "-d", str(DATASET), "--limit", str(limit), "--seed", "3"]
+    result = CliRunner().invoke(app, ["test", *args, "-o", str(theirs), "--json"])
+
+    assert result.exit_code == report.exit_code, result.stderr
+    assert untimed(json.loads(result.stdout)) == untimed(report.summary)
+    assert [r.index for r in report.rows] == list(range(1, limit + 1))
+    our_rows = [json.loads(line) for line in ours.read_text().splitlines()]
+    their_rows = [json.loads(line) for line in theirs.read_text().splitlines()]
+    assert [row_outcome(r) for r in our_rows[:-1]] == [row_outcome(r) for r in their_rows[:-1]]
+    assert [row_outcome(r.as_dict()) for r in report.rows] == [
+        row_outcome(r) for r in their_rows[:-1]
+    ]
+    assert [f.code for f in report.findings] == [
+        code for r in their_rows[:-1] for code in sorted(f["code"] for f in r["findings"])
+    ]
+    if target == CALCULATOR:
+        assert report.passed
+        assert report.exit_code == 0
+        assert report.findings == []
+    else:
+        assert not report.passed
+        assert report.exit_code == 1
+        assert {f.code for f in report.findings} == {"history_rewritten"}
+
+
+@pytest.mark.anyio
+async def test_an_observer_sees_each_row_as_it_finishes() -> None:
+    """``RunObserver.batch`` is entered around the rows and told of each one, which is how the
+    command draws its progress bar."""
+    seen: list[int] = []
+
+    class Watch(RunObserver):
+        def batch(self, total: int, *, workers: int | None, concurrency: int) -> Any:
+            import contextlib
+
+            assert (total, workers, concurrency) == (3, None, 2)
+            return contextlib.nullcontext(lambda row: seen.append(row.index))
+
+    report = await run_test(
+        TestOptions(target=CALCULATOR, dataset=DATASET, limit=3, concurrency=2), Watch()
+    )
+    assert sorted(seen) == [1, 2, 3]
+    assert isinstance(report, TestReport)
+    assert all(isinstance(r, RowResult) for r in report.rows)
+
+
+def test_options_are_frozen_and_named_like_the_command_options() -> None:
+    """``TestOptions`` cannot change under a run, and each field is one of the command's
+    options (``--llm-url`` is ``llm_url``)."""
+    import dataclasses
+
+    options = TestOptions(target=CALCULATOR)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.jobs = 2  # type: ignore[misc]
+    help_text = CliRunner().invoke(app, ["test", "--help"], env={"COLUMNS": "200"}).output
+    for field in dataclasses.fields(TestOptions):
+        if field.name != "target":
+            assert f"--{field.name.replace('_', '-')}" in help_text, field.name
