@@ -395,6 +395,7 @@ def test_a_redis_url_without_the_redis_package_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "redis", None)  # what a missing package looks like
     monkeypatch.delitem(sys.modules, "redis.asyncio", raising=False)
     monkeypatch.delitem(sys.modules, "osmosis_rollout.server.state.redis", raising=False)
+    monkeypatch.delitem(sys.modules, "osmosis_rollout.server.state.redis_connection", raising=False)
 
     with pytest.raises(ConfigError, match=r"pip install 'osmosis-rollout\[redis\]'"):
         open_state("redis://127.0.0.1:6379/0", outbox_dir=tmp_path)

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from enum import StrEnum
 from typing import Any, ClassVar, Literal, Self
-from urllib.parse import urlsplit
 
-import httpx2
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -30,6 +27,7 @@ from pydantic import (
 )
 
 from .redaction import REVEAL_SECRETS, ApiKey, dump_secret
+from .server_url import normal_server_url
 
 __all__ = [
     "DEFAULT_MAX_METADATA_BYTES",
@@ -60,8 +58,6 @@ Message = dict[str, Any]
 
 DEFAULT_MAX_METADATA_BYTES = 1024 * 1024
 MAX_ROLLOUT_ID_LENGTH = 256
-#: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
-_HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
 
 
 def check_rollout_id(value: str) -> str:
@@ -172,27 +168,6 @@ class OpenAIToolCall(_Lenient):
 # --------------------------------------------------------------------------------------------
 
 
-def _server_url_verdict(value: str) -> tuple[str, str | None]:
-    """``server_url`` normalised, or why it is refused."""
-    parts = urlsplit(value.strip())
-    try:
-        parts.port  # noqa: B018  # raises ValueError for a port out of range or not a number
-    except ValueError:
-        return value, "server_url has an invalid port"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return value, "server_url must be an http:// or https:// URL with a host"
-    if not value.isascii() or any(c.isspace() or not c.isprintable() for c in value.strip()):
-        return value, "server_url must be printable ASCII without spaces (percent-encode the rest)"
-    if not _HOST.fullmatch(parts.hostname):
-        return value, "server_url's host must be a DNS name or an IP address"
-    # The parser the client sends with, on a URL the client builds: what passes here, works.
-    try:
-        httpx2.URL(f"{value.strip().rstrip('/')}/v1/rollout/completed")
-    except httpx2.InvalidURL:
-        return value, "server_url is not a URL the HTTP client can call"
-    return value.strip().rstrip("/"), None
-
-
 class RolloutRequest(_Lenient):
     """TrainGate's request to start one rollout.
 
@@ -224,10 +199,7 @@ class RolloutRequest(_Lenient):
     @field_validator("server_url")
     @classmethod
     def _check_server_url(cls, value: str) -> str:
-        url, problem = _server_url_verdict(value)
-        if problem is not None:
-            raise ValueError(problem)
-        return url
+        return normal_server_url(value)
 
     @field_validator("api_key", mode="before")
     @classmethod

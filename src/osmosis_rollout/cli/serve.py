@@ -303,7 +303,7 @@ def _print_banner(
     if settings.state == "memory":
         err.print("  state         memory (this process)")
     else:
-        from ..server.state.redis import redact_url
+        from ..server.state.redis_connection import redact_url
 
         err.print(
             f"  state         {escape(redact_url(settings.state))} "

@@ -1,8 +1,8 @@
 """``RedisState``: rollout state every worker and host shares, in one Redis (not Redis Cluster).
 
-Each operation that must be atomic across replicas is one Lua script, and every time in it is
-Redis's own clock (``TIME``), so replicas on hosts with skewed clocks still agree on when a lease
-lapsed. Keys (``P`` is the prefix, ``osmosis`` by default)::
+Each operation that must be atomic across replicas is one Lua script (``redis_scripts.py``, on
+Redis's own clock); reaching Redis and turning its failures into ours is ``redis_connection.py``.
+This module maps ``StateBackend`` onto them. Keys (``P`` is the prefix, ``osmosis`` by default)::
 
     P:init:<key>        hash rid, digest, status (0 = pending), body   the init record, with TTL
     P:rid:<rollout_id>  the key that runs this id                       one rollout per id
@@ -23,9 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
-from ...errors import ConfigError
 from .base import (
     BODY_CHANGED,
     ID_RUNNING,
@@ -37,219 +35,12 @@ from .base import (
     StateBackend,
     StateUnavailable,
 )
+from .redis_connection import call, connect, redact_url
+from .redis_scripts import Scripts
 
-try:
-    import redis.asyncio as aioredis
-    from redis import exceptions as redis_errors
-except ModuleNotFoundError as exc:
-    if (exc.name or "").partition(".")[0] != "redis":  # a dependency *of* redis: show it
-        raise
-    raise ConfigError(
-        "a redis:// state URL needs the redis client package; install it with "
-        "pip install 'osmosis-rollout[redis]'"
-    ) from None
-
-__all__ = ["RedisState", "redact_url"]
+__all__ = ["RedisState"]
 
 T = TypeVar("T")
-
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-
-# KEYS: init, rid.  ARGV: rid, digest, pending_ms, key
-_CLAIM = """
-local r = redis.call('HMGET', KEYS[1], 'rid', 'digest', 'status', 'body')
-if r[1] then
-  if r[1] ~= ARGV[1] then return {'conflict', 'key'} end
-  if r[2] ~= ARGV[2] then return {'conflict', 'body'} end
-  if r[3] == '0' then return {'pending'} end
-  return {'answered', r[3], r[4]}
-end
-local owner = redis.call('GET', KEYS[2])
-if owner and owner ~= ARGV[4] then return {'conflict', 'running'} end
-redis.call('HSET', KEYS[1], 'rid', ARGV[1], 'digest', ARGV[2], 'status', '0')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[3])
-return {'claimed'}
-"""
-
-# KEYS: init, rid.  ARGV: rid, key
-_RELEASE = """
-if redis.call('HGET', KEYS[1], 'rid') == ARGV[1] then redis.call('DEL', KEYS[1]) end
-if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end
-return 1
-"""
-
-# KEYS: init, rid, leases, lease, queued.
-# ARGV: replica, status, body, lease_ms, queue, max_queued, lease_json, rid, digest, key, prefix
-# The record, the id and the lease data live until finish (or an orphan sweep) sets their TTL.
-_ACCEPT = (
-    """
-if ARGV[5] == '1' then
-  local vals = redis.call('HGETALL', KEYS[5])
-  local total = 0
-  for i = 1, #vals, 2 do
-    if vals[i] == ARGV[1] or redis.call('EXISTS', ARGV[11] .. ':replica:' .. vals[i]) == 1 then
-      total = total + tonumber(vals[i + 1])
-    else
-      redis.call('HDEL', KEYS[5], vals[i])
-    end
-  end
-  if total >= tonumber(ARGV[6]) then return 0 end
-  redis.call('HINCRBY', KEYS[5], ARGV[1], 1)
-end
-"""
-    + _NOW
-    + """
-redis.call('HSET', KEYS[1], 'rid', ARGV[8], 'digest', ARGV[9], 'status', ARGV[2],
-           'body', ARGV[3])
-redis.call('PERSIST', KEYS[1])
-redis.call('SET', KEYS[2], ARGV[10])
-redis.call('SET', KEYS[4], ARGV[7])
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), ARGV[10])
-return 1
-"""
-)
-
-# KEYS: queued.  ARGV: replica
-_UNQUEUE = """
-local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if n > 1 then redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-elseif n == 1 then redis.call('HDEL', KEYS[1], ARGV[1]) end
-return 1
-"""
-
-# KEYS: queued.  ARGV: prefix.  Drops the counts of replicas whose heartbeat lapsed.
-_QUEUED = """
-local vals = redis.call('HGETALL', KEYS[1])
-local total = 0
-for i = 1, #vals, 2 do
-  if redis.call('EXISTS', ARGV[1] .. ':replica:' .. vals[i]) == 1 then
-    total = total + tonumber(vals[i + 1])
-  else
-    redis.call('HDEL', KEYS[1], vals[i])
-  end
-end
-return total
-"""
-
-# KEYS: leases, heartbeat.  ARGV: lease_ms, key...
-_RENEW = (
-    _NOW
-    + """
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
-local expiry = now + tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
-return 1
-"""
-)
-
-# KEYS: leases.  ARGV: lease_ms, key
-_HOLD = (
-    _NOW
-    + """
-if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[2])
-return 1
-"""
-)
-
-# KEYS: leases, lease, init, rid.  ARGV: key, rid, record_ms
-_FINISH = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('DEL', KEYS[2])
-if redis.call('HGET', KEYS[3], 'rid') == ARGV[2] then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
-if redis.call('GET', KEYS[4]) == ARGV[1] then redis.call('DEL', KEYS[4]) end
-return 1
-"""
-
-# KEYS: leases.  ARGV: limit, prefix, record_ms.  Each lapsed lease goes to exactly one caller.
-_ORPHANS = (
-    _NOW
-    + """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {}
-for _, key in ipairs(due) do
-  redis.call('ZREM', KEYS[1], key)
-  local lease = ARGV[2] .. ':lease:' .. key
-  local data = redis.call('GET', lease)
-  redis.call('DEL', lease)
-  if data then
-    local rid = cjson.decode(data)['rollout_id']
-    local ridkey = ARGV[2] .. ':rid:' .. rid
-    if redis.call('GET', ridkey) == key then redis.call('DEL', ridkey) end
-    local init = ARGV[2] .. ':init:' .. key
-    if redis.call('HGET', init, 'rid') == rid then redis.call('PEXPIRE', init, ARGV[3]) end
-    table.insert(out, data)
-  end
-end
-return out
-"""
-)
-
-# KEYS: outbox, due.  ARGV: entry_json, first_delay_ms (-1: never automatically)
-_OUTBOX_PUT = (
-    _NOW
-    + """
-local id = redis.call('XADD', KEYS[1], '*', 'entry', ARGV[1])
-if tonumber(ARGV[2]) >= 0 then redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id) end
-return id
-"""
-)
-
-# KEYS: outbox, due, tries, errors.  ARGV: limit, visibility_ms
-_OUTBOX_DUE = (
-    _NOW
-    + """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {}
-for _, id in ipairs(ids) do
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), id)
-  local found = redis.call('XRANGE', KEYS[1], id, id)
-  if #found == 0 then
-    redis.call('ZREM', KEYS[2], id)
-  else
-    local tries = redis.call('HGET', KEYS[3], id) or '0'
-    local err = redis.call('HGET', KEYS[4], id) or ''
-    table.insert(out, {id, found[1][2][2], tries, err})
-  end
-end
-return out
-"""
-)
-
-# KEYS: due, tries, errors.  ARGV: id, delay_ms (-1: only on replay), error
-_OUTBOX_RETRY = (
-    _NOW
-    + """
-redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-if tonumber(ARGV[2]) >= 0 then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-else
-  redis.call('ZREM', KEYS[1], ARGV[1])
-end
-return 1
-"""
-)
-
-
-#: Connections to Redis per server process (each call holds one for one round trip).
-_MAX_CONNECTIONS = 64
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for banners, logs and /health)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    netloc = f"{user}:***@{host}{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _ms(seconds: float) -> int:
@@ -270,32 +61,8 @@ class RedisState(StateBackend):
         self.url = url
         self.prefix = prefix
         self.first_retry_s = first_retry_s
-        try:
-            # A blocking pool: a burst of inits waits for a free connection (bounded, so Redis
-            # is not flooded) instead of failing with "too many connections".
-            pool = aioredis.BlockingConnectionPool.from_url(
-                url,
-                max_connections=_MAX_CONNECTIONS,
-                timeout=10.0,
-                socket_connect_timeout=2.0,
-                socket_timeout=5.0,
-            )
-            self._redis = aioredis.Redis.from_pool(pool)
-        except ValueError as exc:
-            raise ConfigError(f"invalid state URL {redact_url(url)!r}: {exc}") from None
-        register = self._redis.register_script
-        self._claim = register(_CLAIM)
-        self._release = register(_RELEASE)
-        self._accept = register(_ACCEPT)
-        self._unqueue = register(_UNQUEUE)
-        self._queued = register(_QUEUED)
-        self._renew = register(_RENEW)
-        self._hold = register(_HOLD)
-        self._finish = register(_FINISH)
-        self._orphans = register(_ORPHANS)
-        self._outbox_put = register(_OUTBOX_PUT)
-        self._outbox_due = register(_OUTBOX_DUE)
-        self._outbox_retry = register(_OUTBOX_RETRY)
+        self._redis = connect(url)
+        self._scripts = Scripts(self._redis)
 
     def describe(self) -> str:
         """The URL, password redacted."""
@@ -309,17 +76,7 @@ class RedisState(StateBackend):
         return ":".join((self.prefix, *parts))
 
     async def _call(self, operation: Awaitable[T]) -> T:
-        try:
-            return await operation
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as exc:
-            raise StateUnavailable(
-                f"the rollout state store {self.describe()} is unreachable "
-                f"({type(exc).__name__}); retry once it is back"
-            ) from None
-        except redis_errors.ResponseError as exc:
-            raise StateUnavailable(
-                f"the rollout state store {self.describe()} refused a command: {exc}"
-            ) from None
+        return await call(operation, self.describe)
 
     async def ping(self) -> bool:
         """Whether Redis answers ``PING`` now."""
@@ -335,7 +92,7 @@ class RedisState(StateBackend):
     ) -> Claim:
         """See ``StateBackend.claim_init``."""
         found = await self._call(
-            self._claim(
+            self._scripts.claim(
                 keys=[self._k("init", key), self._k("rid", rollout_id)],
                 args=[rollout_id, digest, _ms(pending_ttl_s), key],
             )
@@ -354,7 +111,7 @@ class RedisState(StateBackend):
     async def release_init(self, key: str, rollout_id: str) -> None:
         """See ``StateBackend.release_init``."""
         await self._call(
-            self._release(
+            self._scripts.release(
                 keys=[self._k("init", key), self._k("rid", rollout_id)], args=[rollout_id, key]
             )
         )
@@ -374,7 +131,7 @@ class RedisState(StateBackend):
         """See ``StateBackend.accept``."""
         key = lease.key
         done = await self._call(
-            self._accept(
+            self._scripts.accept(
                 keys=[
                     self._k("init", key),
                     self._k("rid", lease.rollout_id),
@@ -401,11 +158,13 @@ class RedisState(StateBackend):
 
     async def unqueue(self, replica: str) -> None:
         """See ``StateBackend.unqueue``."""
-        await self._call(self._unqueue(keys=[self._k("queued")], args=[replica]))
+        await self._call(self._scripts.unqueue(keys=[self._k("queued")], args=[replica]))
 
     async def queued(self) -> int:
         """Rollouts waiting for a slot on live replicas."""
-        return int(await self._call(self._queued(keys=[self._k("queued")], args=[self.prefix])))
+        return int(
+            await self._call(self._scripts.queued(keys=[self._k("queued")], args=[self.prefix]))
+        )
 
     # -- leases ---------------------------------------------------------------------------------
 
@@ -415,17 +174,21 @@ class RedisState(StateBackend):
         heartbeat = self._k("replica", replica)
         for start in range(0, max(1, len(keys)), 1000):  # bounded script arguments
             chunk = keys[start : start + 1000]
-            await self._call(self._renew(keys=[self._k("leases"), heartbeat], args=[ttl, *chunk]))
+            await self._call(
+                self._scripts.renew(keys=[self._k("leases"), heartbeat], args=[ttl, *chunk])
+            )
 
     async def hold(self, key: str, lease_ttl_s: float) -> bool:
         """See ``StateBackend.hold``."""
-        held = await self._call(self._hold(keys=[self._k("leases")], args=[_ms(lease_ttl_s), key]))
+        held = await self._call(
+            self._scripts.hold(keys=[self._k("leases")], args=[_ms(lease_ttl_s), key])
+        )
         return bool(held)
 
     async def finish(self, key: str, rollout_id: str, record_ttl_s: float) -> None:
         """See ``StateBackend.finish``."""
         await self._call(
-            self._finish(
+            self._scripts.finish(
                 keys=[
                     self._k("leases"),
                     self._k("lease", key),
@@ -439,7 +202,9 @@ class RedisState(StateBackend):
     async def claim_orphans(self, limit: int, record_ttl_s: float) -> list[LeasedRollout]:
         """See ``StateBackend.claim_orphans``."""
         found = await self._call(
-            self._orphans(keys=[self._k("leases")], args=[limit, self.prefix, _ms(record_ttl_s)])
+            self._scripts.orphans(
+                keys=[self._k("leases")], args=[limit, self.prefix, _ms(record_ttl_s)]
+            )
         )
         return [LeasedRollout.from_json(data) for data in found]
 
@@ -465,7 +230,7 @@ class RedisState(StateBackend):
         }
         stream, due, _, _ = self._outbox_keys()
         entry_id = await self._call(
-            self._outbox_put(
+            self._scripts.outbox_put(
                 keys=[stream, due],
                 args=[json.dumps(record, ensure_ascii=False), _ms(self.first_retry_s)],
             )
@@ -511,7 +276,7 @@ class RedisState(StateBackend):
     async def outbox_due(self, limit: int, visibility_s: float) -> list[OutboxEntry]:
         """Entries whose next attempt is due, hidden from peers for ``visibility_s``."""
         found = await self._call(
-            self._outbox_due(keys=self._outbox_keys(), args=[limit, _ms(visibility_s)])
+            self._scripts.outbox_due(keys=self._outbox_keys(), args=[limit, _ms(visibility_s)])
         )
         return [self._entry(*row) for row in found]
 
@@ -530,5 +295,5 @@ class RedisState(StateBackend):
         _, due, tries, errors = self._outbox_keys()
         delay = -1 if delay_s is None else _ms(delay_s)
         await self._call(
-            self._outbox_retry(keys=[due, tries, errors], args=[entry.id, delay, error])
+            self._scripts.outbox_retry(keys=[due, tries, errors], args=[entry.id, delay, error])
         )
