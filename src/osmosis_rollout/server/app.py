@@ -28,8 +28,9 @@ from ..config import ServerSettings
 from ..protocol import DEFAULT_MAX_METADATA_BYTES
 from .auth import key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
+from .registry import Answer
 from .state import StateUnavailable
-from .wire import Answer, Wire
+from .wire import Wire
 from .wire.v1 import V1
 
 __all__ = ["Edge", "Hook", "build_app", "create_app"]

@@ -33,10 +33,10 @@ from .registry import RolloutRegistry
 from .replicas import Replicas
 from .scheduler import Scheduler
 from .state import StateBackend, open_state
-from .wire import Wire
 
 if TYPE_CHECKING:
     from .metrics import ServerMetrics
+    from .wire import Wire
 
 __all__ = ["Hook", "RolloutServer"]
 

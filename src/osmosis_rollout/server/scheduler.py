@@ -38,7 +38,7 @@ from ..protocol import (
 )
 from ..rollout import run_rollout
 from .delivery import Delivery, log_exception
-from .registry import AcceptedBody, Conflict, RolloutEntry, RolloutRegistry
+from .registry import AcceptedBody, Answer, Conflict, RolloutEntry, RolloutRegistry, refusal
 from .replicas import claim_init
 from .state import (
     BODY_CHANGED,
@@ -48,7 +48,6 @@ from .state import (
     fingerprint,
 )
 from .target import DeliveryTarget
-from .wire import Answer, refusal
 
 if TYPE_CHECKING:
     from ..client import TrainGateClient
@@ -153,7 +152,7 @@ class Scheduler:
         if found is not None:
             if found.fingerprint != digest:
                 return refusal(409, BODY_CHANGED)
-            return Answer(*await found.init_answer(accepted))
+            return await found.init_answer(accepted)
         if self.state.shared:
             try:
                 limit = self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S
