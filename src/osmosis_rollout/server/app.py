@@ -180,13 +180,13 @@ class Edge:
         """The handler of ``wire``'s start route."""
 
         async def start(request: Request) -> Response:
-            return await self.start(wire, request)
+            return await self.counted_start(wire, request)
 
         return start
 
-    async def start(self, wire: Wire, request: Request) -> Response:
-        """``_start``, with every answer other than 202 counted by cause in the metrics."""
-        response = await self._start(wire, request)
+    async def counted_start(self, wire: Wire, request: Request) -> Response:
+        """``start``, with every answer other than 202 counted by cause in the metrics."""
+        response = await self.start(wire, request)
         metrics = self.server.metrics
         if metrics is not None and response.status_code != 202:
             from .metrics import refusal_cause
@@ -199,7 +199,7 @@ class Edge:
             metrics.rejected.labels(cause=cause).inc()
         return response
 
-    async def _start(self, wire: Wire, request: Request) -> Response:
+    async def start(self, wire: Wire, request: Request) -> Response:
         """Auth, the body, its shape; then the scheduler admits (or refuses) the rollout."""
         if not self._authorized(request):
             return _json(401, _UNAUTHORIZED)

@@ -103,7 +103,10 @@ class RolloutServer:
             replica=self.replica,
             tracer=self.tracer,
             metrics=None,
+            client=client,
         )
+        # The metrics come last: registering them collects once, and the client gauges read
+        # ``self.client`` (the scheduler's).
         self.metrics: ServerMetrics | None = None
         if settings.metrics:
             from .metrics import ServerMetrics
@@ -113,7 +116,6 @@ class RolloutServer:
                 client_stats=lambda: self.client.stats if self.client is not None else None,
             )
             self.scheduler.metrics = self.delivery.metrics = self.metrics
-        self.scheduler.client = client
         self.replicas: Replicas | None = None
         if self.state.shared:
             self.replicas = Replicas(

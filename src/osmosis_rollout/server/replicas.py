@@ -90,6 +90,9 @@ class Replicas:
         self.target_of = target_of
         self._tasks: anyio.abc.TaskGroup | None = None
 
+    # Read through the scheduler each time, as the loops always did: a test may replace the
+    # server's settings while it runs.
+
     @property
     def registry(self) -> RolloutRegistry:
         return self.scheduler.registry

@@ -79,6 +79,7 @@ class Scheduler:
         replica: str,
         tracer: Tracer | None,
         metrics: ServerMetrics | None,
+        client: TrainGateClient | None = None,
     ) -> None:
         self.agent = agent
         self.settings = settings
@@ -88,7 +89,8 @@ class Scheduler:
         self.replica = replica
         self.tracer = tracer
         self.metrics = metrics
-        self.client: TrainGateClient | None = None  # set by the lifespan
+        #: The pooled client: the one given, else the lifespan's while it runs.
+        self.client = client
         self._admitting = 0  # inits between the admission check and registry.accept
         self._counted: set[str] = set()  # keys holding a place in the shared queue
         #: When each lease held here was last extended (monotonic, taken before the call): a
