@@ -41,8 +41,6 @@ _MIN_BODY_LIMIT = 16 * 1024 * 1024
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks (read
 #: when an app is built, so a test or a script may set it first).
 _DELIVERY_GRACE_S = DELIVERY_GRACE_S
-#: How long a client may take to send an init's body (a slow sender must not hold a connection).
-_BODY_TIMEOUT_S = 30.0
 #: A 422 lists at most this many validation errors (plus the total count), each message cut to
 #: _MAX_ERROR_CHARS and the whole list to _MAX_ERRORS_BYTES: small whatever the input.
 _MAX_ERRORS = 20
@@ -99,7 +97,6 @@ def create_app(
         wires=(V1(),),
         client=client,
         delivery_grace_s=_DELIVERY_GRACE_S,
-        body_timeout_s=_BODY_TIMEOUT_S,
     )
     server.hooks = (on_startup, on_shutdown)
     return build_app(server)

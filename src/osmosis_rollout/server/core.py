@@ -45,6 +45,9 @@ logger = logging.getLogger("osmosis_rollout.server")
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 DELIVERY_GRACE_S = 15.0
+#: How long a client may take to send a start request's body (a slow sender must not hold a
+#: connection); the edge answers 408 after it.
+BODY_TIMEOUT_S = 30.0
 
 #: A start-up or shutdown hook: an async function without arguments (a sync one works too).
 Hook = Callable[[], Awaitable[None] | None]
@@ -72,7 +75,7 @@ class RolloutServer:
         wires: Sequence[Wire],
         client: TrainGateClient | None = None,
         delivery_grace_s: float = DELIVERY_GRACE_S,
-        body_timeout_s: float = 30.0,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.agent = agent
         #: The wire protocols served (each its own start route); the first is the one whose
