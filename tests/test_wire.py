@@ -3,6 +3,7 @@ without any change to the core (scheduler, delivery, registry)."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -11,12 +12,13 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from osmosis_rollout import server as server_package
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.protocol import RolloutResponse, RolloutStatus
 from osmosis_rollout.server import RolloutServer
 from osmosis_rollout.server.app import build_app
-from osmosis_rollout.server.wire import Answer, refusal
+from osmosis_rollout.server.registry import Answer, refusal
 from osmosis_rollout.server.wire.v1 import V1, V1Callback
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 
@@ -131,3 +133,28 @@ def test_v1_answers_are_json_with_retry_after_when_asked() -> None:
     assert "retry-after" not in accepted.headers
     assert accepted.body == b'{"rollout_id":"r-1","tools":[]}'
     assert accepted.media_type == "application/json"
+
+
+@pytest.mark.parametrize(
+    "module", ["core", "scheduler", "delivery", "replicas", "registry", "target"]
+)
+def test_the_core_imports_the_wires_for_types_only(module: str) -> None:
+    """The core never imports ``server/wire`` at run time (only under ``TYPE_CHECKING``): a
+    protocol depends on the core, never the other way round."""
+    path = Path(server_package.__file__).parent / f"{module}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_checking = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in ast.walk(block)
+    }
+    runtime = [
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and id(node) not in type_checking
+        and node.level == 1
+        and (node.module or "").split(".")[0] == "wire"
+    ]
+    assert runtime == []

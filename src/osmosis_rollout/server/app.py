@@ -28,8 +28,9 @@ from ..config import ServerSettings
 from ..protocol import DEFAULT_MAX_METADATA_BYTES
 from .auth import key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
+from .registry import Answer
 from .state import StateUnavailable
-from .wire import Answer, Wire
+from .wire import Wire
 from .wire.v1 import V1
 
 __all__ = ["Edge", "Hook", "build_app", "create_app"]
@@ -40,8 +41,6 @@ _MIN_BODY_LIMIT = 16 * 1024 * 1024
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks (read
 #: when an app is built, so a test or a script may set it first).
 _DELIVERY_GRACE_S = DELIVERY_GRACE_S
-#: How long a client may take to send an init's body (a slow sender must not hold a connection).
-_BODY_TIMEOUT_S = 30.0
 #: A 422 lists at most this many validation errors (plus the total count), each message cut to
 #: _MAX_ERROR_CHARS and the whole list to _MAX_ERRORS_BYTES: small whatever the input.
 _MAX_ERRORS = 20
@@ -98,7 +97,6 @@ def create_app(
         wires=(V1(),),
         client=client,
         delivery_grace_s=_DELIVERY_GRACE_S,
-        body_timeout_s=_BODY_TIMEOUT_S,
     )
     server.hooks = (on_startup, on_shutdown)
     return build_app(server)
@@ -179,13 +177,13 @@ class Edge:
         """The handler of ``wire``'s start route."""
 
         async def start(request: Request) -> Response:
-            return await self.start(wire, request)
+            return await self.counted_start(wire, request)
 
         return start
 
-    async def start(self, wire: Wire, request: Request) -> Response:
-        """``_start``, with every answer other than 202 counted by cause in the metrics."""
-        response = await self._start(wire, request)
+    async def counted_start(self, wire: Wire, request: Request) -> Response:
+        """``start``, with every answer other than 202 counted by cause in the metrics."""
+        response = await self.start(wire, request)
         metrics = self.server.metrics
         if metrics is not None and response.status_code != 202:
             from .metrics import refusal_cause
@@ -198,7 +196,7 @@ class Edge:
             metrics.rejected.labels(cause=cause).inc()
         return response
 
-    async def _start(self, wire: Wire, request: Request) -> Response:
+    async def start(self, wire: Wire, request: Request) -> Response:
         """Auth, the body, its shape; then the scheduler admits (or refuses) the rollout."""
         if not self._authorized(request):
             return _json(401, _UNAUTHORIZED)

@@ -33,10 +33,10 @@ from .registry import RolloutRegistry
 from .replicas import Replicas
 from .scheduler import Scheduler
 from .state import StateBackend, open_state
-from .wire import Wire
 
 if TYPE_CHECKING:
     from .metrics import ServerMetrics
+    from .wire import Wire
 
 __all__ = ["Hook", "RolloutServer"]
 
@@ -45,6 +45,9 @@ logger = logging.getLogger("osmosis_rollout.server")
 #: After the grace period, how long cancelled rollouts get to deliver their callbacks before
 #: the rest are stopped and written to the outbox (a dead TrainGate must not hold shutdown).
 DELIVERY_GRACE_S = 15.0
+#: How long a client may take to send a start request's body (a slow sender must not hold a
+#: connection); the edge answers 408 after it.
+BODY_TIMEOUT_S = 30.0
 
 #: A start-up or shutdown hook: an async function without arguments (a sync one works too).
 Hook = Callable[[], Awaitable[None] | None]
@@ -72,7 +75,7 @@ class RolloutServer:
         wires: Sequence[Wire],
         client: TrainGateClient | None = None,
         delivery_grace_s: float = DELIVERY_GRACE_S,
-        body_timeout_s: float = 30.0,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.agent = agent
         #: The wire protocols served (each its own start route); the first is the one whose
@@ -103,7 +106,10 @@ class RolloutServer:
             replica=self.replica,
             tracer=self.tracer,
             metrics=None,
+            client=client,
         )
+        # The metrics come last: registering them collects once, and the client gauges read
+        # ``self.client`` (the scheduler's).
         self.metrics: ServerMetrics | None = None
         if settings.metrics:
             from .metrics import ServerMetrics
@@ -113,7 +119,6 @@ class RolloutServer:
                 client_stats=lambda: self.client.stats if self.client is not None else None,
             )
             self.scheduler.metrics = self.delivery.metrics = self.metrics
-        self.scheduler.client = client
         self.replicas: Replicas | None = None
         if self.state.shared:
             self.replicas = Replicas(

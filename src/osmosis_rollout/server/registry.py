@@ -9,12 +9,13 @@ records): what idempotency needs for the record TTL, at most ``max_records`` of 
 from __future__ import annotations
 
 import collections
+import json
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_RECORDS",
     "AcceptedBody",
+    "Answer",
     "Conflict",
     "FinishedRecord",
     "Phase",
     "RolloutEntry",
     "RolloutRegistry",
+    "refusal",
 ]
 
 #: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
@@ -39,6 +42,20 @@ __all__ = [
 DEFAULT_MAX_RECORDS = 1_000_000
 #: Builds the 202 body of an accepted rollout from its id and its tools' JSON (the wire's).
 AcceptedBody = Callable[[str, bytes], bytes]
+
+
+class Answer(NamedTuple):
+    """The core's answer to a start request (and to its duplicates): a status and a JSON body,
+    with ``Retry-After`` if asked. The wire turns it into its HTTP response."""
+
+    status: int
+    body: bytes
+    retry_after: bool = False
+
+
+def refusal(status: int, detail: str, *, retry_after: bool = False) -> Answer:
+    """An ``{"detail": ...}`` answer."""
+    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after)
 
 
 class _Tools:
@@ -109,16 +126,16 @@ class RolloutEntry:
         if self._finished is not None:
             self._finished.set()
 
-    async def init_answer(self, accepted: AcceptedBody) -> tuple[int, bytes]:
-        """The status and body every duplicate init gets (once the first init is answered);
-        an accepted one's body is rebuilt by ``accepted``."""
+    async def init_answer(self, accepted: AcceptedBody) -> Answer:
+        """What every duplicate init gets (once the first init is answered); an accepted one's
+        body is rebuilt by ``accepted``."""
         if not self.init_status:
             if self._init_ready is None:
                 self._init_ready = anyio.Event()
             await self._init_ready.wait()
         if self.init_status == 202 and self.tools is not None:
-            return 202, accepted(self.rollout_id, self.tools.json)
-        return self.init_status, self.init_body
+            return Answer(202, accepted(self.rollout_id, self.tools.json))
+        return Answer(self.init_status, self.init_body)
 
 
 class FinishedRecord:
@@ -135,9 +152,9 @@ class FinishedRecord:
         self.tools = tools
         self.done_at = done_at
 
-    async def init_answer(self, accepted: AcceptedBody) -> tuple[int, bytes]:
+    async def init_answer(self, accepted: AcceptedBody) -> Answer:
         """The first init's 202, rebuilt by ``accepted``."""
-        return 202, accepted(self.rollout_id, self.tools.json)
+        return Answer(202, accepted(self.rollout_id, self.tools.json))
 
 
 @dataclass(frozen=True)

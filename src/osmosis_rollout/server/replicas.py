@@ -20,10 +20,9 @@ import anyio.abc
 from ..protocol import RolloutResponse, RolloutStatus
 from ..redaction import loggable
 from .delivery import Delivery, redeliver
-from .registry import AcceptedBody, Conflict
+from .registry import AcceptedBody, Answer, Conflict, refusal
 from .state import ClaimOutcome, LeasedRollout, StateBackend, StateUnavailable
 from .target import TargetFactory
-from .wire import Answer, refusal
 
 if TYPE_CHECKING:
     from ..client import TrainGateClient
@@ -65,9 +64,9 @@ async def claim_init(
         local = registry.lookup(rollout)
         if local is not None and not isinstance(local, Conflict):
             # Decided in this process: wait for it without polling the store.
-            status, answer = await local.init_answer(accepted)
-            if status != 202:  # refused: duplicates waiting meanwhile get the same answer
-                return Answer(status, answer)
+            answer = await local.init_answer(accepted)
+            if answer.status != 202:  # refused: duplicates waiting meanwhile get the same answer
+                return answer
             continue
         if anyio.current_time() > deadline:
             detail = "an init with this key is still being decided by another replica; retry"
@@ -91,6 +90,9 @@ class Replicas:
         self.state = scheduler.state
         self.target_of = target_of
         self._tasks: anyio.abc.TaskGroup | None = None
+
+    # Read through the scheduler each time, as the loops always did: a test may replace the
+    # server's settings while it runs.
 
     @property
     def registry(self) -> RolloutRegistry:

@@ -38,7 +38,7 @@ from ..redaction import loggable, scrub
 from ..rollout import run_rollout
 from ..tools.tool_set import resolve_tool_set
 from .delivery import Delivery, log_exception
-from .registry import AcceptedBody, Conflict, RolloutEntry, RolloutRegistry
+from .registry import AcceptedBody, Answer, Conflict, RolloutEntry, RolloutRegistry, refusal
 from .replicas import claim_init
 from .state import (
     BODY_CHANGED,
@@ -48,7 +48,6 @@ from .state import (
     fingerprint,
 )
 from .target import DeliveryTarget
-from .wire import Answer, refusal
 
 if TYPE_CHECKING:
     from ..client import TrainGateClient
@@ -80,6 +79,7 @@ class Scheduler:
         replica: str,
         tracer: Tracer | None,
         metrics: ServerMetrics | None,
+        client: TrainGateClient | None = None,
     ) -> None:
         self.agent = agent
         self.settings = settings
@@ -89,7 +89,8 @@ class Scheduler:
         self.replica = replica
         self.tracer = tracer
         self.metrics = metrics
-        self.client: TrainGateClient | None = None  # set by the lifespan
+        #: The pooled client: the one given, else the lifespan's while it runs.
+        self.client = client
         self._admitting = 0  # inits between the admission check and registry.accept
         self._counted: set[str] = set()  # keys holding a place in the shared queue
         #: When each lease held here was last extended (monotonic, taken before the call): a
@@ -153,7 +154,7 @@ class Scheduler:
         if found is not None:
             if found.fingerprint != digest:
                 return refusal(409, BODY_CHANGED)
-            return Answer(*await found.init_answer(accepted))
+            return await found.init_answer(accepted)
         if self.state.shared:
             try:
                 limit = self.settings.get_tools_timeout_s + _PEER_DECISION_MARGIN_S

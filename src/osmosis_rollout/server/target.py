@@ -2,7 +2,9 @@
 
 The core (scheduler, delivery, replicas) never builds a URL: a wire adapter (``wire/v1.py``)
 gives each accepted rollout a target, which knows the channel its agent's chat turns use and how
-its result is delivered (one callback in v1; v2's completion plus grader fits the same method).
+its result is delivered (one callback in v1). ``deliver`` is all or nothing: a result it does
+not deliver is kept whole in the outbox and ``deliver`` is called again for it later, so a
+protocol with two callbacks must make each one safe to send twice.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
 """Wire protocols: each one module that maps its HTTP shapes onto the protocol-neutral core.
 
 A ``Wire`` names the route that starts a rollout, parses that route's body into the rollout
-the agent runs plus its ``DeliveryTarget``, turns the core's ``Answer`` (a status and a JSON
-body) into its response, and rebuilds targets from what the outbox and the leases keep. The
-app (``server/app.py``) does the HTTP edge for every wire: auth, body limits, 422 bodies, the
-503 while not running. v1 (``wire/v1.py``) is today's protocol; another one is one more module
-beside it, plus its extra routes (``routes``: e.g. a status or cancel route reading
-``registry.by_id``).
+the agent runs plus its ``DeliveryTarget``, turns the core's answer (``registry.Answer``: a
+status and a JSON body) into its response, and rebuilds targets from what the outbox and the
+leases keep. The app (``server/app.py``) does the HTTP edge for every wire: auth, body limits,
+422 bodies, the 503 while not running. v1 (``wire/v1.py``) is today's protocol; another one is
+one more module beside it, plus its extra routes (``routes``: e.g. a status or cancel route
+reading ``registry.by_id``). The core imports this package for its types only.
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from starlette.responses import Response
@@ -20,22 +19,10 @@ if TYPE_CHECKING:
 
     from ...protocol import RolloutRequest
     from ..core import RolloutServer
+    from ..registry import Answer
     from ..target import DeliveryTarget
 
-__all__ = ["Answer", "Wire", "refusal"]
-
-
-class Answer(NamedTuple):
-    """What to answer a start request: a status and a JSON body (``Retry-After`` if asked)."""
-
-    status: int
-    body: bytes
-    retry_after: bool = False
-
-
-def refusal(status: int, detail: str, *, retry_after: bool = False) -> Answer:
-    """An ``{"detail": ...}`` answer."""
-    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after)
+__all__ = ["Wire"]
 
 
 class Wire(Protocol):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from ...client import RolloutChannel, TrainGateClient
     from ..core import RolloutServer
-    from . import Answer
+    from ..registry import Answer
 
 __all__ = ["V1", "V1Callback"]
 
