@@ -1,7 +1,8 @@
 """``osmosis test --interactive``: a step-through debugger for agent rollouts.
 
 ``run_repl`` is the entry point; ``stepper`` pauses the mock TrainGate's LLM turns, ``commands``
-parses what the user types, ``views`` renders, and ``session`` runs the prompt loop.
+parses what the user types, ``views`` renders, ``terminal`` prompts and watches keys, ``rollout``
+runs one rollout beside the prompt loop, and ``session`` runs that loop.
 """
 
 from .session import run_repl

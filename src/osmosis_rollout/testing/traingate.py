@@ -2,7 +2,8 @@
 
 It answers ``/v1/chat/completions`` through a pluggable LLM backend, receives
 ``/v1/rollout/completed``, records everything, and checks the agent's protocol behaviour the way
-the real trainer depends on it. Each violation becomes a named :class:`Finding`, never a crash.
+the real trainer depends on it (the checks themselves: :mod:`.protocol_checks`). Each violation
+becomes a named :class:`Finding`, never a crash.
 
 The two endpoints are handler functions over headers and body bytes
 (:meth:`MockTrainGate.handle_chat`, :meth:`MockTrainGate.handle_completed`). A Starlette ``app``
@@ -28,11 +29,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..append_only import first_divergence
 from ..errors import LLMBackendError
 from ..protocol import (
     CompletionsRequest,
-    CompletionsResponse,
     InitResponse,
     OpenAIFunctionToolSchema,
     RolloutRequest,
@@ -40,23 +39,17 @@ from ..protocol import (
     describe_validation_error,
 )
 from ..transport import AsgiTransport, InvalidTarget, PostTransport, Reply
+from .protocol_checks import check_chat, check_completion
 from .records import (
     BAD_API_KEY,
-    CHAT_AFTER_COMPLETION,
     DUPLICATE_COMPLETION,
-    HISTORY_REWRITTEN,
     MALFORMED_REQUEST,
     NO_COMPLETION,
-    TOOL_CALL_IN_TEXT,
-    TOOLS_SENT,
-    TRUNCATED_REPLY,
     UNKNOWN_ROLLOUT,
-    UNKNOWN_TOOL,
     Finding,
     LLMBackend,
     RolloutRecord,
 )
-from .text_tool_calls import find_text_tool_call
 
 __all__ = ["GateTransport", "MockTrainGate"]
 
@@ -272,7 +265,7 @@ class MockTrainGate:
             record.chats.pop()
             if len(record.replies) > len(record.chats):
                 record.replies.pop()
-        self._check_chat(record, body)
+        check_chat(record, body)
         record.request_ids.append(request_id)
         record.chats.append(body)
         try:
@@ -291,29 +284,6 @@ class MockTrainGate:
         record.replies.append(reply)
         return Reply(200, _JSON_HEADERS, reply.model_dump_json(exclude_none=True).encode())
 
-    def _check_chat(self, record: RolloutRecord, body: CompletionsRequest) -> None:
-        turn = len(record.chats) + 1  # the turn this call starts
-        if record.completions:
-            record.add(
-                CHAT_AFTER_COMPLETION, "chat call after the rollout had completed", turn=turn
-            )
-        if "tools" in (body.model_extra or {}):
-            record.add(
-                TOOLS_SENT,
-                "chat request carried `tools`; TrainGate knows them from init",
-                turn=turn,
-            )
-        if record.chats and record.replies:
-            previous = [*record.chats[-1].messages, _reply_message(record.replies[-1])]
-            index = first_divergence(previous, body.messages)
-            if index is not None:
-                record.add(
-                    HISTORY_REWRITTEN,
-                    f"turn {turn} rewrote the history at message {index}: "
-                    "each call must send the previous messages plus the reply, unchanged",
-                    turn=turn,
-                )
-
     async def handle_completed(self, headers: Mapping[str, str], content: bytes) -> Reply:
         """``POST /v1/rollout/completed``: check and record the rollout's result."""
         received = await self._receive(headers, content, RolloutResponse, "completion callback")
@@ -325,52 +295,13 @@ class MockTrainGate:
         if record.completions:
             record.add(DUPLICATE_COMPLETION, "a second completion callback arrived")
         else:
-            self._check_tools_used(record, body)
-            self._check_replies(record, body.final_messages)
+            check_completion(record, body)
         record.completions.append(body)
         observe = getattr(self.backend, "rollout_completed", None)
         if observe is not None and len(record.completions) == 1:
             observe(record, body)  # e.g. a replay compares the result with its recording
         record.done.set()
         return _json_reply(200, {"ok": True})
-
-    def _check_tools_used(self, record: RolloutRecord, body: RolloutResponse) -> None:
-        if not record.tools_known:
-            return
-        declared = record.tool_names
-        for message in body.final_messages:
-            for call in message.get("tool_calls") or []:
-                name = (call.get("function") or {}).get("name") if isinstance(call, dict) else None
-                if name is not None and name not in declared:
-                    record.add(UNKNOWN_TOOL, f"tool {name!r} was called but never declared")
-
-    def _check_replies(self, record: RolloutRecord, final: list[dict[str, Any]]) -> None:
-        """What real models do that passes unnoticed: a last reply cut by ``max_tokens``, and
-        tool calls written as text that nothing ran (once per rollout: the first says it all).
-        An agent that parses such text itself and answers with a ``tool`` message is fine."""
-        if record.replies and record.replies[-1].choices[0].finish_reason == "length":
-            turn = len(record.replies)
-            record.add(
-                TRUNCATED_REPLY,
-                f"turn {turn}'s reply was cut by max_tokens (finish_reason 'length') and the "
-                "rollout ended on it: raise --max-tokens, or make the agent check "
-                "result.finish_reason",
-            )
-        if not record.tools:
-            return
-        for turn, reply in enumerate(record.replies, start=1):
-            if reply.message.tool_calls:
-                continue
-            found = find_text_tool_call(reply.message.content, record.tool_names)
-            if found is not None and not _answered_by_tool(record, turn, final):
-                record.add(
-                    TOOL_CALL_IN_TEXT,
-                    f"turn {turn} wrote a call to tool {found.name!r} as text ({found.style}) "
-                    "instead of tool_calls, so it was never run: enable the server's tool-call "
-                    "parser (vLLM: --enable-auto-tool-choice --tool-call-parser; llama.cpp: "
-                    "--jinja) or parse such text in the agent",
-                )
-                return
 
 
 CHAT_PATH = "/v1/chat/completions"
@@ -442,16 +373,6 @@ def _response(reply: Reply) -> Response:
     )
 
 
-def _answered_by_tool(record: RolloutRecord, turn: int, final: list[dict[str, Any]]) -> bool:
-    """Whether the message after turn ``turn``'s reply (in the next call's history, else in the
-    final messages) is a tool result: the agent ran the call it found in the text."""
-    if turn > len(record.chats):
-        return False
-    position = len(record.chats[turn - 1].messages) + 1
-    later = record.chats[turn].messages if turn < len(record.chats) else final
-    return position < len(later) and later[position].get("role") == "tool"
-
-
 def name_gate_urls(text: str | None, base_url: str) -> str | None:
     """``text`` with the mock TrainGate's own URLs (internal, e.g. ``http://traingate.test``,
     or an ephemeral port) replaced by what they are, so a user is not sent looking for them."""
@@ -462,7 +383,3 @@ def name_gate_urls(text: str | None, base_url: str) -> str | None:
         .replace(f"{base_url}/v1/rollout/completed", "the mock TrainGate's completion endpoint")
         .replace(base_url, "the mock TrainGate")
     )
-
-
-def _reply_message(reply: CompletionsResponse) -> dict[str, Any]:
-    return reply.message.model_dump(mode="json", exclude_none=True)

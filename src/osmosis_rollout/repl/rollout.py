@@ -1,0 +1,257 @@
+"""One rollout of the REPL: starting it, showing its turns, cancelling it, reporting its end.
+
+The rollout runs as a task beside the prompt loop; the :class:`SteppingBackend` posts each of
+its turns on the event queue. :class:`RolloutDriver` owns that side (the harness, the stepper,
+the queue) so the prompt loop only decides what to run and what each command does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.markup import escape
+from rich.rule import Rule
+
+from ..agent import RolloutContext
+from ..errors import OsmosisError
+from ..evaluation.runner import RowResult, result_from_outcome
+from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics
+from ..testing.harness import Harness, RolloutOutcome
+from ..testing.records import RolloutRecord
+from ..testing.traingate import name_gate_urls
+from .stepper import SteppingBackend, Turn, TurnTimes, Waiting
+from .terminal import Terminal
+from .views import metrics_table, outcome_view, turn_view
+
+__all__ = ["FOREVER_S", "Active", "Ended", "Finished", "RolloutDriver", "Start"]
+
+#: A paused rollout waits for a human: no deadline should end it behind their back.
+FOREVER_S = 7 * 24 * 3600.0
+#: How long leaving waits for a cancelled rollout's callback before giving up on it.
+_QUIT_WAIT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Start:
+    """A rollout to start: its first messages and metadata, and how to name it."""
+
+    messages: list[Message]
+    metadata: dict[str, Any]
+    label: str
+    row: int | None = None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Posted on the event queue when a rollout's ``Harness.run`` returns."""
+
+    rollout_id: str
+
+
+@dataclass
+class Active:
+    """The rollout being stepped through."""
+
+    rollout_id: str
+    label: str
+    task: asyncio.Task[RolloutOutcome]
+    cancel_requested: bool = False
+
+
+@dataclass
+class Finished:
+    """The last rollout that ended, for ``messages``/``tools``/``metrics`` at the idle prompt."""
+
+    row: RowResult
+    tools: list[OpenAIFunctionToolSchema]
+    times: TurnTimes = field(default_factory=TurnTimes)
+
+
+#: What the prompt loop does at a turn that waits: prompt until the reply is sent on.
+OnPause = Callable[[Active, Turn], Awaitable[None]]
+
+
+class RolloutDriver:
+    """Runs one rollout at a time through ``harness``, whose LLM backend is ``stepper``."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        stepper: SteppingBackend,
+        events: asyncio.Queue[Turn | Waiting | Ended],
+        terminal: Terminal,
+        *,
+        completion_params: dict[str, Any],
+        max_turns: int,
+    ) -> None:
+        self.harness = harness
+        self.stepper = stepper
+        self.events = events
+        self.terminal = terminal
+        self.completion_params = completion_params
+        self.max_turns = max_turns
+        #: The active rollout's turn that is with the model now, for the "waiting" line.
+        self.waiting: Waiting | None = None
+
+    async def run(
+        self, start: Start, *, on_pause: OnPause, leaving: Callable[[], bool]
+    ) -> Finished | None:
+        """Run ``start`` to its end, calling ``on_pause`` at each turn that waits; the finished
+        rollout once its outcome is shown, or None when it failed or was given up on.
+        ``leaving`` says whether the user is leaving the REPL (then the end is awaited briefly)."""
+        tag = f"row{start.row}" if start.row is not None else "msg"
+        rid = f"repl-{tag}-{uuid.uuid4().hex[:6]}"
+        self.stepper.active = rid
+        task = asyncio.create_task(
+            self.harness.run(
+                start.messages,
+                rollout_id=rid,
+                completion_params=self.completion_params,
+                metadata=start.metadata,
+                max_turns=self.max_turns,
+                timeout_s=FOREVER_S,
+            )
+        )
+        task.add_done_callback(lambda _: self.events.put_nowait(Ended(rid)))
+        active = Active(rid, start.label, task)
+        self.terminal.show(Rule(f"rollout {rid} | {start.label}", style="bold blue"))
+        try:
+            await self._drive(active, on_pause, leaving)
+        finally:
+            self.stepper.active = None
+            self.waiting = None
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return self._report(active, start)
+
+    async def _drive(self, active: Active, on_pause: OnPause, leaving: Callable[[], bool]) -> None:
+        """Show each turn of ``active`` and prompt at those that wait, until it ends."""
+        while True:
+            event = await self._next_event(active, leaving)
+            if event is None or (
+                isinstance(event, Ended) and event.rollout_id == active.rollout_id
+            ):
+                return
+            if isinstance(event, Ended):
+                continue
+            if isinstance(event, Waiting):
+                if event.rollout_id == active.rollout_id:
+                    self.waiting = event
+                continue
+            if event.rollout_id != active.rollout_id:
+                event.release()
+                continue
+            self.waiting = None
+            self.terminal.show(turn_view(event, title=active.label))
+            if event.waiting:
+                await on_pause(active, event)
+
+    async def _next_event(
+        self, active: Active, leaving: Callable[[], bool]
+    ) -> Turn | Waiting | Ended | None:
+        """The next event, with Ctrl-C watched; None when leaving and the rollout will not end."""
+        with self.terminal.watch_interrupt(lambda: self.interrupt(active)):
+            if not leaving():
+                if self.waiting is None:
+                    return await self.events.get()
+                return await self.terminal.get_showing_wait(self.events, self.waiting)
+            try:
+                return await asyncio.wait_for(self.events.get(), _QUIT_WAIT_S)
+            except TimeoutError:
+                self.terminal.say(
+                    f"[yellow]Gave up waiting for rollout {active.rollout_id} to end.[/]"
+                )
+                return None
+
+    def _report(self, active: Active, start: Start) -> Finished | None:
+        task = active.task
+        say = self.terminal.say
+        if task.cancelled():
+            say(
+                f"[yellow]Stopped waiting for rollout {active.rollout_id}[/]; a remote server "
+                "may still finish it."
+            )
+            return None
+        exc = task.exception()
+        if isinstance(exc, OsmosisError):
+            message = name_gate_urls(str(exc), self.harness.gate.base_url) or ""
+            say(f"[bold red]Error:[/] {escape(message)}")
+            return None
+        if exc is not None:
+            raise exc
+        outcome = task.result()
+        row = result_from_outcome(start.row or 0, outcome, gate_url=self.harness.gate.base_url)
+        times = self.stepper.times.pop(active.rollout_id, TurnTimes())
+        self.terminal.show(outcome_view(row, paused_ms=times.paused_ms, model_ms=times.model_ms))
+        return Finished(row, list(outcome.record.tools), times)
+
+    def run_free(self, active: Active) -> None:
+        """Let ``active`` run to its end without pausing at its turns."""
+        self.stepper.run_free(active.rollout_id)
+
+    def interrupt(self, active: Active, reason: str = "Ctrl-C at the REPL") -> None:
+        """Ctrl-C (or ``q``, Ctrl-D, ``row``/``new``): cancel the rollout, saying why in its
+        ERROR/cancelled result; a second Ctrl-C stops waiting for it."""
+        if active.task.done():
+            return
+        say = self.terminal.say
+        if active.cancel_requested:
+            say("[yellow]Ctrl-C again: no longer waiting for this rollout.[/]")
+            active.task.cancel()
+            return
+        active.cancel_requested = True
+        if self.harness.cancel(active.rollout_id, reason=reason):
+            say(
+                f"[yellow]Cancelling rollout {active.rollout_id}[/]; the server sends its "
+                "ERROR/cancelled callback."
+            )
+            return
+        self.stepper.abandon(active.rollout_id)
+        say(
+            f"[yellow]Rollout {active.rollout_id} runs on a remote server[/], which cannot be "
+            "cancelled from here: its LLM turns are now refused, so it ends with an error. "
+            "Ctrl-C again stops waiting."
+        )
+
+    def show_live_metrics(self, active: Active, turn: Turn) -> None:
+        """The metrics of ``active`` so far, paused at ``turn``."""
+        context = self._context(active.rollout_id)
+        metrics = context.metrics if context is not None else _metrics_from(turn.record)
+        times = self.stepper.times.get(active.rollout_id, TurnTimes())
+        paused_ms = times.paused_now_ms()
+        in_flight = turn.model_ms + paused_ms - times.paused_ms if context is not None else 0.0
+        self.terminal.show(
+            metrics_table(
+                metrics,
+                paused_ms=paused_ms,
+                model_ms=times.model_ms,
+                in_flight_ms=in_flight,
+                title="Metrics so far",
+            )
+        )
+
+    def _context(self, rollout_id: str) -> RolloutContext | None:
+        """The running rollout's context, when the server runs in this process."""
+        server = self.harness.rollout_server
+        entry = server.registry.by_id.get(rollout_id) if server is not None else None
+        return entry.control.context if entry is not None else None
+
+
+def _metrics_from(record: RolloutRecord) -> RolloutMetrics:
+    """Metrics as TrainGate sees them, for a server in another process (no latency split)."""
+    usages = [reply.usage for reply in record.replies]
+    tool_results = sum(
+        1 for m in (record.chats[-1].messages if record.chats else []) if m.get("role") == "tool"
+    )
+    return RolloutMetrics(
+        num_llm_calls=len(record.replies),
+        num_tool_calls=tool_results,
+        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        response_tokens=sum(u.completion_tokens for u in usages),
+        max_context_tokens=max((u.prompt_tokens for u in usages), default=0),
+    )
