@@ -7,8 +7,11 @@ the median of each side and their ratio.
 
     python benchmarks/compare_installs.py --baseline /path/to/old-checkout
 
-``--baseline`` is a checkout of the older commit with its own virtualenv in ``.venv`` (or give
-``--baseline-python``). Each side runs its own copy of the benchmark scripts, so a script that
+``--baseline`` is a checkout of the older commit. Both sides run on this interpreter and its
+installed dependencies, each with its own ``src`` first on ``PYTHONPATH``, so only our code
+differs (two virtualenvs with the same packages measured up to 25% apart here, both ways);
+``--baseline-python`` runs the baseline on another interpreter instead, for when the
+dependencies differ. Each side runs its own copy of the benchmark scripts, so a script that
 imports a module that moved still measures the same thing on both sides.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -99,9 +103,11 @@ FIGURES = (
 
 
 def _run(root: Path, python: str, figure: Figure) -> dict[str, Any]:
-    """Run one script of the checkout at ``root`` and return the results it wrote."""
+    """Run one script of the checkout at ``root`` (its ``src`` first on the path) and return
+    the results it wrote."""
     cmd = [python, str(root / "benchmarks" / figure.script), *figure.args]
-    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return json.loads((root / "benchmarks" / "results" / f"{figure.results}.json").read_text())
@@ -110,11 +116,11 @@ def _run(root: Path, python: str, figure: Figure) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", type=Path, required=True, help="checkout of the old commit")
-    parser.add_argument("--baseline-python", help="its python (default: BASELINE/.venv/bin/python)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per script")
+    parser.add_argument("--baseline-python", help="run the baseline on this python instead")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per script")
     args = parser.parse_args()
     base_root = args.baseline.resolve()
-    base_python = args.baseline_python or str(base_root / ".venv" / "bin" / "python")
+    base_python = args.baseline_python or sys.executable
     sides = {"before": (base_root, base_python), "after": (ROOT, sys.executable)}
 
     by_script: dict[tuple[str, tuple[str, ...]], list[Figure]] = {}

@@ -33,7 +33,7 @@ __all__ = ["MAX_RESPONSE_BYTES", "Http1Transport"]
 #: The largest response body kept (raw and decoded): a TrainGate reply is a few KB.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_MAX_NAMES = 256  # header names remembered with their lowercase form
+_MAX_NAMES = 256  # header names (and URLs) remembered with their parsed form
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 #: Headers that frame the message: ours to write, never the caller's.
@@ -89,6 +89,10 @@ class Http1Transport:
         self.max_response_bytes = max_response_bytes
         self._ssl = ssl_context
         self._names: dict[str, tuple[str, bytes]] = {}
+        #: Each URL's parsed target (a TrainGate has a few). Parsing per call cost 10-25% more
+        #: CPU per LLM turn through ``ctx.chat`` (bench_turn_overhead.py, docs/benchmarks.md
+        #: section 18); cleared when it grows past _MAX_NAMES (many TrainGates).
+        self._targets: dict[str, _Target] = {}
         self._idle: dict[tuple[str, str, int], collections.deque[Connection]] = {}
         self._idle_count = 0
         #: Connections counted against ``max_connections`` (connecting, busy or idle).
@@ -102,7 +106,7 @@ class Http1Transport:
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """POST ``content`` to ``url``; see :class:`~osmosis_rollout.transport.PostTransport`."""
-        target = self._target(url)
+        target = self._targets.get(url) or self._target(url)
         request = self._request(target, content, headers)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.attempt_timeout_s
@@ -180,9 +184,13 @@ class Http1Transport:
         if parts.username is not None:  # user:password@host, as httpx2 sends it
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             head += f"Authorization: Basic {base64.b64encode(secret.encode()).decode()}\r\n"
-        return _Target(
+        target = _Target(
             (scheme, host, port), host, port, scheme == "https", head.encode(), "@" in parts.netloc
         )
+        if len(self._targets) >= _MAX_NAMES:
+            self._targets.clear()
+        self._targets[url] = target
+        return target
 
     def _request(self, target: _Target, content: bytes, headers: Mapping[str, str]) -> bytes:
         parts = [target.head, b"Content-Length: %d\r\n" % len(content)]
