@@ -126,3 +126,17 @@ def test_a_command_module_that_fails_to_import_fails_loudly() -> None:
     assert done.returncode != 0, done.stdout
     assert "imported" not in done.stdout
     assert "No module named 'osmosis_rollout.cli.view'" in done.stderr
+
+
+def test_each_commands_summary_is_one_line_so_help_never_breaks_it_mid_sentence() -> None:
+    """`osmosis --help` shows each command's first docstring paragraph; a paragraph written over
+    two source lines was printed with its line break, cut mid-sentence (`view` was)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        summary = (command.help or "").strip().split("\n\n")[0]
+        assert "\n" not in summary, name
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"})
+    assert "Serve a local web page of the rollouts in PATH" in result.output
+    assert "each rollout as a" not in result.output  # the second line of the old paragraph

@@ -213,6 +213,9 @@ async def test_blocking_call_messages_name_the_call_and_the_fix() -> None:
         assert any(m.startswith(f"{name}()") for m in messages), name
     assert any("socket.create_connection()" in m for m in messages)
     assert "anyio.sleep" in messages[0]
+    http = next(m for m in messages if m.startswith("requests.get()"))
+    assert "httpx2 (installed with osmosis-rollout; the maintained continuation of httpx)" in http
+    assert "async with httpx2.AsyncClient() as http: reply = await http.get(url)" in http
 
 
 async def test_a_faulted_class_is_not_reported_twice() -> None:

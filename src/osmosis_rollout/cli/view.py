@@ -31,10 +31,11 @@ def command_view(
         bool, typer.Option("--open", help="Open the page in the default web browser.")
     ] = False,
 ) -> None:
-    """Serve a local web page of the rollouts in PATH: a filterable table, each rollout as a
-    chat transcript with its tool calls and timing, and two rollouts of a row side by side.
+    """Serve a local web page of the rollouts in PATH, to filter, read and compare them.
 
-    Only this computer can reach the page (it listens on 127.0.0.1). Ctrl-C stops it.
+    A filterable table; each rollout as a chat transcript with its tool calls and timing; two
+    rollouts of a row side by side. Only this computer can reach the page (it listens on
+    127.0.0.1). Ctrl-C stops it.
     """
     import uvicorn
 

@@ -331,15 +331,22 @@ def _class_chain(
     return chain if reaches else []
 
 
+_URLOPEN = ("urllib.request.urlopen", "urllib2.urlopen")
+#: httpx2 is named with what it is: a newcomer has never heard of it.
+_ASYNC_HTTP = (
+    "use an async HTTP client: httpx2 (installed with osmosis-rollout; the maintained "
+    "continuation of httpx), e.g. `async with httpx2.AsyncClient() as http: "
+    "reply = await http.get(url)`"
+)
+
+
 def _blocking(name: str) -> str | None:
     """How to avoid the blocking call ``name``, or None when it does not block."""
     module, _, func = name.rpartition(".")
     if name == "time.sleep":
         return "use `await anyio.sleep(...)` (or asyncio.sleep)"
-    if module == "requests" or name.startswith("requests."):
-        return "use an async client such as httpx2.AsyncClient"
-    if name in ("urllib.request.urlopen", "urllib2.urlopen"):
-        return "use an async client such as httpx2.AsyncClient"
+    if module == "requests" or name.startswith("requests.") or name in _URLOPEN:
+        return _ASYNC_HTTP
     if module == "subprocess" and func in _SUBPROCESS:
         return "use `await anyio.run_process(...)`"
     if name in ("open", "io.open"):
