@@ -58,11 +58,12 @@ def test_init_prints_the_files_and_the_next_three_commands(tmp_path: Path) -> No
     assert "  dataset.jsonl" in lines
     assert lines[-3].startswith("  cd ")
     assert Path(shlex.split(lines[-3])[1]).absolute() == dest
-    assert lines[-4:] == [
+    assert lines[-5:] == [
+        "Its agent, my_agent.agent:MyAgent, is named in pyproject.toml ([tool.osmosis] agent).",
         "Next:",
         lines[-3],
-        "  osmosis validate my_agent.agent:MyAgent",
-        "  osmosis test my_agent.agent:MyAgent --dataset dataset.jsonl",
+        "  osmosis validate",  # the project's [tool.osmosis] agent: no TARGET to type
+        "  osmosis test --dataset dataset.jsonl",
     ]
     assert (dest / "my_agent" / "agent.py").is_file()
 

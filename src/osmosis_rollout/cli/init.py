@@ -79,10 +79,13 @@ def init_command(
     out.print(f"Created [bold]{escape(name)}[/] from the {escape(template)} template in {where}:")
     for file in files:
         out.print(f"  {escape(file.relative_to(dest).as_posix())}")
-    out.print("\nNext:")
+    # The project names its agent in [tool.osmosis]: inside it, commands need no TARGET.
+    named = escape("([tool.osmosis] agent)")
+    out.print(f"\nIts agent, {names.target}, is named in pyproject.toml {named}.")
+    out.print("Next:")
     out.print(f"  cd {escape(shlex.quote(shown))}")
-    out.print(f"  osmosis validate {names.target}")
-    out.print(f"  osmosis test {names.target} --dataset dataset.jsonl")
+    out.print("  osmosis validate")
+    out.print("  osmosis test --dataset dataset.jsonl")
 
 
 def _shown(dest: Path) -> str:
