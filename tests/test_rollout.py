@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,65 @@ async def test_hanging_agent_times_out(
     assert response.finish_reason == "timeout"
     assert response.error_message == "rollout exceeded its deadline of 0.2 s"
     assert_partial_conversation(response)
+
+
+def tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A reply that calls one tool."""
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    return {"content": None, "tool_calls": [{"id": "c1", "type": "function", "function": function}]}
+
+
+@pytest.mark.parametrize(
+    ("attr", "call"),
+    [
+        ("SlowSqlAgent", tool_call("run_sql", {"query": "SELECT 1"})),  # sync: a worker thread
+        ("SlowFetchAgent", tool_call("fetch", {"url": "http://x.test"})),  # async
+    ],
+)
+async def test_deadline_names_the_tool_call_it_cut(
+    mock_client: tuple[MockTrainGate, TrainGateClient], attr: str, call: dict[str, Any]
+) -> None:
+    """A tool still running at the deadline is named in the timeout, with how long it ran."""
+    gate, _client = mock_client
+    gate.backend = ScriptedBackend([call])
+    agent = getattr(load_asset("val_dry_run_tool_hangs"), attr)()
+    started = anyio.current_time()
+    response = await run_with_gate(mock_client, agent, deadline_s=0.4)
+    assert anyio.current_time() - started < 1.2  # not held by the sleeping sync tool
+    assert response.finish_reason == "timeout"
+    name = call["tool_calls"][0]["function"]["name"]
+    message = response.error_message or ""
+    found = re.fullmatch(
+        rf"rollout exceeded its deadline of 0\.4 s; tool '{name}' had been running for "
+        r"(\d\.\d) s of it",
+        message,
+    )
+    assert found, message
+    assert 0.1 <= float(found.group(1)) <= 0.4
+
+
+async def test_deadline_does_not_name_a_tool_cut_earlier(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """A tool call the agent itself gave up on long before the deadline is not blamed for it."""
+    gate, _client = mock_client
+    gate.backend = ScriptedBackend([tool_call("fetch", {"url": "http://x.test"})])
+    toolbox = load_asset("val_dry_run_tool_hangs").SlowFetchAgent().toolbox
+
+    class GivesUpAgent(RolloutAgentLoop):
+        name = "gives-up"
+
+        def get_tools(self, request: RolloutRequest) -> list:
+            return toolbox.schemas
+
+        async def run(self, ctx: Any) -> Any:
+            result = await ctx.chat(list(ctx.request.messages))
+            with anyio.move_on_after(0.05):
+                await toolbox.execute(ctx, result.tool_calls)
+            await anyio.sleep_forever()
+
+    response = await run_with_gate(mock_client, GivesUpAgent(), deadline_s=0.4)
+    assert response.error_message == "rollout exceeded its deadline of 0.4 s"
 
 
 async def test_control_cancel_ends_the_rollout_as_cancelled(

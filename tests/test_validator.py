@@ -348,6 +348,23 @@ async def test_dry_run_error_carries_the_agents_message() -> None:
     assert "agent raised KeyError: 'score'" in find(result, "DRY_RUN_ERROR")[0].message
 
 
+@pytest.mark.parametrize(
+    ("attr", "tool"), [("SlowSqlAgent", "run_sql"), ("SlowFetchAgent", "fetch")]
+)
+async def test_dry_run_timeout_names_the_hanging_tool(attr: str, tool: str) -> None:
+    """A tool call still running at the limit (sync or async) is named, with its running time."""
+    result = await validate_agent_loop_async(target("val_dry_run_tool_hangs", attr), timeout_s=0.5)
+    problem = find(result, "DRY_RUN_TIMEOUT")[0]
+    assert re.fullmatch(
+        rf"run\(\) did not finish within 0\.5 s: tool '{tool}' had been running for "
+        r"0\.\d s of it; check that tool for a call that never returns, and give the Toolbox "
+        r"a timeout_s \(or raise --timeout if the tool is just slow\)",
+        problem.message,
+    ), problem.message
+    line = line_of(ASSETS / "val_dry_run_tool_hangs.py", "<- DRY_RUN_TIMEOUT")
+    assert problem.location == f"tests/assets/val_dry_run_tool_hangs.py:{line}"
+
+
 async def test_dry_run_is_skipped_when_dynamic_checks_fail() -> None:
     """An agent the server would refuse is not dry-run."""
     result = await validate_agent_loop_async(target("val_tool_name_invalid", "BadNameAgent"))

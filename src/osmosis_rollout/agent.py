@@ -167,6 +167,8 @@ class RolloutContext:
         self._tool_latency_ms = 0.0
         self._tool_wall_ms = 0.0
         self._tool_batches = 0  # > 0 while a Toolbox batch runs: its wall time is counted once
+        # The longest-running Toolbox call a cancellation cut, as (name, seconds run, cut at).
+        self._tool_cut: tuple[str, float, float] | None = None
         self._llm_calls = 0
         self._num_tool_calls = 0
         self._prompt_tokens = 0
@@ -333,6 +335,23 @@ class RolloutContext:
             self._tool_batches -= 1
             if not self._tool_batches:
                 self._tool_wall_ms += (time.perf_counter() - started) * 1000
+
+    def _record_tool_cut(self, name: str, started: float) -> None:
+        """Note that a cancellation (the rollout's deadline, say) stopped tool ``name``, started
+        at ``started`` (``perf_counter``); of several cut together, the longest-running is kept.
+        Only the cancelled path pays: a call that returns records nothing."""
+        now = time.perf_counter()
+        ran = now - started
+        cut = self._tool_cut
+        if cut is None or cut[2] < now - 0.05 or ran > cut[1]:
+            self._tool_cut = (name, ran, now)
+
+    def _tool_cut_since(self, moment: float) -> tuple[str, float] | None:
+        """``(name, seconds)`` of the tool a cancellation stopped at or after ``moment``."""
+        cut = self._tool_cut
+        if cut is None or cut[2] < moment:
+            return None
+        return cut[0], cut[1]
 
     def log_event(self, event_type: str, **data: Any) -> None:
         """Append ``{"event": event_type, "rollout_id": ..., **data}`` to the debug trace, if

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -109,8 +110,10 @@ async def run_rollout(
             control.scope = scope
             if control.cancelled:
                 scope.cancel()
+            deadline_at = math.inf
             if deadline_s is not None:
                 scope.deadline = anyio.current_time() + deadline_s
+                deadline_at = time.perf_counter() + deadline_s
             try:
                 await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled before start: no turn
                 result = await agent.run(ctx)
@@ -126,7 +129,7 @@ async def run_rollout(
                 finish_reason, error_message = "cancelled", f"rollout cancelled ({control.reason})"
             else:
                 finish_reason = "timeout"
-                error_message = f"rollout exceeded its deadline of {deadline_s:g} s"
+                error_message = _deadline_message(ctx, deadline_s, deadline_at)
             result = None
         if result is not None and not isinstance(result, RolloutResult):
             error_message = (
@@ -190,6 +193,18 @@ async def run_rollout(
         _log_finished(response)
         _end_span(span, response)
         return response
+
+
+def _deadline_message(ctx: RolloutContext, deadline_s: float | None, deadline_at: float) -> str:
+    """The timeout's error message; it names the tool call the deadline cut, if one was running
+    (a hung tool is the usual cause, and the one the agent's code does not show)."""
+    message = f"rollout exceeded its deadline of {deadline_s:g} s"
+    # The deadline is set on anyio's clock; this one, a little apart, allows for the difference.
+    cut = ctx._tool_cut_since(deadline_at - 0.05)
+    if cut is not None:
+        name, seconds = cut
+        message += f"; tool {name!r} had been running for {seconds:.1f} s of it"
+    return message
 
 
 def _end_span(span: Any, response: RolloutResponse) -> None:

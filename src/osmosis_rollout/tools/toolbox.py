@@ -220,6 +220,11 @@ class Toolbox:
         except ToolError as exc:
             error = _shorten(str(exc))
             content = f"Error: {error}"
+        except anyio.get_cancelled_exc_class():
+            # Cut by a deadline (the rollout's): its message can name the tool that held it.
+            if name in self._specs:
+                ctx._record_tool_cut(name, started)
+            raise
         latency_ms = (time.perf_counter() - started) * 1000
         ctx.record_tool_call(latency_ms)
         result, result_chars = clip_text(content)

@@ -123,6 +123,13 @@ def problems_from_outcome(
 def _classify_error(finish_reason: str | None, message: str, timeout_s: float) -> tuple[str, str]:
     """(code, message) for an ``ERROR`` result, from how ``run_rollout`` words its causes."""
     if finish_reason == "timeout":
+        if (tool := _CUT_TOOL.search(message)) is not None:
+            return (
+                "DRY_RUN_TIMEOUT",
+                f"run() did not finish within {timeout_s:g} s: {tool.group(0)}; check that tool "
+                "for a call that never returns, and give the Toolbox a timeout_s (or raise "
+                "--timeout if the tool is just slow)",
+            )
         return (
             "DRY_RUN_TIMEOUT",
             f"run() did not finish within {timeout_s:g} s; check for a loop that never ends or "
@@ -135,6 +142,8 @@ def _classify_error(finish_reason: str | None, message: str, timeout_s: float) -
     return "DRY_RUN_ERROR", f"the rollout ended with status ERROR: {message}"
 
 
+#: How ``run_rollout`` names the tool call its deadline cut.
+_CUT_TOOL = re.compile(r"tool \S+ had been running for [\d.]+ s of it$")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
