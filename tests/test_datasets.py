@@ -293,7 +293,7 @@ ROW_ERRORS = [
         "d.csv",
         "user_prompt,ground_truth\na,1\nb,2,3\n",
         None,
-        "row 2: has 3 fields but the header has 2 (line 3)",
+        "row 2: has 3 fields but the header has 2; quote values that hold a comma (line 3)",
     ),
     (
         "csv_duplicate_header",
@@ -350,7 +350,7 @@ def test_every_bad_row_is_named_with_its_line_not_only_the_first(tmp_path: Path)
     assert str(info.value) == (
         "3 rows of d.jsonl are bad:\n"
         "  row 2: invalid JSON on line 2 of d.jsonl: Expecting property name enclosed in "
-        "double quotes (column 21)\n"
+        "double quotes (column 21); each line must be one whole JSON object\n"
         "  row 3, column 'user_prompt': must be a string, got a number (5) (line 3)\n"
         "  row 5, column 'user_prompt': needs a 'user_prompt' string or a 'messages' list; its "
         "columns are 'question' (line 5)"
@@ -379,7 +379,7 @@ def test_csv_bad_rows_are_all_named(tmp_path: Path) -> None:
     with pytest.raises(BadRowsError) as info:
         load_dataset(path)
     assert str(info.value).splitlines()[1:] == [
-        "  row 2: has 3 fields but the header has 2 (line 3)",
+        "  row 2: has 3 fields but the header has 2; quote values that hold a comma (line 3)",
         "  row 3, column 'user_prompt': needs a 'user_prompt' string or a 'messages' list; its "
         "columns are 'ground_truth' (line 4)",
     ]

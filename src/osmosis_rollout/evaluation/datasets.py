@@ -178,7 +178,7 @@ def _read_jsonl(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], i
             except json.JSONDecodeError as exc:
                 data = DatasetError(
                     f"invalid JSON on line {line_no} of {path.name}: {exc.msg} "
-                    f"(column {exc.colno})",
+                    f"(column {exc.colno}); each line must be one whole JSON object",
                     row=count,
                 )
             selected.append((count, f"line {line_no}", data))
@@ -237,7 +237,8 @@ def _read_csv(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int
                 where = f"line {reader.line_num}"
                 if len(values) > len(header):
                     extra = DatasetError(
-                        f"has {len(values)} fields but the header has {len(header)} ({where})",
+                        f"has {len(values)} fields but the header has {len(header)}; "
+                        f"quote values that hold a comma ({where})",
                         row=count,
                     )
                     selected.append((count, where, extra))
