@@ -198,6 +198,23 @@ def test_replay_delivers_and_removes_and_keeps_what_fails(
 
 
 @pytest.mark.usefixtures("clean_cwd")
+def test_replay_takes_the_id_that_list_shows(where: list[str]) -> None:
+    """The short id of a file (or a stream entry's id) picks that entry, and only it."""
+    gone, other = undelivered("gone"), undelivered("other")
+    gone.server_url = other.server_url = f"http://127.0.0.1:{free_port()}"
+    keep(where, gone, other)
+    _, first, _ = invoke("outbox", "list", *where).stdout.splitlines()
+    assert " gone " in first
+
+    replayed = invoke("outbox", "replay", *where, first.split()[0])
+
+    assert replayed.exit_code == 1, replayed.output
+    assert "failed    gone: could not reach" in replayed.stderr
+    assert "other" not in replayed.stderr
+    assert "0 delivered, 1 still in the outbox" in replayed.stderr
+
+
+@pytest.mark.usefixtures("clean_cwd")
 def test_replay_of_chosen_ids_and_an_empty_outbox(where: list[str]) -> None:
     """Ids that match nothing replay nothing; an empty outbox says so; both exit 0."""
     chosen = invoke("outbox", "replay", *where, "no-such-rollout")

@@ -128,7 +128,7 @@ def detail(row: dict[str, Any], now: float | None = None) -> list[tuple[str, str
     return [
         ("id", row["id"]),
         ("rollout", row["rollout_id"]),
-        ("result", f"{row['status']}/{row['finish_reason']}"),
+        ("result", f"{row['status'] or '?'}/{row['finish_reason'] or '?'}"),
         ("traingate", row["server_url"]),
         ("written", when),
         ("tries", f"{count} ({meaning})"),
