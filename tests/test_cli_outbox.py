@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def keep(options: list[str], *entries: Any) -> None:
 
 
 def invoke(*args: str) -> Any:
-    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
+    return runner.invoke(app, list(args), env={"COLUMNS": "80"})
 
 
 @pytest.fixture
@@ -65,11 +66,99 @@ def test_list_shows_each_entry_without_the_key(where: list[str]) -> None:
 
     assert table.exit_code == 0, table.output
     assert "r-1" in table.stdout
-    assert "ERROR/error" in table.stdout
     assert "2 undelivered callback(s)" in table.stderr
     rows = [json.loads(line) for line in lines.stdout.splitlines()]
     assert [row["rollout_id"] for row in rows] == ["r-1", "r-2"]
     assert "tg-secret" not in table.output + lines.output
+
+
+REFUSED = (
+    "could not reach http://127.0.0.1:9/tg/v1/rollout/completed after 4 attempt(s): "
+    "ConnectError: [Errno 111] Connect call failed ('127.0.0.1', 9): Connection refused"
+)
+
+
+def refused(rollout_id: str) -> Any:
+    """An entry as a server keeps it when TrainGate was down through all its retries."""
+    entry = undelivered(rollout_id)
+    entry.error = REFUSED
+    return entry
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_list_is_one_line_per_entry_at_80_columns(where: list[str]) -> None:
+    """Id, rollout id, age, tries and the error's start, one line each within 80 columns; the
+    tries agree with the error's "after 4 attempt(s)" (not "attempts 0"), and the error is
+    cut with an ellipsis, not in the middle of "[Errno 111]" with nothing to say so."""
+    keep(where, refused("r-1"), refused("0b5e2c1a-94f1-4d53-9a51-3c6f2b8e7d10"))
+    listed = invoke("outbox", "list", *where)
+    ids = [
+        json.loads(line)["id"]
+        for line in invoke("outbox", "list", *where, "--json").stdout.splitlines()
+    ]
+
+    assert listed.exit_code == 0, listed.output
+    header, *entries = listed.stdout.splitlines()
+    assert header.split() == ["ID", "ROLLOUT", "AGE", "TRIES", "ERROR"]
+    assert len(entries) == 2
+    for line, entry_id in zip(entries, ids, strict=True):
+        assert len(line) <= 80, line
+        # A file's id is shown without its rollout id and .json; show and replay take it.
+        shown = entry_id if where[0] == "--state" else ".".join(entry_id.split(".")[-3:-1])
+        assert line.startswith(shown + "  ")
+        assert line.endswith("…")
+        assert "  0s  " in line
+        assert "  4      ConnectError: [Errno 111] " in line
+    assert "r-1" in entries[0]
+    assert "0b5e2c1a-94f1…" in entries[1]
+    short = entries[1].split()[0]
+    assert "0b5e2c1a-94f1-4d53-9a51-3c6f2b8e7d10" in invoke("outbox", "show", *where, short).stdout
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_list_names_the_store_the_entries_are_in(where: list[str], tmp_path: Path) -> None:
+    """Files on disk are the file outbox in their folder, not "memory"; Redis is its stream."""
+    empty = invoke("outbox", "list", *where)
+    keep(where, undelivered("r-1"))
+    listed = invoke("outbox", "list", *where)
+
+    if where[0] == "--outbox-dir":
+        store = f"the file outbox in {tmp_path / 'outbox'}"
+    else:
+        store = f"the Redis stream osmosis:outbox at {where[1]}"
+    assert "memory" not in empty.stderr + listed.stderr
+    assert f"The {store.removeprefix('the ')} is empty." in " ".join(empty.stderr.split())
+    assert (
+        f"1 undelivered callback(s) in {store}; the whole of one with osmosis outbox show ID"
+        in (" ".join(listed.stderr.split()))
+    )
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_show_gives_an_entry_whole(where: list[str]) -> None:
+    """Every field and the entire error, by entry id or rollout id; an unknown id exits 2."""
+    keep(where, refused("r-1"))
+    [row] = [
+        json.loads(line) for line in invoke("outbox", "list", *where, "--json").stdout.splitlines()
+    ]
+    by_id = invoke("outbox", "show", *where, row["id"])
+    by_rollout = invoke("outbox", "show", *where, "r-1")
+    as_json = invoke("outbox", "show", *where, "r-1", "--json")
+    missing = invoke("outbox", "show", *where, "r-9")
+
+    assert by_id.exit_code == 0, by_id.output
+    assert by_id.stdout == by_rollout.stdout
+    assert f"error:     {REFUSED}\n" in by_id.stdout
+    assert "result:    ERROR/error\n" in by_id.stdout
+    assert "tries:     4 (4 POST(s) by the server, none since)\n" in by_id.stdout
+    if where[0] == "--outbox-dir":  # files wait for a replay; a replica retries the stream
+        assert "next try:  on replay (osmosis outbox replay)\n" in by_id.stdout
+    else:
+        assert re.search(r"next try:  in \d+ s, by a replica\n", by_id.stdout)
+    assert "tg-secret" not in by_id.output + as_json.output
+    assert json.loads(as_json.stdout) == row
+    assert missing.exit_code == 2
+    assert "has the id or rollout id r-9" in missing.stderr
 
 
 @pytest.mark.usefixtures("clean_cwd")
@@ -99,6 +188,30 @@ def test_replay_delivers_and_removes_and_keeps_what_fails(
     assert callback.authorization == "Bearer tg-secret"
     assert [row["rollout_id"] for row in left] == ["gone"]
     assert left[0]["attempts"] == 1
+    # The replay's own two POSTs plus the server's round: at least 3, never "attempts 1"
+    # beside "after 2 attempt(s)".
+    shown = invoke("outbox", "show", *where, "gone").stdout
+    assert "after 2 attempt(s)" in shown
+    assert "tries:     3+ (at least 3: 1 round(s) since the server's, the last with 2 POST(s))" in (
+        shown
+    )
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_replay_takes_the_id_that_list_shows(where: list[str]) -> None:
+    """The short id of a file (or a stream entry's id) picks that entry, and only it."""
+    gone, other = undelivered("gone"), undelivered("other")
+    gone.server_url = other.server_url = f"http://127.0.0.1:{free_port()}"
+    keep(where, gone, other)
+    _, first, _ = invoke("outbox", "list", *where).stdout.splitlines()
+    assert " gone " in first
+
+    replayed = invoke("outbox", "replay", *where, first.split()[0])
+
+    assert replayed.exit_code == 1, replayed.output
+    assert "failed    gone: could not reach" in replayed.stderr
+    assert "other" not in replayed.stderr
+    assert "0 delivered, 1 still in the outbox" in replayed.stderr
 
 
 @pytest.mark.usefixtures("clean_cwd")

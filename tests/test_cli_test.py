@@ -661,3 +661,42 @@ def test_jobs_01_is_one_process_like_jobs_1(tmp_path: Path, args: list[str], mes
     result = invoke(CALCULATOR, "-d", DATASET, "--limit", "2", "--jobs", "01", *args)
     assert "--jobs" not in result.stderr, result.stderr
     assert message in result.stderr
+
+
+def bad_rows_dataset(tmp_path: Path) -> Path:
+    """Two good calculator rows and three bad ones (lines 2, 3 and 5)."""
+    good = Path(DATASET).read_text().splitlines()[:2]
+    lines = [good[0], '{"user_prompt": "b",', '{"user_prompt": 5}', good[1], '{"q": "e"}']
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_every_bad_row_is_named_and_the_run_stops_with_exit_2(tmp_path: Path) -> None:
+    """Not only the first: each bad row's line and problem, then how to go on."""
+    result = invoke(CALCULATOR, "-d", str(bad_rows_dataset(tmp_path)))
+    assert_one_clear_error(result, "Error: 3 rows of rows.jsonl are bad:")
+    err = " ".join(result.stderr.split())
+    assert "row 2: invalid JSON on line 2 of rows.jsonl" in err
+    assert "row 3, column 'user_prompt': must be a string, got a number (5) (line 3)" in err
+    assert "row 5, column 'user_prompt': needs a 'user_prompt' string or a 'messages' list" in err
+    assert "Hint: fix the rows, or run the others with --skip-bad-rows" in err
+    assert "Rollouts" not in result.stdout
+
+
+def test_skip_bad_rows_runs_the_others_and_counts_them(tmp_path: Path) -> None:
+    """--skip-bad-rows: a warning names them, the summary and --json count them, exit 0."""
+    path = bad_rows_dataset(tmp_path)
+    shown = invoke(CALCULATOR, "-d", str(path), "--skip-bad-rows")
+    as_json = invoke(CALCULATOR, "-d", str(path), "--skip-bad-rows", "--json")
+
+    assert shown.exit_code == 0, shown.stdout + shown.stderr
+    err = " ".join(shown.stderr.split())
+    assert "Warning: skipping 3 bad row(s) of rows.jsonl: row 2: invalid JSON on line 2" in err
+    assert "2/2" in shown.stdout
+    assert re.search(r"bad rows\s+3 skipped \(not run, not in passed/2\)", shown.stdout)
+    summary = json.loads(as_json.stdout)
+    assert (summary["rows"], summary["passed"], summary["bad_rows_skipped"]) == (2, 2, 3)
+    # Without the option the summary has no such key: it is not a count of zero skipped.
+    plain = json.loads(invoke(CALCULATOR, "-d", DATASET, "--limit", "1", "--json").stdout)
+    assert "bad_rows_skipped" not in plain

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from osmosis_rollout.errors import DatasetError
+from osmosis_rollout.evaluation.datasets import MAX_LISTED, BadRowsError, read_dataset
 from osmosis_rollout.testing import DatasetRow, load_dataset
 
 from .support import ASSETS
@@ -292,7 +293,7 @@ ROW_ERRORS = [
         "d.csv",
         "user_prompt,ground_truth\na,1\nb,2,3\n",
         None,
-        "row 2: has 3 fields but the header has 2 (line 3)",
+        "row 2: has 3 fields but the header has 2; quote values that hold a comma (line 3)",
     ),
     (
         "csv_duplicate_header",
@@ -323,8 +324,87 @@ def test_parquet_value_that_is_not_json(tmp_path: Path) -> None:
     """A binary Parquet column cannot go into metadata; the error names row and column."""
     path = tmp_path / "d.parquet"
     pq.write_table(pa.table({"user_prompt": ["a", "b"], "blob": [b"ok", b"\x00"]}), path)
-    with pytest.raises(DatasetError, match=r"^row 1, column 'blob': holds a bytes value"):
+    with pytest.raises(DatasetError) as info:
         load_dataset(path)
+    # Both rows are bad, so both are named (Parquet has no lines to name).
+    assert str(info.value) == (
+        "2 rows of d.parquet are bad:\n"
+        "  row 1, column 'blob': holds a bytes value, which is not JSON; convert it to a string\n"
+        "  row 2, column 'blob': holds a bytes value, which is not JSON; convert it to a string"
+    )
+
+
+BAD_ROWS = (
+    '{"user_prompt": "a"}\n'
+    '{"user_prompt": "b",\n'
+    '{"user_prompt": 5}\n'
+    '{"user_prompt": "d"}\n'
+    '{"question": "e"}\n'
+)
+
+
+def test_every_bad_row_is_named_with_its_line_not_only_the_first(tmp_path: Path) -> None:
+    """One run shows every row to fix: its row, line, column, what is wrong and the fix."""
+    with pytest.raises(BadRowsError) as info:
+        load_dataset(write(tmp_path, "d.jsonl", BAD_ROWS))
+    assert str(info.value) == (
+        "3 rows of d.jsonl are bad:\n"
+        "  row 2: invalid JSON on line 2 of d.jsonl: Expecting property name enclosed in "
+        "double quotes (column 21); each line must be one whole JSON object\n"
+        "  row 3, column 'user_prompt': must be a string, got a number (5) (line 3)\n"
+        "  row 5, column 'user_prompt': needs a 'user_prompt' string or a 'messages' list; its "
+        "columns are 'question' (line 5)"
+    )
+    assert [p.row for p in info.value.problems] == [2, 3, 5]
+    assert isinstance(info.value, DatasetError)  # still a ConfigError: exit 2 in the CLI
+
+
+def test_a_long_list_of_bad_rows_stops_at_twenty(tmp_path: Path) -> None:
+    """The first MAX_LISTED bad rows, then how many more."""
+    text = '{"user_prompt": 1}\n' * 25 + '{"user_prompt": "ok"}\n' + "[]\n" * 2
+    with pytest.raises(BadRowsError) as info:
+        load_dataset(write(tmp_path, "d.jsonl", text))
+    lines = str(info.value).splitlines()
+    assert MAX_LISTED == 20
+    assert lines[0] == "27 rows of d.jsonl are bad:"
+    assert len(lines) == 1 + MAX_LISTED + 1
+    assert lines[MAX_LISTED].startswith("  row 20, column 'user_prompt': must be a string")
+    assert lines[-1] == "  and 7 more"
+    assert len(info.value.problems) == 27
+
+
+def test_csv_bad_rows_are_all_named(tmp_path: Path) -> None:
+    """A row with too many fields no longer hides the rows after it."""
+    path = write(tmp_path, "d.csv", "user_prompt,ground_truth\na,1\nb,2,3\n,4\n")
+    with pytest.raises(BadRowsError) as info:
+        load_dataset(path)
+    assert str(info.value).splitlines()[1:] == [
+        "  row 2: has 3 fields but the header has 2; quote values that hold a comma (line 3)",
+        "  row 3, column 'user_prompt': needs a 'user_prompt' string or a 'messages' list; its "
+        "columns are 'ground_truth' (line 4)",
+    ]
+
+
+def test_skip_bad_rows_keeps_the_good_ones_and_names_the_rest(tmp_path: Path) -> None:
+    """The good rows keep their file numbers; the skipped ones are given back, not lost."""
+    path = write(tmp_path, "d.jsonl", BAD_ROWS)
+    dataset = read_dataset(path, skip_bad_rows=True)
+    assert [row.number for row in dataset.rows] == [1, 4]
+    assert [problem.row for problem in dataset.skipped] == [2, 3, 5]
+    assert [row.number for row in load_dataset(path, skip_bad_rows=True)] == [1, 4]
+    # limit and offset count the file's rows, bad or good.
+    assert [row.number for row in load_dataset(path, offset=1, limit=3, skip_bad_rows=True)] == [4]
+
+
+def test_skipping_every_row_is_still_an_error(tmp_path: Path) -> None:
+    """Nothing left to run: say so, with the rows, rather than run zero rows."""
+    path = write(tmp_path, "d.jsonl", '{"user_prompt": 1}\n')
+    with pytest.raises(BadRowsError) as info:
+        load_dataset(path, skip_bad_rows=True)
+    assert str(info.value) == (
+        "every row read from d.jsonl is bad (1):\n"
+        "  row 1, column 'user_prompt': must be a string, got a number (1) (line 1)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -109,3 +109,26 @@ def test_options_are_frozen_and_named_like_the_command_options() -> None:
     for field in dataclasses.fields(TestOptions):
         if field.name != "target":
             assert f"--{field.name.replace('_', '-')}" in help_text, field.name
+
+
+def test_skip_bad_rows_is_an_option_of_run_test(tmp_path: Path) -> None:
+    """TestOptions(skip_bad_rows=True): the good rows run, the summary counts the bad ones."""
+    good = DATASET.read_text().splitlines()[0]
+    path = tmp_path / "rows.jsonl"
+    path.write_text(f'{good}\n{{"user_prompt": 5}}\n')
+    warned: list[str] = []
+
+    class Notes(RunObserver):
+        def warn(self, message: str) -> None:
+            warned.append(message)
+
+    options = TestOptions(target=CALCULATOR, dataset=path, skip_bad_rows=True)
+    report = asyncio.run(run_test(options, Notes()))
+
+    assert [row.index for row in report.rows] == [1]
+    assert report.summary["bad_rows_skipped"] == 1
+    assert report.passed
+    assert warned == [
+        "skipping 1 bad row(s) of rows.jsonl:\n"
+        "  row 2, column 'user_prompt': must be a string, got a number (5) (line 2)"
+    ]

@@ -1,4 +1,4 @@
-"""``osmosis outbox list|replay``: the completion callbacks a server could not deliver."""
+"""``osmosis outbox list|show|replay``: the completion callbacks a server could not deliver."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from . import app
-from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stderr_console, stdout_console
+from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stderr_console
 from ._group import OsmosisGroup
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 outbox_app = typer.Typer(
     name="outbox",
     cls=OsmosisGroup,
-    help="List or replay the completion callbacks a server could not deliver.",
+    help="List, show or replay the completion callbacks a server could not deliver.",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
@@ -61,16 +62,8 @@ def _open(state: str | None, outbox_dir: Path | None) -> StateBackend:
         fail(str(exc))
 
 
-@outbox_app.command("list")
-def list_command(
-    state: StateOption = None,
-    outbox_dir: OutboxDirOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
-) -> None:
-    """Show every kept callback, oldest first (never the per-rollout key)."""
+def _entries(backend: StateBackend) -> list[dict[str, Any]]:
     from ..server.state import StateUnavailable
-
-    backend = _open(state, outbox_dir)
 
     async def read() -> list[dict[str, Any]]:
         try:
@@ -79,50 +72,72 @@ def list_command(
             await backend.close()
 
     try:
-        rows = run_async(read())
+        return run_async(read())
     except StateUnavailable as exc:
         fail(str(exc))
-    out = stdout_console()
+
+
+@outbox_app.command("list")
+def list_command(
+    state: StateOption = None,
+    outbox_dir: OutboxDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Show every kept callback, oldest first, one line each (never the per-rollout key)."""
+    import shutil
+
+    from ._outbox_view import lines, store_name
+
+    backend = _open(state, outbox_dir)
+    rows = _entries(backend)
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row, ensure_ascii=False))
         raise typer.Exit(EXIT_OK)
+    store = store_name(backend)
     if not rows:
-        stderr_console().print(f"The outbox of {backend.describe()} is empty.")
+        stderr_console().print(f"{store[0].upper()}{store[1:]} is empty.", soft_wrap=True)
         raise typer.Exit(EXIT_OK)
-    out.print(_table(rows))
+    # Plain text, not a table: a table folds every cell, and an entry over many lines.
+    for line in lines(rows, shutil.get_terminal_size().columns):
+        typer.echo(line)
     stderr_console().print(
-        f"{len(rows)} undelivered callback(s) in {backend.describe()}; "
-        "send them again with [bold]osmosis outbox replay[/]."
+        f"{len(rows)} undelivered callback(s) in {escape(store)}; the whole of one with "
+        "[bold]osmosis outbox show ID[/], send them again with [bold]osmosis outbox replay[/].",
+        soft_wrap=True,
     )
 
 
-def _table(rows: list[dict[str, Any]]) -> Any:
-    import time
+@outbox_app.command("show")
+def show_command(
+    ids: Annotated[
+        list[str],
+        typer.Argument(
+            help="Entry ids (as list shows them) or rollout ids.", metavar="ID", show_default=False
+        ),
+    ],
+    state: StateOption = None,
+    outbox_dir: OutboxDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Show kept callbacks whole: every field and the entire error (never the key)."""
+    from ._outbox_view import detail, matches, store_name
 
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("rollout", "status", "attempts", "written (UTC)", "next try", "error", "id"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        written = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["written_at"]))
-        if row["next_at"] is None:
-            next_try = "on replay"
-        else:
-            next_try = f"in {max(0.0, row['next_at'] - time.time()):.0f} s"
-        status = f"{row['status']}/{row['finish_reason']}"
-        table.add_row(
-            escape(row["rollout_id"]),
-            escape(status),
-            str(row["attempts"]),
-            written,
-            next_try,
-            escape(row["error"][:120]),
-            escape(row["id"]),
+    backend = _open(state, outbox_dir)
+    rows = [row for row in _entries(backend) if matches(row, set(ids))]
+    if not rows:
+        fail(
+            f"no entry of {store_name(backend)} has the id or rollout id {', '.join(ids)}",
+            hint="osmosis outbox list shows the ids",
         )
-    return table
+    for i, row in enumerate(rows):
+        if as_json:
+            typer.echo(json.dumps(row, ensure_ascii=False))
+            continue
+        if i:
+            typer.echo("")
+        for name, value in detail(row):
+            typer.echo(f"{name + ':':<11}{value}")
 
 
 @outbox_app.command("replay")
@@ -130,7 +145,7 @@ def replay_command(
     ids: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Entry ids or rollout ids to send (default: all).",
+            help="Entry ids (as list shows them) or rollout ids to send (default: all).",
             metavar="ID",
             show_default=False,
         ),
@@ -151,20 +166,24 @@ def replay_command(
 
     Exits 1 when any could not be delivered (they stay, with the attempt counted).
     """
-    from rich.markup import escape
-
     from ..client import RetryPolicy, TrainGateClient
     from ..server.delivery import replay_outbox
     from ..server.state import StateUnavailable
     from ..server.wire.v1 import V1
+    from ._outbox_view import matches
 
     backend = _open(state, outbox_dir)
 
     async def replay() -> Any:
         try:
+            # The ids ``list`` shows are short; the delivery code knows entries by their full id.
+            wanted = set(ids or ())
+            full = [e.id for e in await backend.outbox_list() if matches(e.public(), wanted)]
+            if wanted and not full:
+                return []
             async with TrainGateClient(retry=RetryPolicy(retries=1, base_delay_s=0.5)) as client:
                 return await replay_outbox(
-                    backend, client, target_of=V1().target_of, ids=ids or (), api_key=api_key
+                    backend, client, target_of=V1().target_of, ids=full, api_key=api_key
                 )
         finally:
             await backend.close()

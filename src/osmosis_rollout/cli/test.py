@@ -43,6 +43,14 @@ def command_test(
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Run at most this many rows.")] = None,
     offset: Annotated[int, typer.Option(min=0, help="Skip this many rows first.")] = 0,
+    skip_bad_rows: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad-rows",
+            help="Run the dataset's good rows when some are malformed: the bad ones are named, "
+            "left out and counted in the summary. Without it, bad rows stop the run (exit 2).",
+        ),
+    ] = False,
     concurrency: Annotated[
         int, typer.Option(min=1, help="Rollouts run at once (per worker with --jobs).")
     ] = 8,
@@ -207,12 +215,14 @@ def command_test(
         check_server_url(server)
     from ..errors import OsmosisError
     from ..evaluation import TestOptions
+    from ..evaluation.datasets import BadRowsError
 
     options = TestOptions(
         target=target,
         dataset=dataset,
         limit=limit,
         offset=offset,
+        skip_bad_rows=skip_bad_rows,
         concurrency=concurrency,
         jobs=workers,
         server=server,
@@ -241,6 +251,8 @@ def command_test(
         from ._test_view import Shown, render
 
         report = run_async(run_test(options, Shown(json_output, output)))
+    except BadRowsError as exc:
+        fail(str(exc), hint="fix the rows, or run the others with --skip-bad-rows")
     except OsmosisError as exc:
         fail(str(exc))
     raise typer.Exit(render(report, options, json_output=json_output))

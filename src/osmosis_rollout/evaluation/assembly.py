@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DatasetError
 
 if TYPE_CHECKING:
     from ..agent import RolloutAgentLoop
@@ -39,6 +39,8 @@ class Setup:
     max_turns: int
     completion_params: dict[str, Any]
     pool: WorkerPool | None = None
+    #: With ``skip_bad_rows``: how many malformed dataset rows were left out.
+    bad_rows_skipped: int = 0
 
 
 def prepare(
@@ -88,8 +90,17 @@ def _prepare(
         completion_params["temperature"] = settings["temperature"]
     if settings["max_tokens"] is not None:
         completion_params["max_tokens"] = settings["max_tokens"]
+    bad_rows = 0
     if options.dataset:
-        rows = load_rows(Path(options.dataset), limit=options.limit, offset=options.offset)
+        rows, skipped = load_rows(
+            Path(options.dataset),
+            limit=options.limit,
+            offset=options.offset,
+            skip_bad_rows=options.skip_bad_rows,
+        )
+        bad_rows = len(skipped)
+        if skipped:
+            warn(skipped_note(Path(options.dataset).name, skipped))
     elif options.replay is not None:
         end = options.offset + options.limit if options.limit else None
         rows = backend.rows()[options.offset : end]
@@ -111,6 +122,7 @@ def _prepare(
         max_turns=DEFAULT_MAX_TURNS if max_turns is None else max_turns,
         completion_params=completion_params,
         pool=pool,
+        bad_rows_skipped=bad_rows,
     )
 
 
@@ -164,15 +176,26 @@ def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPo
     return pool
 
 
-def load_rows(path: Path, *, limit: int | None, offset: int) -> list[RowInput]:
-    """The dataset's rows as the runner takes them, numbered from 1 in the file."""
-    from .datasets import load_dataset
+def load_rows(
+    path: Path, *, limit: int | None, offset: int, skip_bad_rows: bool = False
+) -> tuple[list[RowInput], list[DatasetError]]:
+    """The dataset's rows as the runner takes them, numbered from 1 in the file, and the bad
+    rows skipped (only with ``skip_bad_rows``: otherwise they raise ``BadRowsError``)."""
+    from .datasets import read_dataset
     from .runner import RowInput
 
-    return [
-        RowInput(index=r.number, messages=r.messages, metadata=r.metadata)
-        for r in load_dataset(path, limit=limit, offset=offset)
+    dataset = read_dataset(path, limit=limit, offset=offset, skip_bad_rows=skip_bad_rows)
+    rows = [
+        RowInput(index=r.number, messages=r.messages, metadata=r.metadata) for r in dataset.rows
     ]
+    return rows, dataset.skipped
+
+
+def skipped_note(name: str, skipped: list[DatasetError]) -> str:
+    """The warning that names the bad rows a run leaves out (the first ``MAX_LISTED``)."""
+    from .datasets import listed
+
+    return "\n".join([f"skipping {len(skipped)} bad row(s) of {name}:", *listed(skipped)])
 
 
 def replay_backend(path: Path, mode: str | None, *, sources: bool = False) -> ReplayBackend:

@@ -6,7 +6,9 @@ JSON-encoded string in CSV). Every other column goes to ``metadata``, and ``grou
 copied there too so reward code can read it from the rollout request.
 
 Every problem is a :class:`~osmosis_rollout.errors.DatasetError` naming the row (1-based, as
-people count records) and the column; for JSONL and CSV the file's line is named as well.
+people count records) and the column; for JSONL and CSV the file's line is named as well. Bad
+rows are all reported at once (a :class:`BadRowsError`, the first :data:`MAX_LISTED` listed), so
+one run shows every row to fix; ``skip_bad_rows`` runs the others instead and counts them.
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ from typing import IO, Any
 
 from ..errors import DatasetError
 
-__all__ = ["MESSAGE_ROLES", "DatasetRow", "load_dataset"]
+__all__ = ["MAX_LISTED", "MESSAGE_ROLES", "BadRowsError", "Dataset", "DatasetRow", "load_dataset"]
 
 #: Roles a dataset message may have.
 MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _PROMPT_COLUMNS = ("messages", "user_prompt", "system_prompt")
 _SUPPORTED = ".jsonl, .json, .csv or .parquet"
+#: How many bad rows one error lists before "and N more".
+MAX_LISTED = 20
 
-#: A record as read from a file: (1-based row number, where it is for messages, raw value).
+#: A record as read from a file: (1-based row number, where it is for messages, raw value);
+#: the value is a DatasetError when the record could not even be parsed.
 _Raw = tuple[int, str, Any]
 
 
@@ -54,14 +59,68 @@ class DatasetRow:
         return self.index + 1
 
 
+class BadRowsError(DatasetError):
+    """Rows of a dataset are malformed: each one's problem in ``problems``, in file order.
+
+    With one bad row the message is that row's; with several, a list of up to
+    :data:`MAX_LISTED`, one a line, then how many more."""
+
+    def __init__(self, name: str, problems: list[DatasetError], *, all_bad: bool = False) -> None:
+        if len(problems) == 1 and not all_bad:
+            message = str(problems[0])
+        else:
+            head = (
+                f"every row read from {name} is bad ({len(problems)})"
+                if all_bad
+                else f"{len(problems)} rows of {name} are bad"
+            )
+            message = "\n".join([f"{head}:", *listed(problems)])
+        super().__init__(message)
+        self.row, self.column = problems[0].row, problems[0].column
+        self.problems = problems
+
+
+def listed(problems: list[DatasetError]) -> list[str]:
+    """The first :data:`MAX_LISTED` problems, indented one a line, then how many more."""
+    more = [f"  and {len(problems) - MAX_LISTED} more"] if len(problems) > MAX_LISTED else []
+    return [f"  {problem}" for problem in problems[:MAX_LISTED]] + more
+
+
+@dataclass
+class Dataset:
+    """What a file gave: its good rows, and the problems of the bad rows that were skipped."""
+
+    rows: list[DatasetRow]
+    skipped: list[DatasetError] = field(default_factory=list)
+
+
 def load_dataset(
-    path: str | os.PathLike[str], *, limit: int | None = None, offset: int = 0
+    path: str | os.PathLike[str],
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    skip_bad_rows: bool = False,
 ) -> list[DatasetRow]:
     """Read and check the rows of a dataset file, skipping ``offset`` rows, keeping ``limit``.
 
     JSONL and CSV files are read lazily, line by line, and only as far as needed; skipped rows
-    are counted but not checked, so ``offset`` can step over a broken row.
+    are counted but not checked, so ``offset`` can step over a broken row. Bad rows raise one
+    :class:`BadRowsError` naming them all, unless ``skip_bad_rows`` (see :func:`read_dataset`).
     """
+    return read_dataset(path, limit=limit, offset=offset, skip_bad_rows=skip_bad_rows).rows
+
+
+def read_dataset(
+    path: str | os.PathLike[str],
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    skip_bad_rows: bool = False,
+) -> Dataset:
+    """:func:`load_dataset`, with the bad rows that ``skip_bad_rows`` stepped over.
+
+    ``limit`` and ``offset`` count the file's rows, bad or good. When every row read is bad,
+    skipping leaves nothing to run: that is a :class:`BadRowsError` too."""
     if limit is not None and limit < 1:
         raise DatasetError(f"limit must be at least 1, got {limit}")
     if offset < 0:
@@ -86,7 +145,18 @@ def load_dataset(
         raise DatasetError(
             f"offset {offset} is beyond the end of {file.name}, which has {total} row(s)"
         )
-    return [_row(number, raw, where) for number, where, raw in records]
+    rows: list[DatasetRow] = []
+    bad: list[DatasetError] = []
+    for number, where, raw in records:
+        try:
+            if isinstance(raw, DatasetError):
+                raise raw
+            rows.append(_row(number, raw, where))
+        except DatasetError as exc:
+            bad.append(exc)
+    if bad and (not skip_bad_rows or not rows):
+        raise BadRowsError(file.name, bad, all_bad=skip_bad_rows)
+    return Dataset(rows, bad)
 
 
 # -- readers: (path, start, stop) -> (selected raw records, rows seen) -----------------------
@@ -106,11 +176,11 @@ def _read_jsonl(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], i
                 # Without its line break, so an unfinished line's column is its end, not 1.
                 data = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
-                raise DatasetError(
+                data = DatasetError(
                     f"invalid JSON on line {line_no} of {path.name}: {exc.msg} "
-                    f"(column {exc.colno})",
+                    f"(column {exc.colno}); each line must be one whole JSON object",
                     row=count,
-                ) from None
+                )
             selected.append((count, f"line {line_no}", data))
             if stop is not None and count >= stop:
                 break
@@ -166,13 +236,17 @@ def _read_csv(path: Path, start: int, stop: int | None) -> tuple[list[_Raw], int
                     continue
                 where = f"line {reader.line_num}"
                 if len(values) > len(header):
-                    raise DatasetError(
-                        f"has {len(values)} fields but the header has {len(header)} ({where})",
+                    extra = DatasetError(
+                        f"has {len(values)} fields but the header has {len(header)}; "
+                        f"quote values that hold a comma ({where})",
                         row=count,
                     )
-                # Unnamed columns (a pandas index) are dropped; blank cells count as missing.
-                record = {name: value for name, value in zip(header, values, strict=False) if name}
-                selected.append((count, where, {k: v for k, v in record.items() if v != ""}))
+                    selected.append((count, where, extra))
+                else:
+                    # Unnamed columns (a pandas index) are dropped; blank cells count as missing.
+                    named = zip(header, values, strict=False)
+                    record = {name: value for name, value in named if name and value != ""}
+                    selected.append((count, where, record))
                 if stop is not None and count >= stop:
                     break
         except csv.Error as exc:

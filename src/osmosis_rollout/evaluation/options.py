@@ -14,6 +14,8 @@ class TestOptions:
     a ``dataset`` file, or a ``replay`` cassette whose recorded rows run. ``max_turns``,
     ``temperature`` and ``max_tokens`` left at None take the cassette's values in a replay
     (``max_turns`` is 10 otherwise). ``jobs`` is a number of worker processes (1: none).
+    ``skip_bad_rows`` runs a dataset's good rows when some are malformed, and counts the others
+    in the summary (``bad_rows_skipped``); without it, bad rows are a ``DatasetError``.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -22,6 +24,7 @@ class TestOptions:
     dataset: Path | str | None = None
     limit: int | None = None
     offset: int = 0
+    skip_bad_rows: bool = False
     concurrency: int = 8
     jobs: int = 1
     server: str | None = None

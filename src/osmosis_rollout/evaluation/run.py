@@ -110,7 +110,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
-    from .runner import BatchReport, RunOptions, run_batch, summarise
+    from .runner import BatchReport, RunOptions, run_batch
 
     backend, rows, pool = setup.backend, setup.rows, setup.pool
     server_key = options.api_key if options.server is not None else None
@@ -180,7 +180,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     with progress as show:
                         shown.append(show)
                         report = await run_batch(harness, rows, run_options, on_result=on_result)
-        summary = summarise(report)
+        summary = _summary(report, options, setup)
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
         if sink is not None:
@@ -198,8 +198,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         )
         if sink is not None:
             writer.flush_all()
-            sink.write(json.dumps(summarise(partial)) + "\n")
-        observer.interrupted(TestReport(partial.rows, summarise(partial)), len(rows))
+            sink.write(json.dumps(_summary(partial, options, setup)) + "\n")
+        observer.interrupted(TestReport(partial.rows, _summary(partial, options, setup)), len(rows))
         raise
     finally:
         if sink is not None:
@@ -215,6 +215,16 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         token_check_lines=list(backend.report.lines()) if options.token_check else [],
         max_in_flight=pool.max_in_flight if pool else getattr(backend, "max_in_flight", 0),
     )
+
+
+def _summary(report: Any, options: TestOptions, setup: Setup) -> dict[str, Any]:
+    """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it."""
+    from .runner import summarise
+
+    summary = summarise(report)
+    if options.skip_bad_rows:
+        summary["bad_rows_skipped"] = setup.bad_rows_skipped
+    return summary
 
 
 def _binder(backend: Any) -> Any:

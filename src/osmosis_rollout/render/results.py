@@ -105,6 +105,9 @@ def summary_table(summary: dict[str, Any]) -> Table:
         table.add_row("failed", f"[red]{summary['failed']}[/]")
     if summary["skipped"]:
         table.add_row("skipped", f"[yellow]{summary['skipped']}[/]")
+    if summary.get("bad_rows_skipped"):
+        bad = summary["bad_rows_skipped"]
+        table.add_row("bad rows", f"[yellow]{bad} skipped[/] (not run, not in passed/{total})")
     findings = summary["findings"]
     table.add_row(
         "findings",
