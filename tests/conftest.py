@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -18,6 +17,7 @@ from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.testing import MockTrainGate
 
 from .gates import CallbackGate
+from .programs import require_program
 from .support import serve_in_thread
 
 
@@ -76,11 +76,9 @@ def no_inherited_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A throwaway ``redis-server`` on a free 127.0.0.1 port (no persistence); its base URL.
 
-    Skipped only when the binary is not installed (``.ci/run`` installs it).
+    Skipped only when the binary is not installed (tests/programs.py; ``.ci/run`` installs it).
     """
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    binary = require_program("redis-server")
     workdir = tmp_path_factory.mktemp("redis")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

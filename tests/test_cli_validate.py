@@ -47,6 +47,19 @@ def test_errors_exit_1_and_show_code_location_and_fix() -> None:
     assert "Not valid (1 error(s), 0 warning(s))" in out
 
 
+def test_a_misspelt_schema_type_is_reported_with_the_nearest_type() -> None:
+    """`osmosis validate` on ``"type": "numbr"`` suggests ``number`` and lists the valid types."""
+    code, out, _ = invoke(target("val_tool_schema_invalid", "BadSchemaAgent"), "--json")
+    assert code == 1
+    (problem,) = json.loads(out)["problems"]
+    assert problem["code"] == "TOOL_SCHEMA_INVALID"
+    assert problem["message"] == (
+        "parameters of 'add' is not a valid JSON Schema: 'numbr' is not a JSON Schema type "
+        "(did you mean 'number'?); the types are array, boolean, integer, null, number, "
+        "object, string"
+    )
+
+
 def test_warnings_pass_unless_strict() -> None:
     """Warnings alone exit 0; with --strict they exit 1."""
     agent = target("val_tool_description_missing", "UndescribedAgent")

@@ -39,6 +39,9 @@ Modes a marker may give:
 - ``transcript``: output, a session or input shown for reading, not run. Prefer an ``output``
   console block where the session can be run.
 - ``skip REASON``: not run; the reason is required (e.g. it needs a GPU or runs this suite).
+- ``needs PROGRAM`` (a marker of its own, beside the mode's): the block runs a program besides
+  Python (``redis-server``, ``curl``). Where it is not on PATH the block is left out and the
+  page's test skips, naming it (tests/programs.py; CI's ``TESTS_REQUIRE_PROGRAMS=1`` fails it).
 
 Rules for running: the literal ports ``9000`` (the serve default) to ``9009`` are each replaced by
 a free port in every command run and replaced back in the output (``OSMOSIS_PORT`` is set to the
@@ -71,6 +74,7 @@ from pathlib import Path
 import pytest
 
 from .processes import stop_process
+from .programs import missing_reason, skip_or_fail
 from .support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +119,8 @@ class Block:
     text: str
     mode: str
     args: str
+    #: Programs the block runs besides Python (``needs PROGRAM`` markers): without one it skips.
+    needs: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -146,8 +152,8 @@ def parse_blocks(page: Path, text: str | None = None) -> list[Block]:
         if i == len(lines):
             raise DocsError(f"{_name(page)}:{start + 1}: the code block is never closed")
         i += 1
-        mode, args = _marker_before(lines, start)
         where = f"{_name(page)}:{start + 1}"
+        mode, args, needs = _markers_before(lines, start, where)
         if mode is None:
             mode = DEFAULT_MODE.get(lang)
             if mode is None:
@@ -162,7 +168,8 @@ def parse_blocks(page: Path, text: str | None = None) -> list[Block]:
             raise DocsError(f"{where}: mode {mode!r} does not apply to a ```{lang} block")
         if mode in {"skip", "file"} and not args:
             raise DocsError(f"{where}: docs-test: {mode} needs an argument (a reason, a path)")
-        blocks.append(Block(page, start + 1, lang, "\n".join(body) + "\n", mode, args))
+        text = "\n".join(body) + "\n"
+        blocks.append(Block(page, start + 1, lang, text, mode, args, needs))
     return blocks
 
 
@@ -204,16 +211,34 @@ def _name(page: Path) -> str:
     return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else page.name
 
 
-def _marker_before(lines: list[str], fence_index: int) -> tuple[str | None, str]:
+def _markers_before(
+    lines: list[str], fence_index: int, where: str
+) -> tuple[str | None, str, tuple[str, ...]]:
+    """The mode marker (with its arguments) and the ``needs PROGRAM`` markers on the lines just
+    above the fence (blank lines between are allowed), in any order."""
+    mode: str | None = None
+    args = ""
+    needs: list[str] = []
     j = fence_index - 1
-    while j >= 0 and not lines[j].strip():
+    while j >= 0:
+        line = lines[j].strip()
         j -= 1
-    if j < 0:
-        return None, ""
-    match = _MARKER.match(lines[j].strip())
-    if match is None:
-        return None, ""
-    return match["mode"], match["args"]
+        if not line:
+            continue
+        match = _MARKER.match(line)
+        if match is None:
+            break
+        if match["mode"] == "needs":
+            if not re.fullmatch(r"[\w.+-]+", match["args"]):
+                raise DocsError(
+                    f"{where}: docs-test: needs takes one program name, like redis-server"
+                )
+            needs.insert(0, match["args"])
+        elif mode is None:
+            mode, args = match["mode"], match["args"]
+        else:
+            raise DocsError(f"{where}: two docs-test modes before one block")
+    return mode, args, tuple(needs)
 
 
 # --- console output ------------------------------------------------------------------------------
@@ -584,15 +609,33 @@ def sandbox(base: Path) -> Iterator[Sandbox]:
 # --- the tests -----------------------------------------------------------------------------------
 
 
+def run_page(blocks: list[Block], base: Path) -> None:
+    """Run a page's blocks in a sandbox under ``base``. A block that needs a program this
+    machine lacks is left out, and the page then skips naming the program, its blocks and how
+    to install it (it fails instead where CI sets ``TESTS_REQUIRE_PROGRAMS=1``)."""
+    left_out: dict[str, list[int]] = {}
+    with sandbox(base) as box:
+        for block in blocks:
+            missing = [program for program in block.needs if shutil.which(program) is None]
+            if missing:
+                left_out.setdefault(missing[0], []).append(block.line)
+                continue
+            box.run_block(block)
+        box.finish()
+    if left_out:
+        page = _name(blocks[0].page)
+        reasons = [
+            missing_reason(program, what=f"{page}:{', '.join(map(str, lines))}")
+            for program, lines in left_out.items()
+        ]
+        skip_or_fail(f"{'; '.join(reasons)} (the page's other blocks passed)")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_block_of_the_page_runs(page: Path, tmp_path: Path) -> None:
     """Each block of the page runs (or is checked) as its language and marker say."""
-    blocks = parse_blocks(page)
-    with sandbox(tmp_path) as box:
-        for block in blocks:
-            box.run_block(block)
-        box.finish()
+    run_page(parse_blocks(page), tmp_path)
 
 
 def test_a_block_neither_run_nor_marked_fails() -> None:
@@ -628,6 +671,68 @@ def test_console_output_is_compared_with_wildcards_and_times_normalized() -> Non
     assert not output_matches("5 rows\n", "6 rows\n")
     assert console_steps("$ a \\\n   --b\nout\n$ c\n") == [("a \\\n   --b", "out"), ("c", "")]
     assert console_steps("$ a -d '{\n  }'\nout\n") == [("a -d '{\n  }'", "out")]
+
+
+def test_needs_markers_are_read_with_the_mode() -> None:
+    page = ROOT / "docs" / "example.md"
+    text = (
+        "<!-- docs-test: needs redis-server -->\n<!-- docs-test: background port=9001 -->\n"
+        "```bash\nredis-server --port 9001\n```\n\n"
+        "<!-- docs-test: needs curl -->\n\n```console\n$ curl -s x\n```\n"
+    )
+    blocks = parse_blocks(page, text)
+    assert [(b.mode, b.args, b.needs) for b in blocks] == [
+        ("background", "port=9001", ("redis-server",)),
+        ("output", "", ("curl",)),
+    ]
+    with pytest.raises(DocsError, match="needs takes one program name"):
+        parse_blocks(page, "<!-- docs-test: needs -->\n```bash\nls\n```\n")
+    with pytest.raises(DocsError, match="two docs-test modes"):
+        parse_blocks(
+            page, "<!-- docs-test: run -->\n<!-- docs-test: skip x -->\n```bash\nls\n```\n"
+        )
+
+
+NEEDS_PAGE = (
+    "```bash\ntouch ran-first\n```\n\n"
+    "<!-- docs-test: needs {program} -->\n```bash\nexit 3\n```\n\n"
+    "```bash\ntest -e ran-first\n```\n"
+)
+
+
+def test_a_block_whose_program_is_missing_skips_the_page_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's tests pass without redis-server: its blocks are left out, the rest run, and
+    the skip says which program, where, and how to install it."""
+    monkeypatch.delenv("TESTS_REQUIRE_PROGRAMS", raising=False)
+    page = ROOT / "docs" / "example.md"
+    blocks = parse_blocks(page, NEEDS_PAGE.format(program="no-such-program-osmosis"))
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        run_page(blocks, tmp_path)
+    assert str(skipped.value) == (
+        "no-such-program-osmosis is not installed (needed by docs/example.md:6): install "
+        "no-such-program-osmosis; .ci/run installs it (the page's other blocks passed)"
+    )
+
+
+def test_a_block_whose_program_is_present_runs(tmp_path: Path) -> None:
+    """A ``needs`` block runs wherever its program is on PATH: never skipped then."""
+    page = ROOT / "docs" / "example.md"
+    blocks = parse_blocks(page, NEEDS_PAGE.format(program="bash"))
+    with pytest.raises(DocsError, match=r"example.md:6 .*exited 3"):
+        run_page(blocks, tmp_path)
+
+
+def test_ci_fails_instead_of_skipping_a_missing_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``TESTS_REQUIRE_PROGRAMS=1`` (.ci/run), a missing program is a failure."""
+    monkeypatch.setenv("TESTS_REQUIRE_PROGRAMS", "1")
+    page = ROOT / "docs" / "example.md"
+    blocks = parse_blocks(page, NEEDS_PAGE.format(program="no-such-program-osmosis"))
+    with pytest.raises(pytest.fail.Exception, match="TESTS_REQUIRE_PROGRAMS=1"):
+        run_page(blocks, tmp_path)
 
 
 def test_a_failing_block_names_its_page_and_line(tmp_path: Path) -> None:

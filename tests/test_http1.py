@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import gzip
 import json
-import shutil
 import socket
 import ssl
 import subprocess
@@ -32,6 +31,7 @@ from osmosis_rollout.transport import (
     TransportFailure,
 )
 
+from .programs import require_program
 from .support import serve_in_thread
 
 pytestmark = pytest.mark.anyio
@@ -649,9 +649,7 @@ async def test_header_injection_is_refused_without_echoing_the_value() -> None:
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A throwaway CA and a server certificate for 127.0.0.1/localhost, made by ``openssl``."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl command is not installed (.ci/run installs it)")
+    openssl = require_program("openssl")
     folder = tmp_path_factory.mktemp("tls")
 
     def run(command: str, *quoted: str) -> None:

@@ -11,7 +11,14 @@ import pytest
 
 from osmosis_rollout import RolloutAgentLoop
 from osmosis_rollout.errors import AgentLoadError
-from osmosis_rollout.loader import find_source, load_agent, load_target, parse_target
+from osmosis_rollout.loader import (
+    error_location,
+    find_source,
+    frame_location,
+    load_agent,
+    load_target,
+    parse_target,
+)
 
 from .support import ASSETS, line_of
 
@@ -285,3 +292,22 @@ def test_a_package_file_shadowed_by_an_imported_package_is_one_clear_error(
     assert "but another 'osmosis_twin_pkg' is already imported (from a/osmosis_twin_pkg)" in str(
         error
     )
+
+
+def test_error_location_is_the_users_call_not_the_stdlib_or_a_library() -> None:
+    """A traceback ending in json/decoder.py is located at this file's call into json."""
+    import json
+
+    try:
+        json.loads("not json")  # <- THE CALL
+    except ValueError as exc:
+        where = error_location(exc.__traceback__)
+    assert where == f"tests/test_loader.py:{line_of(Path(__file__), '<- THE CALL')}"
+
+
+def test_frame_location_skips_site_packages_and_falls_back_to_the_innermost() -> None:
+    """Project frames win over site-packages ones; with none, the innermost frame not ours."""
+    library = "/venv/lib/python3.11/site-packages/requests/adapters.py"
+    assert frame_location([("/proj/agent.py", 12), (library, 729)]) == "/proj/agent.py:12"
+    assert frame_location([(library, 700), (library, 729)]) == f"{library}:729"
+    assert frame_location([("<string>", 1)]) is None

@@ -514,6 +514,20 @@ def test_validate_arguments_reports_a_broken_schema() -> None:
         validate_arguments(broken, {"a": 1})
 
 
+def test_a_misspelt_type_in_a_schema_suggests_the_nearest() -> None:
+    """The ToolError for ``"type": "integr"`` names ``integer`` and the valid types."""
+    broken = {
+        "name": "bad",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integr"}}},
+    }
+    with pytest.raises(ToolError) as caught:
+        validate_arguments(broken, {"a": 1})
+    assert str(caught.value) == (
+        "tool 'bad' has an invalid parameters schema: 'integr' is not a JSON Schema type (did you "
+        "mean 'integer'?); the types are array, boolean, integer, null, number, object, string"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Execution
 # --------------------------------------------------------------------------------------------

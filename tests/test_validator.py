@@ -365,6 +365,26 @@ async def test_dry_run_timeout_names_the_hanging_tool(attr: str, tool: str) -> N
     assert problem.location == f"tests/assets/val_dry_run_tool_hangs.py:{line}"
 
 
+@pytest.mark.parametrize(
+    ("attr", "marker", "raised"),
+    [
+        ("StdlibRaisesAgent", "<- STDLIB RAISES", "JSONDecodeError"),
+        ("LibraryRaisesAgent", "<- LIBRARY RAISES", "ValidationError"),
+    ],
+)
+async def test_dry_run_error_in_a_library_points_at_the_agents_call(
+    attr: str, marker: str, raised: str
+) -> None:
+    """When the stdlib or an installed library raises inside run(), the location is the
+    agent's own line that called it, not json/decoder.py or site-packages/jsonschema."""
+    asset = "val_dry_run_library_raises"
+    result = await validate_agent_loop_async(target(asset, attr), timeout_s=2.0)
+    problem = find(result, "DRY_RUN_ERROR")[0]
+    assert f"agent raised {raised}" in problem.message
+    line = line_of(ASSETS / f"{asset}.py", marker)
+    assert problem.location == f"tests/assets/{asset}.py:{line}"
+
+
 async def test_dry_run_is_skipped_when_dynamic_checks_fail() -> None:
     """An agent the server would refuse is not dry-run."""
     result = await validate_agent_loop_async(target("val_tool_name_invalid", "BadNameAgent"))
@@ -500,7 +520,39 @@ def test_every_schema_problem_of_a_tool_is_named_not_just_the_first() -> None:
         ("TOOL_SCHEMA_INVALID", f"{where}.properties.year.minimum"),
         ("TOOL_SCHEMA_INVALID", f"{where}.required"),
     ]
-    assert "'text' is not valid" in problems[0].message
+    assert "'text' is not a JSON Schema type; the types are array, boolean" in problems[0].message
+
+
+def test_a_misspelt_type_names_the_valid_types_and_the_nearest() -> None:
+    """``"integr"`` (alone or in a list) is named with the nearest type and the valid ones, not
+    jsonschema's "is not valid under any of the given schemas"."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "count",
+            "description": "Count.",
+            "parameters": {
+                "type": "object",
+                "properties": {"n": {"type": "integr"}, "s": {"type": ["string", "nul"]}},
+            },
+        },
+    }
+    problems = check_tool_list([tool])
+    where = "tools[0].function.parameters.properties"
+    assert [(p.location, p.message) for p in problems] == [
+        (
+            f"{where}.n.type",
+            "parameters of 'count' is not a valid JSON Schema: 'integr' is not a JSON Schema "
+            "type (did you mean 'integer'?); the types are array, boolean, integer, null, "
+            "number, object, string",
+        ),
+        (
+            f"{where}.s.type",
+            "parameters of 'count' is not a valid JSON Schema: 'nul' is not a JSON Schema type "
+            "(did you mean 'null'?); the types are array, boolean, integer, null, number, "
+            "object, string",
+        ),
+    ]
 
 
 def test_tool_models_and_dicts_are_both_checked() -> None:

@@ -18,6 +18,7 @@ from osmosis_rollout.errors import ConfigError
 from osmosis_rollout.view import build_index, create_view_app
 
 from .browser import Chromium, find_chromium
+from .programs import skip_missing
 from .support import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +141,8 @@ async def test_api_lists_rollouts_and_answers_404_for_unknown_ones(runs: Path) -
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
     executable = find_chromium()
     if executable is None:
-        pytest.skip("no Chromium on PATH (.ci/run installs the Debian `chromium` package)")
+        skip_missing("chromium")
+        raise AssertionError("unreachable")
     with Chromium(executable, tmp_path_factory.mktemp("chromium-profile")) as chromium:
         yield chromium
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import importlib
 import importlib.machinery
 import importlib.util
@@ -18,7 +19,9 @@ import itertools
 import os
 import re
 import sys
+import sysconfig
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -35,6 +38,7 @@ __all__ = [
     "display_path",
     "error_location",
     "find_source",
+    "frame_location",
     "is_file_target",
     "load_agent",
     "load_target",
@@ -339,15 +343,44 @@ def _import_error(exc: BaseException, shown: str, *, module_name: str | None) ->
 
 
 def error_location(tb: TracebackType | None) -> str | None:
-    """``file:line`` of the innermost traceback frame in user code (not importlib's, not ours)."""
-    for frame in reversed(traceback.extract_tb(tb)):
-        if frame.filename.startswith("<"):
+    """``file:line`` of the innermost traceback frame in the user's project.
+
+    Frames of the stdlib, of installed libraries and of this package are passed over: when
+    ``requests`` raises inside ``run``, the line to fix is the user's call, not
+    ``requests/adapters.py``. Without a project frame, the innermost frame not ours.
+    """
+    return frame_location([(frame.filename, frame.lineno) for frame in traceback.extract_tb(tb)])
+
+
+def frame_location(frames: Sequence[tuple[str, int | None]]) -> str | None:
+    """``file:line`` of the innermost of ``frames`` (outermost first) in the user's project,
+    else of the innermost one that is neither this package's nor synthetic (``<string>``)."""
+    fallback: str | None = None
+    for filename, line in reversed(frames):
+        if filename.startswith("<"):
             continue
-        path = Path(frame.filename)
-        if _PACKAGE_DIR in path.resolve().parents:
+        path = Path(filename).resolve()
+        if _PACKAGE_DIR in path.parents:
             continue
-        return f"{display_path(path)}:{frame.lineno}"
-    return None
+        where = f"{display_path(Path(filename))}:{line}"
+        if not _is_library(path):
+            return where
+        fallback = fallback or where
+    return fallback
+
+
+def _is_library(path: Path) -> bool:
+    """``path`` is in the stdlib or an installed distribution (site-packages, dist-packages)."""
+    if {"site-packages", "dist-packages"} & set(path.parts):
+        return True
+    return any(root in path.parents for root in _library_roots())
+
+
+@functools.cache
+def _library_roots() -> tuple[Path, ...]:
+    paths = sysconfig.get_paths()
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple({Path(paths[name]).resolve() for name in names if name in paths})
 
 
 def class_location(cls: type) -> str | None:

@@ -72,11 +72,14 @@ def _compiled(parameters_json: str) -> jsonschema.Draft202012Validator:
 def _validator(name: str, parameters: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
     from jsonschema.exceptions import SchemaError
 
+    from .checks import describe_schema_error
+
     try:
         return _compiled(json.dumps(parameters, sort_keys=True, default=str))
     except SchemaError as exc:
         raise ToolError(
-            f"tool {name!r} has an invalid parameters schema: {exc.message}", tool_name=name
+            f"tool {name!r} has an invalid parameters schema: {describe_schema_error(exc)}",
+            tool_name=name,
         ) from None
 
 

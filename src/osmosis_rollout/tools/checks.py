@@ -10,6 +10,7 @@ rollout.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ __all__ = [
     "CheckedTools",
     "ToolProblem",
     "check_tools",
+    "describe_schema_error",
     "tool_problems",
 ]
 
@@ -224,7 +226,9 @@ def _schema_problems(params: dict[str, Any], name: str, i: int, where: str) -> l
     problems: list[ToolProblem] = []
     for error in errors[:MAX_SCHEMA_PROBLEMS]:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        message = f"parameters of {name!r} is not a valid JSON Schema: {error.message}"
+        message = (
+            f"parameters of {name!r} is not a valid JSON Schema: {describe_schema_error(error)}"
+        )
         problems.append(ToolProblem(i, "TOOL_SCHEMA_INVALID", f"{where}{path}", message))
     if len(errors) > MAX_SCHEMA_PROBLEMS:
         message = (
@@ -233,3 +237,26 @@ def _schema_problems(params: dict[str, Any], name: str, i: int, where: str) -> l
         )
         problems.append(ToolProblem(i, "TOOL_SCHEMA_INVALID", where, message))
     return problems
+
+
+#: The JSON Schema type names, as the metaschema lists them.
+_TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
+
+
+def describe_schema_error(error: Any) -> str:
+    """The metaschema's message, except for a bad ``type``: there jsonschema says only that the
+    value "is not valid under any of the given schemas", so name the valid types and the nearest
+    one to a misspelling instead."""
+    path = list(error.absolute_path)
+    if error.validator != "anyOf" or not path or path[-1] != "type":
+        return str(error.message)
+    values = error.instance if isinstance(error.instance, list) else [error.instance]
+    bad = [value for value in values if value not in _TYPES]
+    if not bad:  # a list of valid names, repeated: the metaschema's own words are clear
+        return str(error.message)
+    parts = []
+    for value in bad:
+        near = difflib.get_close_matches(value, _TYPES, n=1) if isinstance(value, str) else []
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        parts.append(f"{value!r} is not a JSON Schema type{hint}")
+    return f"{'; '.join(parts)}; the types are {', '.join(_TYPES)}"

@@ -13,11 +13,10 @@ import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..agent import RolloutAgentLoop
-from ..loader import display_path, error_location
+from ..loader import error_location, frame_location
 from ..protocol import RolloutStatus
 from ..testing.records import LLMBackend
 from .result import Problem
@@ -145,7 +144,6 @@ def _classify_error(finish_reason: str | None, message: str, timeout_s: float) -
 #: How ``run_rollout`` names the tool call its deadline cut.
 _CUT_TOOL = re.compile(r"tool \S+ had been running for [\d.]+ s of it$")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _crash_location(records: list[logging.LogRecord]) -> str | None:
@@ -153,11 +151,10 @@ def _crash_location(records: list[logging.LogRecord]) -> str | None:
     for record in records:
         if record.exc_info and record.exc_info[2] is not None:
             return error_location(record.exc_info[2])
-        frames = _FRAME.findall(record.getMessage())
-        for file, line in reversed(frames):
-            path = Path(file)
-            if not file.startswith("<") and _PACKAGE_DIR not in path.resolve().parents:
-                return f"{display_path(path)}:{line}"
+        frames = [(file, int(line)) for file, line in _FRAME.findall(record.getMessage())]
+        where = frame_location(frames)
+        if where is not None:
+            return where
     return None
 
 
