@@ -647,3 +647,96 @@ async def test_interactive_against_a_keyed_running_server() -> None:
             )
     assert code == 0
     assert "rollout COMPLETED" in screen.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# long messages, and the metrics of a cancelled rollout
+# --------------------------------------------------------------------------------------------
+
+LONG_NOTE = " ".join(f"word{i}" for i in range(60))
+
+
+def long_call() -> dict[str, Any]:
+    """An ``add`` call with an argument far wider than the console."""
+    arguments = json.dumps({"a": 12, "b": 30, "note": LONG_NOTE})
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": arguments}}
+    return {"content": None, "tool_calls": [call]}
+
+
+async def test_long_tool_arguments_end_in_an_ellipsis_and_show_prints_them_whole() -> None:
+    """A tool argument wider than the console is cut with a visible ellipsis (in the turn and
+    in `m`); `show N` and `m N` print that message with every argument whole."""
+    inner = ScriptedBackend([long_call(), {"content": "42"}])
+    repl = await session("m\nshow 2\nm 2\nshow 7\nshow x\nq\n", inner=inner, start_row=1)
+    cut = [line for line in repl.text.splitlines() if '"note": "word0 word1' in line]
+    assert len(cut) == 4  # the turn, `m`, then the first line of each of `show 2` and `m 2`
+    assert cut[0].rstrip().endswith("…")
+    assert cut[1].rstrip().endswith("…")
+    assert not cut[2].rstrip().endswith("…")  # `show 2`: folded onto the next lines instead
+    assert not cut[3].rstrip().endswith("…")
+    assert "A line ending in … is cut: show N prints message N whole." in repl.text
+    assert repl.text.count("message 2 of 3 (pending: not yet sent to the agent)") == 2
+    whole = "".join(repl.text.split())  # the folded lines, joined up again
+    assert "".join(LONG_NOTE.split()) in whole
+    assert "There is no message 7: the conversation has 0-2." in repl.text
+    assert "show needs a message number" in repl.text
+
+
+async def test_show_between_rollouts_and_in_help() -> None:
+    """Between rollouts `show N` prints a message of the last one; help lists the command."""
+    repl = await session("show 1\nc\nshow 1\nhelp\nq\n", start_row=1)
+    assert "show N, m N" in repl.text
+    assert "message 1 of 5" in repl.text
+    assert "user: What is 12 + 30?" in repl.text
+    assert "No rollout has run yet; show N shows its messages once it ends." not in repl.text
+
+
+async def test_show_before_any_rollout() -> None:
+    repl = await session("show 1\nq\n")
+    assert "No rollout has run yet; show N shows its messages once it ends." in repl.text
+
+
+async def test_metrics_after_ctrl_c_at_a_paused_turn_say_the_cancelled_call_has_no_tokens() -> None:
+    """The agent counts the cancelled call but got no tokens for it: the table says so."""
+    async with live_repl(start_row=1) as repl:
+        await repl.screen.shows("turn 1 | row 1")
+        repl.pipe.send_text("\x03")
+        await repl.screen.shows("end of rollout")
+        repl.pipe.send_text("metrics\nq\n")
+    lines = [line.strip() for line in repl.text.splitlines()]
+    calls = [line for line in lines if line.startswith("llm calls")]
+    tokens = [line for line in lines if line.startswith("tokens")]
+    assert len(calls) == len(tokens) == 2  # end of rollout, then `metrics`
+    for line in calls:
+        assert re.fullmatch(r"llm calls +1 +0 answered, 1 cancelled or failed", line)
+    for line in tokens:
+        assert re.fullmatch(
+            r"tokens +0 / 0 +in / out, of the 0 answered; the cancelled call's: unknown", line
+        )
+
+
+async def test_metrics_after_ctrl_c_in_a_running_turn_count_the_answered_turns() -> None:
+    """Turn 1 answered, turn 2 cancelled while with the model: turn 1's tokens are counted."""
+    blocking = Blocking()
+    async with live_repl(blocking, start_row=1) as repl:
+        await repl.screen.shows("turn 1 | row 1")
+        repl.pipe.send_text("c\n")
+        await blocking.entered.wait()
+        repl.pipe.send_text("\x03")
+        await repl.screen.shows("end of rollout")
+        repl.pipe.send_text("q\n")
+    (record,) = repl.backend.all
+    usage = record.replies[0].usage
+    assert re.search(r"llm calls +2 +1 answered, 1 cancelled or failed", repl.text)
+    assert usage.prompt_tokens > 0
+    expected = (
+        rf"tokens +{usage.prompt_tokens} / {usage.completion_tokens} +in / out, of the 1 "
+        r"answered; the cancelled call's: unknown"
+    )
+    assert re.search(expected, repl.text)
+
+
+async def test_metrics_of_a_completed_rollout_have_no_cancelled_note() -> None:
+    repl = await session("c\nq\n", start_row=1)
+    assert re.search(r"tokens +\d+ / \d+ +in / out *$", repl.text, re.MULTILINE)
+    assert "cancelled or failed" not in repl.text

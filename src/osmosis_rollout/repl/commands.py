@@ -38,7 +38,13 @@ class CommandSpec:
 COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("next", ("n",), "n, next, Enter", "send the reply and run to the next LLM turn"),
     CommandSpec("continue", ("c",), "c, continue", "run this rollout to the end without pausing"),
-    CommandSpec("messages", ("m",), "m, messages", "the whole conversation so far"),
+    CommandSpec("messages", ("m",), "m, messages", "the whole conversation so far, numbered"),
+    CommandSpec(
+        "show",
+        (),
+        "show N, m N",
+        "message N in full: its whole text and tool-call arguments, nothing cut",
+    ),
     CommandSpec("tools", ("t",), "t, tools", "the agent's tools and their schemas"),
     CommandSpec("metrics", (), "metrics", "latency split, tokens and calls so far"),
     CommandSpec(

@@ -69,6 +69,8 @@ class Finished:
     row: RowResult
     tools: list[OpenAIFunctionToolSchema]
     times: TurnTimes = field(default_factory=TurnTimes)
+    #: LLM calls that got their reply (the agent also counts a cancelled one, without tokens).
+    answered: int | None = None
 
 
 #: What the prompt loop does at a turn that waits: prompt until the reply is sent on.
@@ -187,8 +189,11 @@ class RolloutDriver:
         outcome = task.result()
         row = result_from_outcome(start.row or 0, outcome, gate_url=self.harness.gate.base_url)
         times = self.stepper.times.pop(active.rollout_id, TurnTimes())
-        self.terminal.show(outcome_view(row, paused_ms=times.paused_ms, model_ms=times.model_ms))
-        return Finished(row, list(outcome.record.tools), times)
+        answered = len(outcome.record.replies)
+        self.terminal.show(
+            outcome_view(row, paused_ms=times.paused_ms, model_ms=times.model_ms, answered=answered)
+        )
+        return Finished(row, list(outcome.record.tools), times, answered)
 
     def run_free(self, active: Active) -> None:
         """Let ``active`` run to its end without pausing at its turns."""

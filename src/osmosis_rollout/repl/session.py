@@ -30,7 +30,15 @@ from .commands import Command, parse_command, parse_reply
 from .rollout import FOREVER_S, Active, Ended, Finished, RolloutDriver, Start
 from .stepper import SteppingBackend, Turn, Waiting
 from .terminal import Terminal, accept_piped_input
-from .views import help_table, messages_view, metrics_table, rows_view, tools_view, turn_view
+from .views import (
+    full_message_view,
+    help_table,
+    messages_view,
+    metrics_table,
+    rows_view,
+    tools_view,
+    turn_view,
+)
 
 __all__ = ["run_repl"]
 
@@ -140,7 +148,7 @@ class _Repl:
         except EOFError:
             self.quitting = True
             return None
-        cmd = parse_command(line)
+        cmd = _show_when_numbered(parse_command(line))
         if cmd.name == "next":
             return self.next_row_start() if self.rows else await self.ask_message("")
         if cmd.name == "row":
@@ -153,6 +161,8 @@ class _Repl:
             self.console.print(help_table())
         elif cmd.name in ("messages", "tools", "metrics"):
             self.show_last(cmd.name)
+        elif cmd.name == "show":
+            self.show_one(self.last.row.final_messages if self.last else None, None, cmd.arg)
         elif cmd.name in ("continue", "edit"):
             self.say(f"No rollout is paused; [bold]{cmd.name}[/] works at a turn prompt.")
         else:
@@ -230,7 +240,7 @@ class _Repl:
                 self.driver.interrupt(active, reason="Ctrl-D at the REPL")
                 return
             if turn.waiting:
-                await self.paused_command(active, turn, parse_command(line))
+                await self.paused_command(active, turn, _show_when_numbered(parse_command(line)))
             if self.quitting:  # `q`, or Ctrl-D at a prompt opened by `edit` or `new`
                 self.driver.interrupt(active, reason="you left the REPL")
                 return
@@ -244,6 +254,8 @@ class _Repl:
             self.say("[dim]Running to the end without pausing (Ctrl-C cancels).[/]")
         elif cmd.name == "messages":
             self.console.print(messages_view(turn.request.messages, pending=_message(turn)))
+        elif cmd.name == "show":
+            self.show_one(turn.request.messages, _message(turn), cmd.arg)
         elif cmd.name == "tools":
             self.console.print(tools_view(turn.record.tools))
         elif cmd.name == "metrics":
@@ -307,10 +319,30 @@ class _Repl:
         elif last.row.metrics:
             metrics = RolloutMetrics.model_validate(last.row.metrics)
             self.console.print(
-                metrics_table(metrics, paused_ms=last.times.paused_ms, model_ms=last.times.model_ms)
+                metrics_table(
+                    metrics,
+                    paused_ms=last.times.paused_ms,
+                    model_ms=last.times.model_ms,
+                    answered=last.answered,
+                )
             )
         else:
             self.say("The last rollout reported no metrics.")
+
+    def show_one(self, messages: list[Message] | None, pending: Message | None, arg: str) -> None:
+        """``show N``: message N of the conversation (the last rollout's, between rollouts)."""
+        if messages is None:
+            self.say("No rollout has run yet; [bold]show N[/] shows its messages once it ends.")
+            return
+        try:
+            index = int(arg)
+        except ValueError:
+            self.say(
+                "[red]show needs a message number[/] (as [bold]m[/] numbers them), e.g. "
+                "[bold]show 1[/]"
+            )
+            return
+        self.console.print(full_message_view(messages, index, pending=pending))
 
     def unknown(self, cmd: Command) -> None:
         self.say(f"[red]Unknown command[/] {escape(cmd.word)!r}.")
@@ -334,6 +366,13 @@ def _edited_reply(turn: Turn, message: Message) -> CompletionsResponse:
             "prompt_token_ids": original.prompt_token_ids,
         }
     )
+
+
+def _show_when_numbered(cmd: Command) -> Command:
+    """``m N`` (``messages N``) is ``show N``: the numbered message in full."""
+    if cmd.name == "messages" and cmd.arg:
+        return Command("show", cmd.arg, cmd.word)
+    return cmd
 
 
 def _message(turn: Turn) -> Message:

@@ -24,6 +24,7 @@ from .commands import COMMANDS
 from .stepper import Turn
 
 __all__ = [
+    "full_message_view",
     "help_table",
     "message_view",
     "messages_view",
@@ -56,9 +57,12 @@ def _shorten(text: str, limit: int | None) -> str:
     return f"{text[: limit - 3]}..."
 
 
-def _arguments(raw: Any) -> str | RenderableType:
+def _arguments(raw: Any, *, full: bool = False) -> str | RenderableType:
     """Tool-call arguments as JSON: a one-line string when short, indented JSON when not (or
-    the raw text when it is not JSON at all, which is worth seeing as is)."""
+    the raw text when it is not JSON at all, which is worth seeing as is).
+
+    Indented JSON keeps one value a line; a line wider than the terminal ends in an ellipsis
+    (``show N`` prints it whole), or, with ``full``, folds onto the next lines."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw) if raw.strip() else {}
@@ -67,13 +71,18 @@ def _arguments(raw: Any) -> str | RenderableType:
     compact = json.dumps(raw, default=str)
     if len(compact) <= _INLINE_ARGUMENTS:
         return compact
-    return JSON.from_data(raw, indent=2, default=str)
+    text = JSON.from_data(raw, indent=2, default=str).text
+    if full:
+        text.no_wrap, text.overflow = False, "fold"
+    else:
+        text.no_wrap, text.overflow = True, "ellipsis"
+    return text
 
 
-def _tool_call_view(call: Any) -> list[RenderableType]:
+def _tool_call_view(call: Any, *, full: bool = False) -> list[RenderableType]:
     call = call if isinstance(call, dict) else {}
     function = call.get("function") or {}
-    arguments = _arguments(function.get("arguments"))
+    arguments = _arguments(function.get("arguments"), full=full)
     head = Text.assemble(("  -> ", "bold"), (str(function.get("name", "?")), "bold yellow"))
     if isinstance(arguments, str):
         head.append(f"({arguments})")
@@ -83,8 +92,11 @@ def _tool_call_view(call: Any) -> list[RenderableType]:
     return [head, Padding(arguments, (0, 0, 0, 6))]
 
 
-def message_view(message: Message, *, limit: int | None = None) -> RenderableType:
-    """One chat message: a role label, its text, and each tool call with its arguments."""
+def message_view(
+    message: Message, *, limit: int | None = None, full: bool = False
+) -> RenderableType:
+    """One chat message: a role label, its text, and each tool call with its arguments
+    (``full``: long argument lines fold instead of ending in an ellipsis)."""
     role = str(message.get("role", "?"))
     label = role
     if role == "tool":
@@ -95,7 +107,7 @@ def message_view(message: Message, *, limit: int | None = None) -> RenderableTyp
     text.append(_shorten(_content_text(message.get("content")), limit))
     parts: list[RenderableType] = [text]
     for call in message.get("tool_calls") or []:
-        parts.extend(_tool_call_view(call))
+        parts.extend(_tool_call_view(call, full=full))
     return Group(*parts)
 
 
@@ -108,7 +120,26 @@ def messages_view(messages: Sequence[Message], *, pending: Message | None = None
     if pending is not None:
         parts.append(Text(f"[{len(messages)}] (pending: not yet sent to the agent)", style="dim"))
         parts.append(message_view(pending))
+    parts.append(Text("A line ending in … is cut: show N prints message N whole.", style="dim"))
     return Group(*parts)
+
+
+def full_message_view(
+    messages: Sequence[Message], index: int, *, pending: Message | None = None
+) -> RenderableType:
+    """Message ``index`` of ``messages messages_view`` numbers, nothing shortened: its whole
+    text and every tool call's arguments, folded at the terminal width."""
+    shown = [*messages, pending] if pending is not None else list(messages)
+    if not shown:
+        return Text("The conversation is empty.", style="dim")
+    if not 0 <= index < len(shown):
+        last = len(shown) - 1
+        return Text(f"There is no message {index}: the conversation has 0-{last}.", style="red")
+    note = " (pending: not yet sent to the agent)" if index == len(messages) else ""
+    return Group(
+        Rule(f"message {index} of {len(shown)}{note}", style="dim"),
+        message_view(shown[index], full=True),
+    )
 
 
 def _reply_message(reply: CompletionsResponse) -> Message:
@@ -170,6 +201,7 @@ def metrics_table(
     model_ms: float,
     in_flight_ms: float = 0.0,
     title: str = "Metrics",
+    answered: int | None = None,
 ) -> Table:
     """Calls, tokens and where the time went: ``total`` = paused + llm + tool + other.
 
@@ -178,14 +210,22 @@ def metrics_table(
     so neither reads as part of the other. ``in_flight_ms`` is the turn still waiting at the
     prompt (model time + pause), which the agent adds to ``llm`` only once it gets the reply.
     ``tool`` is wall time: parallel calls count once (their sum is noted after it).
+    ``answered`` is how many LLM calls got their reply: the agent also counts a call that was
+    cancelled (or failed) but has no tokens for it, so the table says whose tokens it shows.
     """
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_column(style="dim")
-    table.add_row("llm calls", str(metrics.num_llm_calls), "")
+    calls_note, tokens_note = "", "in / out"
+    unanswered = 0 if answered is None else metrics.num_llm_calls - answered
+    if unanswered > 0:
+        calls_note = f"{answered} answered, {unanswered} cancelled or failed"
+        tokens_note = f"in / out, of the {answered} answered; the cancelled call's: unknown"
+    table.add_row("llm calls", str(metrics.num_llm_calls), calls_note)
     table.add_row("tool calls", str(metrics.num_tool_calls), "")
-    table.add_row("tokens", f"{metrics.prompt_tokens} / {metrics.response_tokens}", "in / out")
+    tokens = f"{metrics.prompt_tokens} / {metrics.response_tokens}"
+    table.add_row("tokens", tokens, tokens_note)
     table.add_row("max context", str(metrics.max_context_tokens), "tokens")
     table.add_row("total", format_ms(metrics.total_latency_ms), "since the agent started")
     table.add_row("paused", format_ms(paused_ms), "you, at this prompt")
@@ -202,7 +242,9 @@ def metrics_table(
     return table
 
 
-def outcome_view(row: RowResult, *, paused_ms: float, model_ms: float) -> Group:
+def outcome_view(
+    row: RowResult, *, paused_ms: float, model_ms: float, answered: int | None = None
+) -> Group:
     """How a rollout ended: status, finish reason, reward, findings, metrics."""
     ok = row.status == "COMPLETED"
     head = Text.assemble(
@@ -224,7 +266,9 @@ def outcome_view(row: RowResult, *, paused_ms: float, model_ms: float) -> Group:
         parts.append(Text("findings: none (the protocol checks passed)", style="green"))
     if row.metrics:
         metrics = RolloutMetrics.model_validate(row.metrics)
-        parts.append(metrics_table(metrics, paused_ms=paused_ms, model_ms=model_ms))
+        parts.append(
+            metrics_table(metrics, paused_ms=paused_ms, model_ms=model_ms, answered=answered)
+        )
     return Group(*parts)
 
 
