@@ -127,7 +127,11 @@ def command_test(
         bool, typer.Option("--json", help="Print the summary as JSON on stdout.")
     ] = False,
     debug_dir: Annotated[
-        Path | None, typer.Option(help="Write per-rollout JSONL traces here.")
+        Path | None,
+        typer.Option(
+            help="Write per-rollout JSONL traces here. Not with --server: that server writes "
+            "them (osmosis serve --debug-dir)."
+        ),
     ] = None,
     verbose: Annotated[
         bool,
