@@ -159,6 +159,19 @@ def test_server_url_typo_is_a_usage_error(url: str) -> None:
     assert "http://127.0.0.1:9000" in result.stderr
 
 
+@pytest.mark.parametrize("mode", [[], ["--interactive"]])
+def test_debug_dir_with_server_is_refused_naming_serve(mode: list[str], tmp_path: Path) -> None:
+    """With --server the server runs the rollouts, so --debug-dir here used to write nothing
+    and say nothing; it is refused, pointing at `osmosis serve --debug-dir`."""
+    traces = tmp_path / "traces"
+    args = ["--server", "http://127.0.0.1:9", "-d", DATASET, "--debug-dir", str(traces), *mode]
+    result = run_cli("test", *args)
+    assert_one_clear_error(result, "with --server the server runs them and writes its own")
+    assert "`osmosis serve --debug-dir DIR`" in result.stderr
+    assert "osmosis serve agent.py:MyAgent --debug-dir traces/" in result.stderr
+    assert not traces.exists()
+
+
 def test_row_without_interactive_is_refused_with_the_batch_equivalent() -> None:
     """--row is an --interactive flag; in a batch it used to be ignored and every row ran."""
     result = run_cli("test", CALCULATOR, "-d", DATASET, "--row", "3")
@@ -436,6 +449,19 @@ def test_agent_tracebacks_only_with_verbose() -> None:
     assert "Traceback" not in quiet.stderr
     assert "--verbose" in quiet.stderr
     assert "Traceback" in loud.stderr
+
+
+def test_the_closing_hint_with_server_points_at_the_servers_traces() -> None:
+    """With --server the closing hint used to suggest --debug-dir, which that combination
+    cannot honour; it names the server's own `osmosis serve --debug-dir` instead."""
+    agent = load_asset("rev_agents").OpaqueMessageAgent()
+    with serve_in_thread(create_app(agent), lifespan="on") as url:
+        result = invoke("--server", url, "-d", DATASET, "--limit", "1")
+    assert result.exit_code == 1, result.stdout + result.stderr
+    hint = " ".join(result.stderr.split())
+    assert "Rerun with --verbose to see the agents' tracebacks" in hint
+    assert "start the server with `osmosis serve --debug-dir DIR`" in hint
+    assert "or --debug-dir DIR" not in hint
 
 
 SLOW_AGENT = """

@@ -107,6 +107,50 @@ def test_index_survives_broken_lines_and_rejects_missing_paths(tmp_path: Path, r
         build_index([tmp_path / "nothing.jsonl"])
 
 
+def test_results_of_a_server_run_join_the_servers_traces_by_rollout_id(
+    tmp_path: Path, runs: Path
+) -> None:
+    """An `osmosis test --server` results file names no traces (the server wrote them with its
+    own --debug-dir); given with that folder, a row and its trace are one rollout, not two, and
+    a trace with no row stays a rollout of its own."""
+    results = tmp_path / "results.jsonl"
+    with results.open("w") as out:
+        for line in (runs / "run-a" / "results.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            record.pop("trace", None)
+            out.write(json.dumps(record) + "\n")
+    traces = tmp_path / "server-traces"
+    shutil.copytree(runs / "run-a" / "traces", traces)
+    extra = {"v": 2, "ts": 1.0, "event": "rollout_start", "rollout_id": "row-9-extra"}
+    (traces / "extra.jsonl").write_text(json.dumps(extra) + "\n")
+    assert all(r.trace_path is None for r in build_index([results]).rollouts)
+
+    index = build_index([results, traces])
+    assert len(index.rollouts) == 7
+    joined, alone = index.rollouts[:6], index.rollouts[6]
+    assert [r.row for r in joined] == [1, 2, 3, 4, 5, 6]
+    for summary in joined:
+        assert summary.source == str(results)
+        assert summary.trace_path is not None
+        assert Path(summary.trace_path).parent == traces.resolve()
+        assert summary.public()["has_trace"] is True
+        assert summary.started is not None
+        full = index.load(summary)
+        assert full["row"]["rollout_id"] == summary.rollout_id
+        assert full["trajectory"]["rollout_id"] == summary.rollout_id
+    assert (alone.rollout_id, alone.source, alone.status) == ("row-9-extra", str(traces), "RUNNING")
+
+
+def test_two_results_files_label_each_rollout_by_its_path(runs: Path) -> None:
+    """Two runs both named results.jsonl are told apart by the path given, in the summaries
+    and in the JSON the page fetches."""
+    a, b = runs / "run-a" / "results.jsonl", runs / "run-b" / "results.jsonl"
+    index = build_index([a, b])
+    assert index.sources == [str(a), str(b)]
+    assert [r.source for r in index.rollouts] == [str(a)] * 6 + [str(b)] * 6
+    assert [r.public()["source"] for r in index.rollouts] == [str(a)] * 6 + [str(b)] * 6
+
+
 def test_cli_names_a_missing_path_without_a_traceback(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["view", str(tmp_path / "gone.jsonl")])
     assert result.exit_code == 2
@@ -184,6 +228,14 @@ def test_viewer_in_chromium(runs: Path, browser: Chromium, tmp_path: Path) -> No
         assert len(rows) == 12
         assert browser.evaluate("document.getElementById('count').textContent").startswith(
             "12 of 12"
+        )
+        heads = browser.evaluate(
+            "[...document.querySelectorAll('#rollouts th')].map(h => h.textContent)"
+        )
+        assert heads[-1] == "source"  # two runs: each row names its results file
+        assert (
+            sorted(r["cells"][-1] for r in rows)
+            == ["run-a/results.jsonl"] * 6 + ["run-b/results.jsonl"] * 6
         )
         browser.screenshot(shots / "view-list.png")
 

@@ -111,10 +111,14 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
     if report.cassette is not None:
         err.print(f"cassette of {report.cassette_rows} row(s) written to {report.cassette}")
     if report.summary["errors"] and not options.verbose:
-        err.print(
-            "[dim]Rerun with --verbose to see the agents' tracebacks, or --debug-dir DIR to "
-            "keep a trace of every rollout.[/]"
+        # With --server the traces are the server's to write (`osmosis serve --debug-dir`).
+        traces = (
+            "or start the server with `osmosis serve --debug-dir DIR` to keep a trace of every "
+            "rollout"
+            if options.server is not None
+            else "or --debug-dir DIR to keep a trace of every rollout"
         )
+        err.print(f"[dim]Rerun with --verbose to see the agents' tracebacks, {traces}.[/]")
     for line in report.token_check_lines:
         err.print(line, markup=False, highlight=False)
     if report.max_in_flight > 1:

@@ -16,6 +16,7 @@ from ._target import TARGET_HELP
 from ._test_flags import (
     check_jobs,
     check_mode_flags,
+    check_server_debug_dir,
     check_server_url,
     check_token_check,
     jobs_count,
@@ -126,7 +127,11 @@ def command_test(
         bool, typer.Option("--json", help="Print the summary as JSON on stdout.")
     ] = False,
     debug_dir: Annotated[
-        Path | None, typer.Option(help="Write per-rollout JSONL traces here.")
+        Path | None,
+        typer.Option(
+            help="Write per-rollout JSONL traces here. Not with --server: that server writes "
+            "them (osmosis serve --debug-dir)."
+        ),
     ] = None,
     verbose: Annotated[
         bool,
@@ -213,6 +218,7 @@ def command_test(
     check_token_check(token_check, interactive=interactive, llm=llm, llm_url=llm_url)
     if server is not None:
         check_server_url(server)
+    check_server_debug_dir(server, debug_dir)
     from ..errors import OsmosisError
     from ..evaluation import TestOptions
     from ..evaluation.datasets import BadRowsError

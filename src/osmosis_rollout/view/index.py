@@ -3,7 +3,9 @@
 Opening 10,000 rollouts must not mean parsing 500 MB. A results file is scanned once for line
 offsets; each row's summary is parsed from the part of the line before ``final_messages`` (the
 results writer puts it last). Traces linked from a results file are not opened at all until a
-rollout is shown; a trace with no results row is summarised from its first line and its tail.
+rollout is shown; a trace with no results row is summarised from its first line and its tail,
+unless a results row that names no trace has its rollout id (``osmosis test --server``: the
+server wrote the trace), then the two are one rollout.
 """
 
 from __future__ import annotations
@@ -129,11 +131,11 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
             sources.append(str(path))
             folder = _absolute(str(path))
             names = sorted(e.name for e in os.scandir(path) if e.name.endswith(".jsonl"))
-            trace_files.extend((os.path.join(folder, name), path.name) for name in names)
+            trace_files.extend((os.path.join(folder, name), str(path)) for name in names)
         elif path.is_file():
             sources.append(str(path))
             if _looks_like_trace(path):
-                trace_files.append((_absolute(str(path)), path.parent.name))
+                trace_files.append((_absolute(str(path)), str(path)))
             else:
                 found = _index_results(path, len(sources), warnings)
                 linked.update(s.trace_path for s in found if s.trace_path is not None)
@@ -143,14 +145,25 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
                 f"{path} does not exist; give a results file (osmosis test --output) or a "
                 "trace folder (--debug-dir)"
             )
+    # A results row without a trace (an `osmosis test --server` run, whose traces the server
+    # wrote with its own --debug-dir) and that server's trace are one rollout: joined by id.
+    untraced: dict[str, RolloutSummary] = {}
+    for summary in rollouts:
+        if summary.trace_path is None and summary.rollout_id is not None:
+            untraced.setdefault(summary.rollout_id, summary)
     seen: set[str] = set()
     for number, (trace, source) in enumerate(trace_files):
         if trace in linked or trace in seen:
             continue
         seen.add(trace)
-        summary = _summarise_trace(trace, f"t{number}", source, warnings)
-        if summary is not None:
-            rollouts.append(summary)
+        traced = _summarise_trace(trace, f"t{number}", source, warnings)
+        if traced is None:
+            continue
+        row = untraced.pop(traced.rollout_id, None) if traced.rollout_id else None
+        if row is not None:
+            row.trace_path, row.started = traced.trace_path, traced.started
+        else:
+            rollouts.append(traced)
     return RolloutIndex(rollouts, sources, warnings)
 
 
@@ -188,7 +201,7 @@ def _index_results(path: Path, number: int, warnings: list[str]) -> list[Rollout
                     rollout_id=row.get("rollout_id"),
                     row=row.get("row") if isinstance(row.get("row"), int) else None,
                     status=str(row.get("status") or "?"),
-                    source=path.name,
+                    source=str(path),
                     reward=row.get("reward"),
                     finish_reason=row.get("finish_reason"),
                     error_message=_short(row.get("error_message")),

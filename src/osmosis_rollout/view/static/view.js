@@ -12,6 +12,9 @@ const SORTS = {
   reward: (r) => (r.reward === null ? -Infinity : r.reward),
 };
 
+// A path's last two parts: enough to tell run-a/results.jsonl from run-b/results.jsonl.
+const short = (path) => String(path ?? "").split(/[\\/]/).filter(Boolean).slice(-2).join("/");
+
 function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) => ({
     "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
@@ -42,7 +45,6 @@ async function loadIndex() {
   state.rollouts = body.rollouts;
   for (const r of body.rollouts) state.byId.set(r.id, r);
   const warn = body.warnings.length ? ` · ${body.warnings.length} warning(s)` : "";
-  const short = (path) => path.split(/[\\/]/).filter(Boolean).slice(-2).join("/");
   const sources = document.getElementById("sources");
   sources.textContent = body.sources.map(short).join(", ") + warn;
   sources.title = body.sources.join("\n");
@@ -129,6 +131,8 @@ function showList(app, params) {
   const rows = applyFilters(all, f);
   const sameRow = new Map();
   for (const r of all) if (r.row !== null) sameRow.set(r.row, (sameRow.get(r.row) || 0) + 1);
+  // Two runs or more: each rollout says which one (results file or trace folder) it is from.
+  const manyRuns = new Set(all.map((r) => r.source)).size > 1;
   const shown = rows.slice(0, MAX_ROWS);
   const more = rows.length > shown.length ? ` (first ${shown.length} shown)` : "";
   const body = shown.map((r) => `
@@ -144,6 +148,7 @@ function showList(app, params) {
       <td class="num">${ms(r.latency_ms)}</td>
       <td>${r.findings.map((c) => `<span class="badge warn">${esc(c)}</span>`).join(" ")}
         ${r.error_message ? `<span class="error-text" title="${esc(r.error_message)}">${esc(r.error_message.slice(0, 80))}</span>` : ""}</td>
+      ${manyRuns ? `<td class="source" title="${esc(r.source)}">${esc(short(r.source))}</td>` : ""}
     </tr>`).join("");
   const warnings = (state.warnings || []).map((w) => `<p class="warn-text">${esc(w)}</p>`).join("");
   app.innerHTML = `
@@ -160,7 +165,7 @@ function showList(app, params) {
     <p id="count" class="dim">${rows.length} of ${all.length} rollouts${more}</p>
     <table id="rollouts" class="rollouts">
       <thead><tr><th>row</th><th>rollout</th><th>status</th><th>reward</th><th>turns</th>
-        <th>tools</th><th>tokens</th><th>time</th><th>findings / error</th></tr></thead>
+        <th>tools</th><th>tokens</th><th>time</th><th>findings / error</th>${manyRuns ? "<th>source</th>" : ""}</tr></thead>
       <tbody>${body}</tbody>
     </table>`;
   for (const id of ["f-status", "f-finding", "f-rmin", "f-rmax", "f-q", "f-sort", "f-dir"]) {
@@ -292,7 +297,7 @@ function rolloutView(data) {
       ${t.bad_lines ? `<p class="warn-text">${t.bad_lines} broken line(s) in the trace were skipped</p>` : ""}`;
   } else {
     const findings = (row.findings || []).map((f) => ({ code: f.code, message: f.message }));
-    body = `<p class="dim">No trace for this rollout: run <code>osmosis test</code> with <code>--debug-dir</code> for turns, timing and tool results.</p>
+    body = `<p class="dim">No trace for this rollout: run <code>osmosis test</code> with <code>--debug-dir</code> for turns, timing and tool results (with <code>--server</code>, start the server with <code>osmosis serve --debug-dir</code> and give its folder here too).</p>
       ${findings.length ? `<p>${findingBadges(findings)}</p>` : ""}
       <section class="turn">${(row.final_messages || []).map((m) => messageView(m)).join("")}</section>`;
   }
@@ -307,7 +312,7 @@ function siblings(summary) {
 async function showRollout(app, id) {
   const data = await loadRollout(id);
   const others = siblings(data.summary).map((r) =>
-    `<a class="compare-link" href="#/compare/${encodeURIComponent(id)}/${encodeURIComponent(r.id)}">compare with ${esc(r.rollout_id || r.id)} (${esc(r.source)})</a>`).join(" ");
+    `<a class="compare-link" href="#/compare/${encodeURIComponent(id)}/${encodeURIComponent(r.id)}">compare with ${esc(r.rollout_id || r.id)} (${esc(short(r.source))})</a>`).join(" ");
   app.innerHTML = `<nav class="crumbs"><a href="#/">← all rollouts</a> ${others}</nav>${rolloutView(data)}`;
 }
 
