@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from . import app
-from ._common import fail, run_async
+from ._common import fail, run_async, stderr_console
 from ._target import TARGET_HELP
 from ._test_flags import (
     check_jobs,
@@ -19,6 +19,7 @@ from ._test_flags import (
     check_server_url,
     check_token_check,
     jobs_count,
+    run_rows,
     warm_up_workers,
 )
 
@@ -60,9 +61,11 @@ def command_test(
             "--jobs",
             "-j",
             metavar="N|auto",
-            help="Run the rows in N worker processes (auto: one per CPU), each with "
-            "--concurrency rollouts at once: for CPU-bound runs (the mock LLM, --replay). "
-            "Not with --interactive, --server, --record or --token-check.",
+            help="Run the rows in N worker processes, each with --concurrency rollouts at "
+            "once: for CPU-bound runs (the mock LLM, --replay). auto: one per free CPU (the "
+            "CPUs this process may use less the load average on them), 1 when fewer than 1.5 "
+            "are free, at most one per 200 rows. Not with --interactive, --server, --record or "
+            "--token-check.",
         ),
     ] = "1",
     server: Annotated[
@@ -180,7 +183,9 @@ def command_test(
     Offline by default: the built-in mock LLM calls your tools with schema-valid arguments,
     then answers. Exit 0 when every row completed without findings, 1 otherwise.
     """
-    count = jobs_count(jobs)
+    count, auto_reason = jobs_count(
+        jobs, rows=run_rows(dataset, replay, offset=offset, limit=limit)
+    )
     if server is None and record is None and not (interactive or token_check):
         warm_up_workers(count)
     if server is None:
@@ -213,6 +218,12 @@ def command_test(
     check_token_check(token_check, interactive=interactive, llm=llm, llm_url=llm_url)
     if server is not None:
         check_server_url(server)
+    if auto_reason is not None and workers == 1 and not interactive and server is None:
+        from rich.markup import escape
+
+        stderr_console().print(
+            f"[dim]--jobs auto: 1 process ({escape(auto_reason)})[/]", soft_wrap=True
+        )
     from ..errors import OsmosisError
     from ..evaluation import TestOptions
     from ..evaluation.datasets import BadRowsError
