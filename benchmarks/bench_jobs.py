@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from typing import Any
 from _bench import ROOT, print_table, ratio, write_results
 from bench_test_throughput import TARGET, write_dataset
 
-from osmosis_rollout.evaluation.parallel import cpu_count
+from osmosis_rollout.evaluation.parallel import auto_jobs, cpu_count, machine_load
 
 JOBS = ("1", "2", "auto")
 
@@ -121,7 +122,7 @@ def main() -> None:
         )
     print_table(
         f"osmosis test --replay, {args.rows} rows of {TARGET}, concurrency {args.concurrency} "
-        f"per process; auto = {cpu_count()} on this machine; best of {args.repeats}",
+        f"per process; auto = {_auto(args.rows)} here at the end; best of {args.repeats}",
         [
             "",
             "process wall s",
@@ -145,6 +146,12 @@ def main() -> None:
     assert all(r["passed"] == r["rows"] for runs in rounds.values() for r in runs)
     results = {"record": recorded, "rounds": rounds, "startup_10_rows": startup}
     write_results("jobs", {"parameters": vars(args), "results": results})
+
+
+def _auto(rows: int) -> str:
+    """What ``--jobs auto`` chooses now, and why (the load changes while the benchmark runs)."""
+    chosen = auto_jobs(cpu_count(), machine_load(), rows, machine_cpus=os.cpu_count())
+    return f"{chosen.count} ({chosen.reason})"
 
 
 def _name(jobs: str, osmosis: str | None) -> str:

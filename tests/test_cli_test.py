@@ -672,6 +672,36 @@ def test_jobs_auto_on_one_cpu_is_one_process_so_record_works(
     assert cassette.exists()
 
 
+def test_jobs_auto_on_two_busy_cpus_is_one_process_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two CPUs with other work on them: ``auto`` runs one process (it ran two, slower than one;
+    issue 30), so ``--record`` works, and one line says what ``auto`` chose and why."""
+    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.cpu_count", lambda: 2)
+    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.machine_load", lambda: 1.2)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    cassette = tmp_path / "cassette.jsonl"
+    result = invoke(
+        CALCULATOR, "-d", DATASET, "--limit", "2", "--jobs", "auto", "--record", str(cassette)
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "--jobs auto: 1 process (0.8 of 2 CPUs free at load 1.2)" in result.stderr
+    assert "cassette of 2 row(s) written" in result.stderr
+
+
+def test_jobs_auto_runs_a_small_batch_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On idle CPUs, a run of a few rows is still one process: starting workers costs more."""
+    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.cpu_count", lambda: 8)
+    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.machine_load", lambda: 0.0)
+    result = invoke(CALCULATOR, "-d", DATASET, "--offset", "1", "--jobs", "auto", "--json")
+    rows = len(Path(DATASET).read_text().splitlines()) - 1
+    assert result.exit_code == 0, result.stderr
+    assert f"--jobs auto: 1 process ({rows} rows: workers pay off from 400)" in result.stderr
+    assert json.loads(result.stdout[result.stdout.index("{") :])["rows"] == rows
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

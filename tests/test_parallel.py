@@ -636,3 +636,43 @@ def test_pools_in_one_process_fork_from_one_forkserver_that_ends_with_it(tmp_pat
     (forkserver,) = set(workers.values())
     assert forkserver != command
     wait_for(lambda: not alive(forkserver), "the forkserver ends with its process", 10)
+
+
+# -- --jobs auto: as many workers as can help ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cpus", "load", "rows", "machine_cpus", "count", "reason"),
+    [
+        # The issue's machine: two CPUs, other work running; two workers were slower than one.
+        (2, 1.2, None, None, 1, "0.8 of 2 CPUs free at load 1.2"),
+        (2, 0.6, 10_000, None, 1, "1.4 of 2 CPUs free at load 0.6"),
+        (2, 0.4, None, None, 2, "1.6 of 2 CPUs free"),
+        (2, 0.0, None, None, 2, "2.0 of 2 CPUs free"),
+        (2, None, None, None, 2, "2.0 of 2 CPUs free"),  # no load average: taken as idle
+        (8, 2.0, None, None, 6, "6.0 of 8 CPUs free"),
+        (4, 10.0, None, None, 1, "0.0 of 4 CPUs free at load 10.0"),  # more load than CPUs
+        (1, 0.0, None, None, 1, "1 CPU"),
+        # Two CPUs of an eight-CPU machine: the load is spread over all eight.
+        (2, 4.0, None, 8, 1, "1.0 of 2 CPUs free at load 4.0"),
+        (2, 2.0, None, 8, 2, "1.5 of 2 CPUs free"),
+        # Small runs: a worker's start-up costs about what 200 rows do.
+        (8, 0.0, 300, None, 1, "300 rows: workers pay off from 400"),
+        (8, 0.0, 900, None, 4, "900 rows, 200 or more per worker"),
+        (8, 0.0, 5_000, None, 8, "8.0 of 8 CPUs free"),
+    ],
+)
+def test_jobs_auto_chooses_no_more_workers_than_can_help(
+    cpus: int,
+    load: float | None,
+    rows: int | None,
+    machine_cpus: int | None,
+    count: int,
+    reason: str,
+) -> None:
+    """``--jobs auto`` counts the free CPUs (ours, less the load on them), runs one process below
+    1.5 of them or for a small run (issue 30: it chose 2 on two busy CPUs, slower than 1)."""
+    from osmosis_rollout.evaluation.parallel import AutoJobs, auto_jobs
+
+    chosen = auto_jobs(cpus, load, rows, machine_cpus=machine_cpus)
+    assert chosen == AutoJobs(count, reason)

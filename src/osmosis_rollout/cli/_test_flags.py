@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ._common import fail
 
 
-def jobs_count(jobs: str) -> int | None:
+def jobs_count(jobs: str, *, rows: int | None = None) -> tuple[int | None, str | None]:
     """``--jobs N|auto`` as a number of worker processes, parsed once for every check that
-    needs it (``auto`` on one CPU is 1, as is ``01``); None when it is neither."""
+    needs it (``01`` is 1), with why ``auto`` chose its number (None for a number); the count is
+    None when ``jobs`` is neither. ``rows``: the run's rows where known (see :func:`run_rows`)."""
     value = jobs.strip().lower()
     if value == "auto":
-        from ..evaluation.parallel import cpu_count
+        from ..evaluation import parallel
 
-        return cpu_count()
+        chosen = parallel.auto_jobs(
+            parallel.cpu_count(), parallel.machine_load(), rows, machine_cpus=os.cpu_count()
+        )
+        return chosen.count, chosen.reason
     try:
         count = int(value)
     except ValueError:
-        return None
-    return count if count >= 1 else None
+        return None, None
+    return (count if count >= 1 else None), None
+
+
+def run_rows(
+    dataset: Path | None, replay: Path | None, *, offset: int, limit: int | None
+) -> int | None:
+    """About how many rows a batch runs, for ``--jobs auto``, without reading them: the lines
+    of a .jsonl or .csv dataset (or the replayed cassette's), after ``offset``, at most
+    ``limit``; None when unknown (a .json or .parquet file, or one that cannot be read)."""
+    source = dataset if dataset is not None else replay
+    lines: int | None = None
+    if source is not None and source.suffix.lower() in (".jsonl", ".csv"):
+        try:
+            with source.open("rb") as handle:
+                lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+        except OSError:
+            lines = None
+    if lines is not None:
+        lines = max(0, lines - offset)
+        return lines if limit is None else min(lines, limit)
+    return limit
 
 
 def warm_up_workers(count: int | None) -> None:
@@ -117,3 +142,12 @@ def check_server_url(url: str) -> None:
             f"--server {url!r} is not an http:// or https:// URL with a host",
             hint="osmosis test --server http://127.0.0.1:9000 --dataset rows.jsonl",
         )
+
+
+def say_auto_jobs(reason: str) -> None:
+    """One dim line saying why ``--jobs auto`` chose one process (a surprise otherwise)."""
+    from rich.markup import escape
+
+    from ._common import stderr_console
+
+    stderr_console().print(f"[dim]--jobs auto: 1 process ({escape(reason)})[/]", soft_wrap=True)

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from ..evaluation.run import RunObserver
-from ._common import EXIT_OK, EXIT_PROBLEMS, stderr_console, stdout_console
+from ._common import EXIT_OK, EXIT_PROBLEMS, run_async, stderr_console, stdout_console
 
 if TYPE_CHECKING:
     from ..evaluation import TestOptions, TestReport
@@ -132,3 +132,27 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
     if json_output:
         typer.echo(json.dumps(report.summary, indent=2))
     return EXIT_OK if report.passed else EXIT_PROBLEMS
+
+
+def interactive_run(options: TestOptions, *, start_row: int | None) -> int:
+    """The REPL over the same setup as a batch, with the backend closed afterwards."""
+    from ..evaluation.assembly import closing, prepare
+    from ..repl import run_repl
+
+    setup = prepare(options, warn=warn, start_row=start_row)
+
+    async def repl() -> int:
+        async with closing(setup.backend):
+            return await run_repl(
+                setup.agent,
+                backend=setup.backend,
+                rows=setup.rows,
+                start_row=start_row,
+                server_url=options.server,
+                server_key=options.api_key,
+                completion_params=setup.completion_params,
+                max_turns=setup.max_turns,
+                debug_dir=options.debug_dir,
+            )
+
+    return run_async(repl())

@@ -20,11 +20,13 @@ from ._test_flags import (
     check_server_url,
     check_token_check,
     jobs_count,
+    run_rows,
+    say_auto_jobs,
     warm_up_workers,
 )
 
 if TYPE_CHECKING:
-    from ..evaluation import TestOptions
+    pass
 
 
 @app.command("test")
@@ -61,9 +63,11 @@ def command_test(
             "--jobs",
             "-j",
             metavar="N|auto",
-            help="Run the rows in N worker processes (auto: one per CPU), each with "
-            "--concurrency rollouts at once: for CPU-bound runs (the mock LLM, --replay). "
-            "Not with --interactive, --server, --record or --token-check.",
+            help="Run the rows in N worker processes, each with --concurrency rollouts at "
+            "once: for CPU-bound runs (the mock LLM, --replay). auto: one per free CPU (the "
+            "CPUs this process may use less the load average on them), 1 when fewer than 1.5 "
+            "are free, at most one per 200 rows. Not with --interactive, --server, --record or "
+            "--token-check.",
         ),
     ] = "1",
     server: Annotated[
@@ -185,7 +189,9 @@ def command_test(
     Offline by default: the built-in mock LLM calls your tools with schema-valid arguments,
     then answers. Exit 0 when every row completed without findings, 1 otherwise.
     """
-    count = jobs_count(jobs)
+    count, auto_reason = jobs_count(
+        jobs, rows=run_rows(dataset, replay, offset=offset, limit=limit)
+    )
     if server is None and record is None and not (interactive or token_check):
         warm_up_workers(count)
     if server is None:
@@ -219,6 +225,8 @@ def command_test(
     if server is not None:
         check_server_url(server)
     check_server_debug_dir(server, debug_dir)
+    if auto_reason is not None and workers == 1 and not interactive and server is None:
+        say_auto_jobs(auto_reason)
     from ..errors import OsmosisError
     from ..evaluation import TestOptions
     from ..evaluation.datasets import BadRowsError
@@ -252,7 +260,9 @@ def command_test(
     )
     try:
         if interactive:
-            raise typer.Exit(_interactive(options, start_row=row))
+            from ._test_view import interactive_run
+
+            raise typer.Exit(interactive_run(options, start_row=row))
         from ..evaluation import run_test
         from ._test_view import Shown, render
 
@@ -268,28 +278,3 @@ def _given(context: typer.Context, name: str) -> bool:
     """Whether an option came from the command line or the environment, not its default."""
     source = context.get_parameter_source(name)
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-
-
-def _interactive(options: TestOptions, *, start_row: int | None) -> int:
-    """The REPL over the same setup as a batch, with the backend closed afterwards."""
-    from ..evaluation.assembly import closing, prepare
-    from ..repl import run_repl
-    from ._test_view import warn
-
-    setup = prepare(options, warn=warn, start_row=start_row)
-
-    async def repl() -> int:
-        async with closing(setup.backend):
-            return await run_repl(
-                setup.agent,
-                backend=setup.backend,
-                rows=setup.rows,
-                start_row=start_row,
-                server_url=options.server,
-                server_key=options.api_key,
-                completion_params=setup.completion_params,
-                max_turns=setup.max_turns,
-                debug_dir=options.debug_dir,
-            )
-
-    return run_async(repl())
