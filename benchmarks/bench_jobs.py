@@ -31,7 +31,7 @@ from typing import Any
 from _bench import ROOT, print_table, ratio, write_results
 from bench_test_throughput import TARGET, write_dataset
 
-from osmosis_rollout.evaluation.parallel import auto_jobs, cpu_count, machine_load
+from osmosis_rollout.evaluation.cpus import auto_jobs, cpu_count, machine_load
 
 JOBS = ("1", "2", "auto")
 

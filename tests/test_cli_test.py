@@ -8,10 +8,8 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,6 @@ from typing import Any
 
 import httpx2
 import pytest
-import uvicorn
 from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -311,19 +308,8 @@ def test_the_right_server_key_runs_the_rows(keyed_server: str) -> None:
 def keyed_calculator_server(key: str) -> Iterator[str]:
     """The calculator agent behind a real uvicorn (with its lifespan) that requires ``key``."""
     agent = load_asset("seed_calculator").CalculatorAgent()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    config = uvicorn.Config(create_app(agent, api_key=key), log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serve_in_thread(create_app(agent, api_key=key), lifespan="on") as url:
+        yield url
 
 
 def test_server_with_a_key_can_be_tested_with_api_key() -> None:
@@ -662,7 +648,7 @@ def test_jobs_auto_on_one_cpu_is_one_process_so_record_works(
 ) -> None:
     """``--jobs auto`` on a one-CPU machine means one process, so ``--record`` is not refused
     (it was: the check compared the text "auto" with "1")."""
-    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.cpu_count", lambda: 1)
+    monkeypatch.setattr("osmosis_rollout.evaluation.cpus.cpu_count", lambda: 1)
     cassette = tmp_path / "cassette.jsonl"
     result = invoke(
         CALCULATOR, "-d", DATASET, "--limit", "2", "--jobs", "auto", "--record", str(cassette)
@@ -677,8 +663,8 @@ def test_jobs_auto_on_two_busy_cpus_is_one_process_and_says_why(
 ) -> None:
     """Two CPUs with other work on them: ``auto`` runs one process (it ran two, slower than one;
     issue 30), so ``--record`` works, and one line says what ``auto`` chose and why."""
-    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.cpu_count", lambda: 2)
-    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.machine_load", lambda: 1.2)
+    monkeypatch.setattr("osmosis_rollout.evaluation.cpus.cpu_count", lambda: 2)
+    monkeypatch.setattr("osmosis_rollout.evaluation.cpus.machine_load", lambda: 1.2)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     cassette = tmp_path / "cassette.jsonl"
     result = invoke(
@@ -693,8 +679,8 @@ def test_jobs_auto_runs_a_small_batch_in_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On idle CPUs, a run of a few rows is still one process: starting workers costs more."""
-    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.cpu_count", lambda: 8)
-    monkeypatch.setattr("osmosis_rollout.evaluation.parallel.machine_load", lambda: 0.0)
+    monkeypatch.setattr("osmosis_rollout.evaluation.cpus.cpu_count", lambda: 8)
+    monkeypatch.setattr("osmosis_rollout.evaluation.cpus.machine_load", lambda: 0.0)
     result = invoke(CALCULATOR, "-d", DATASET, "--offset", "1", "--jobs", "auto", "--json")
     rows = len(Path(DATASET).read_text().splitlines()) - 1
     assert result.exit_code == 0, result.stderr

@@ -672,7 +672,7 @@ def test_jobs_auto_chooses_no_more_workers_than_can_help(
 ) -> None:
     """``--jobs auto`` counts the free CPUs (ours, less the load on them), runs one process below
     1.5 of them or for a small run (issue 30: it chose 2 on two busy CPUs, slower than 1)."""
-    from osmosis_rollout.evaluation.parallel import AutoJobs, auto_jobs
+    from osmosis_rollout.evaluation.cpus import AutoJobs, auto_jobs
 
     chosen = auto_jobs(cpus, load, rows, machine_cpus=machine_cpus)
     assert chosen == AutoJobs(count, reason)

@@ -14,10 +14,10 @@ def jobs_count(jobs: str, *, rows: int | None = None) -> tuple[int | None, str |
     None when ``jobs`` is neither. ``rows``: the run's rows where known (see :func:`run_rows`)."""
     value = jobs.strip().lower()
     if value == "auto":
-        from ..evaluation import parallel
+        from ..evaluation import cpus
 
-        chosen = parallel.auto_jobs(
-            parallel.cpu_count(), parallel.machine_load(), rows, machine_cpus=os.cpu_count()
+        chosen = cpus.auto_jobs(
+            cpus.cpu_count(), cpus.machine_load(), rows, machine_cpus=os.cpu_count()
         )
         return chosen.count, chosen.reason
     try:

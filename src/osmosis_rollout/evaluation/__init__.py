@@ -12,8 +12,9 @@ The names load on first use, like ``osmosis_rollout.testing``'s: ``osmosis test 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .run import RunObserver, TestOptions, TestReport, run_test
@@ -21,16 +22,16 @@ if TYPE_CHECKING:
 
 #: Each public name and the submodule that defines it.
 _HOMES = {
-    "RunObserver": "run",
-    "TestOptions": "run",
-    "TestReport": "run",
-    "run_test": "run",
-    "BatchReport": "runner",
-    "RowInput": "runner",
-    "RowResult": "runner",
-    "RunOptions": "runner",
-    "run_batch": "runner",
-    "summarise": "runner",
+    "RunObserver": ".run",
+    "TestOptions": ".run",
+    "TestReport": ".run",
+    "run_test": ".run",
+    "BatchReport": ".runner",
+    "RowInput": ".runner",
+    "RowResult": ".runner",
+    "RunOptions": ".runner",
+    "run_batch": ".runner",
+    "summarise": ".runner",
 }
 
 __all__ = [
@@ -47,21 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        # A submodule (``osmosis_rollout.evaluation.runner``...) is an attribute once imported.
-        if name.isidentifier() and not name.startswith("_"):
-            try:
-                return importlib.import_module(f".{name}", __name__)
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{name}":
-                    raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
-    globals()[name] = value  # the next lookup is a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

@@ -12,8 +12,9 @@ Datasets, cassettes and replay belong to the engine of ``osmosis test``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ..evaluation.cassette import read_cassette
@@ -63,22 +64,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        # A submodule (``osmosis_rollout.testing.harness``...): an attribute of the package once
-        # imported, as it was when the package imported its submodules eagerly.
-        if name.isidentifier() and not name.startswith("_"):
-            try:
-                return importlib.import_module(f".{name}", __name__)
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{name}":
-                    raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, "osmosis_rollout"), name)
-    globals()[name] = value  # the next lookup is a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals(), anchor="osmosis_rollout")
