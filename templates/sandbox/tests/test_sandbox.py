@@ -1,14 +1,19 @@
-"""The sandbox: output, errors, time limit, output limit and a clean environment."""
+"""The sandbox: output, errors, time limit, output limit, a clean environment, and refusing to
+run code unconfined. The attacks it stops are in test_sandbox_attacks.py."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from __PACKAGE__.sandbox import run_python
 
 pytestmark = pytest.mark.anyio
+needs_sandbox = pytest.mark.usefixtures("sandbox")
 
 
+@needs_sandbox
 async def test_returns_what_the_program_printed() -> None:
     """stdout comes back with exit code 0."""
     result = await run_python("print(6 * 7)")
@@ -17,6 +22,7 @@ async def test_returns_what_the_program_printed() -> None:
     assert result.for_model() == "42\n"
 
 
+@needs_sandbox
 async def test_an_exception_is_output_not_a_crash() -> None:
     """A failing program returns its traceback and exit code for the model to read."""
     result = await run_python("1 / 0")
@@ -25,6 +31,7 @@ async def test_an_exception_is_output_not_a_crash() -> None:
     assert "[exit code 1]" in result.for_model()
 
 
+@needs_sandbox
 async def test_a_program_that_runs_too_long_is_killed() -> None:
     """An endless loop is killed at the time limit and reported as such."""
     result = await run_python("while True: pass", timeout_s=0.3)
@@ -33,6 +40,7 @@ async def test_a_program_that_runs_too_long_is_killed() -> None:
     assert "time limit" in result.for_model()
 
 
+@needs_sandbox
 async def test_output_is_cut_at_the_limit() -> None:
     """Endless printing is stopped and the model sees at most max_output_chars."""
     result = await run_python("while True: print('x' * 100)", max_output_chars=1000)
@@ -41,8 +49,22 @@ async def test_output_is_cut_at_the_limit() -> None:
     assert "[output truncated]" in result.for_model()
 
 
+@needs_sandbox
 async def test_the_program_does_not_see_our_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Secrets in this process's environment are not passed to model-written code."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     result = await run_python("import os; print(os.environ.get('OPENAI_API_KEY'))")
     assert result.output == "None\n"
+
+
+async def test_without_bubblewrap_the_code_is_refused_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No bwrap on PATH: the model is told why, and its program never starts."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # a folder without bwrap
+    ran = tmp_path / "ran"
+    result = await run_python(f"open({str(ran)!r}, 'w').write('unconfined')")
+    assert result.refused is not None
+    assert "bubblewrap (bwrap) is not installed" in result.refused
+    assert result.for_model().startswith("[not run: bubblewrap (bwrap) is not installed")
+    assert not ran.exists()

@@ -1,0 +1,114 @@
+"""The first code run inside the sandbox: set its limits, forbid new processes, run the program.
+
+bubblewrap has already given this process its own namespaces (no network, its own pids and
+mounts); what namespaces cannot do is done here, before the model's program starts:
+
+- rlimits: address space (memory), CPU seconds, the size of a written file, open files, and no
+  core files;
+- a seccomp filter refusing ``fork``, ``vfork`` and every ``clone`` that is not a thread, so
+  the program is one process: Linux does not apply ``RLIMIT_NPROC`` to a process whose real
+  user is root, which is what the sandbox is when ``osmosis serve`` runs as root.
+
+Then ``exec``: the program starts with the limits and the filter in place and cannot lift them
+(``no_new_privs`` is set, the hard limits equal the soft ones). Standard library only; run as
+``python -I -S sandbox_boot.py LIMITS_JSON PROGRAM``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import platform
+import resource
+import struct
+import sys
+
+#: Per machine: the kernel's audit arch, and the syscalls that start a process.
+_MACHINES = {
+    "x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435}),
+}
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_ALLOW, _ERRNO, _KILL = 0x7FFF0000, 0x00050000, 0x80000000
+_CLONE_THREAD = 0x00010000
+_X32_BIT = 0x40000000  # x86_64's x32 ABI: the same syscalls under other numbers
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+
+_LIMITS = {
+    "memory_bytes": resource.RLIMIT_AS,
+    "cpu_s": resource.RLIMIT_CPU,
+    "file_bytes": resource.RLIMIT_FSIZE,
+    "open_files": resource.RLIMIT_NOFILE,
+    "threads": resource.RLIMIT_NPROC,  # enforced for a non-root user: threads count too
+}
+
+
+def no_new_processes_filter(machine: str) -> bytes:
+    """The seccomp program (classic BPF) for ``machine``: threads yes, processes no."""
+    arch, calls = _MACHINES[machine]
+    # (code, jump-if-true, jump-if-false, k); a jump is a label or 0 (the next instruction).
+    program: list[tuple[int, str | int, str | int, int]] = [
+        (_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (_JEQ, 0, "kill", arch),
+        (_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+    ]
+    if machine == "x86_64":
+        program.append((_JGE, "kill", 0, _X32_BIT))
+    for name in ("fork", "vfork"):
+        if name in calls:
+            program.append((_JEQ, "eperm", 0, calls[name]))
+    program.append((_JEQ, "enosys", 0, calls["clone3"]))  # glibc then falls back to clone
+    program.append((_JEQ, 0, "allow", calls["clone"]))
+    program.append((_LD_W_ABS, 0, 0, 16))  # clone's flags: args[0], low 32 bits
+    program.append((_JSET, "allow", "eperm", _CLONE_THREAD))
+    labels = {"allow": len(program), "eperm": len(program) + 1, "enosys": len(program) + 2}
+    labels["kill"] = len(program) + 3
+    program += [
+        (_RET, 0, 0, _ALLOW),
+        (_RET, 0, 0, _ERRNO | errno.EPERM),
+        (_RET, 0, 0, _ERRNO | errno.ENOSYS),
+        (_RET, 0, 0, _KILL),
+    ]
+
+    def offset(at: int, jump: str | int) -> int:
+        return 0 if jump == 0 else labels[str(jump)] - at - 1
+
+    return b"".join(
+        struct.pack("HBBI", code, offset(at, jt), offset(at, jf), k)
+        for at, (code, jt, jf, k) in enumerate(program)
+    )
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _install_filter(program: bytes) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    buffer = ctypes.create_string_buffer(program)
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def main(argv: list[str]) -> None:
+    limits, program = json.loads(argv[1]), argv[2]
+    machine = platform.machine()
+    if machine not in _MACHINES:
+        sys.exit(f"sandbox: no process filter for this machine ({machine}); not running the code")
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for name, which in _LIMITS.items():
+        resource.setrlimit(which, (limits[name], limits[name]))
+    try:
+        _install_filter(no_new_processes_filter(machine))
+    except OSError as exc:
+        sys.exit(f"sandbox: {exc}; not running the code")
+    os.execv(sys.executable, [sys.executable, "-I", "-X", "utf8", program])
+
+
+if __name__ == "__main__":
+    main(sys.argv)
