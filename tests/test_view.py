@@ -162,7 +162,7 @@ def test_cli_names_a_missing_path_without_a_traceback(tmp_path: Path) -> None:
 async def test_api_lists_rollouts_and_answers_404_for_unknown_ones(runs: Path) -> None:
     index = build_index([runs / "run-a" / "results.jsonl"])
     transport = httpx2.ASGITransport(app=create_view_app(index))
-    async with httpx2.AsyncClient(transport=transport, base_url="http://view.test") as http:
+    async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         listing = (await http.get("/api/rollouts")).json()
         assert len(listing["rollouts"]) == 6
         assert "results_path" not in listing["rollouts"][0]  # no file paths in the table
@@ -366,3 +366,23 @@ def test_osmosis_view_prints_its_url_and_serves_on_loopback(tmp_path: Path, runs
         _, err = proc.communicate(timeout=30)
     assert "6 rollout(s) indexed" in err
     assert "Traceback" not in err
+
+
+def test_index_of_a_crafted_file_shows_no_string_as_a_number(tmp_path: Path) -> None:
+    """Strings, booleans, NaN and negatives where a results file or a trace has numbers are
+    indexed (no traceback): a reward that is not a finite number is none, a count is 0."""
+    markup = "<img src=x onerror=alert(1)>"
+    row = {"type": "row", "row": 1, "rollout_id": "row-1-x", "status": "COMPLETED"}
+    row |= {"reward": markup, "turns": markup, "tool_calls": True, "prompt_tokens": -5}
+    row |= {"response_tokens": 2.0, "latency_ms": markup}
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    start = {"v": 2, "ts": markup, "event": "rollout_start", "rollout_id": "row-2-y"}
+    end = {"v": 2, "ts": 2.0, "event": "rollout_end", "rollout_id": "row-2-y", "reward": "NaN"}
+    end["metrics"] = {"num_llm_calls": markup, "total_latency_ms": float("inf")}
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "y.jsonl").write_text(json.dumps(start) + "\n" + json.dumps(end) + "\n")
+    from_row, from_trace = build_index([tmp_path / "results.jsonl", tmp_path / "traces"]).rollouts
+    assert (from_row.reward, from_row.turns, from_row.tool_calls) == (None, 0, 0)
+    assert (from_row.prompt_tokens, from_row.response_tokens, from_row.latency_ms) == (0, 2, 0.0)
+    assert (from_trace.reward, from_trace.turns, from_trace.latency_ms) == (None, 0, 0.0)
+    assert from_trace.started is None

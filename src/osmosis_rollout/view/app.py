@@ -2,11 +2,13 @@
 
 The page (``static/``: plain HTML, CSS and JavaScript, no build step, nothing from a CDN) asks
 ``/api/rollouts`` for the table and ``/api/rollouts/{id}`` for one rollout, read from disk then.
+Every request and response passes ``guard.ViewGuard`` (the Host check, the CSP).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
+from .guard import LOOPBACK_NAMES, ViewGuard
 from .index import RolloutIndex
 
 __all__ = ["STATIC_DIR", "create_view_app"]
@@ -33,8 +37,9 @@ def _json(body: Any, status: int = 200) -> Response:
     )
 
 
-def create_view_app(index: RolloutIndex) -> Starlette:
-    """The Starlette app serving ``index``; bind it to 127.0.0.1 only (it reads local files)."""
+def create_view_app(index: RolloutIndex, *, hosts: Iterable[str] = LOOPBACK_NAMES) -> ASGIApp:
+    """The app serving ``index``; bind it to 127.0.0.1 only (it reads local files). Requests
+    naming another host than ``hosts`` are refused (DNS rebinding)."""
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
@@ -58,7 +63,7 @@ def create_view_app(index: RolloutIndex) -> Starlette:
             return _json({"detail": f"cannot read this rollout: {exc}"}, 500)
         return _json(body)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", page),
             Route("/api/rollouts", rollouts),
@@ -66,3 +71,4 @@ def create_view_app(index: RolloutIndex) -> Starlette:
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
         ]
     )
+    return ViewGuard(app, hosts)

@@ -11,6 +11,7 @@ server wrote the trace), then the two are one rollout.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -202,17 +203,17 @@ def _index_results(path: Path, number: int, warnings: list[str]) -> list[Rollout
                     row=row.get("row") if isinstance(row.get("row"), int) else None,
                     status=str(row.get("status") or "?"),
                     source=str(path),
-                    reward=row.get("reward"),
+                    reward=_number(row.get("reward")),
                     finish_reason=row.get("finish_reason"),
                     error_message=_short(row.get("error_message")),
                     findings=[
                         str(f.get("code")) for f in row.get("findings") or [] if isinstance(f, dict)
                     ],
-                    turns=int(row.get("turns") or 0),
-                    tool_calls=int(row.get("tool_calls") or 0),
-                    prompt_tokens=int(row.get("prompt_tokens") or 0),
-                    response_tokens=int(row.get("response_tokens") or 0),
-                    latency_ms=float(row.get("latency_ms") or 0.0),
+                    turns=_count(row.get("turns")),
+                    tool_calls=_count(row.get("tool_calls")),
+                    prompt_tokens=_count(row.get("prompt_tokens")),
+                    response_tokens=_count(row.get("response_tokens")),
+                    latency_ms=_number(row.get("latency_ms")) or 0.0,
                     results_path=path,
                     offset=start,
                     trace_path=_absolute(os.path.join(base, trace))
@@ -281,16 +282,16 @@ def _summarise_trace(
         row=int(match.group(1)) if match else None,
         status=str(end.get("status")) if end is not None else "RUNNING",
         source=source,
-        reward=end.get("reward") if end is not None else None,
+        reward=_number(end.get("reward")) if end is not None else None,
         finish_reason=end.get("finish_reason") if end is not None else None,
         error_message=_short(end.get("error_message")) if end is not None else None,
         findings=findings,
-        turns=int(metrics.get("num_llm_calls") or 0),
-        tool_calls=int(metrics.get("num_tool_calls") or 0),
-        prompt_tokens=int(metrics.get("prompt_tokens") or 0),
-        response_tokens=int(metrics.get("response_tokens") or 0),
-        latency_ms=float(metrics.get("total_latency_ms") or 0.0),
-        started=first.get("ts"),
+        turns=_count(metrics.get("num_llm_calls")),
+        tool_calls=_count(metrics.get("num_tool_calls")),
+        prompt_tokens=_count(metrics.get("prompt_tokens")),
+        response_tokens=_count(metrics.get("response_tokens")),
+        latency_ms=_number(metrics.get("total_latency_ms")) or 0.0,
+        started=_number(first.get("ts")),
         trace_path=path,
     )
 
@@ -320,6 +321,18 @@ def _json_line(line: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from a file, else None: a crafted file's string is not shown as one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _count(value: Any) -> int:
+    number = _number(value)
+    return int(number) if number is not None and number >= 0 else 0
 
 
 def _short(text: Any) -> str | None:

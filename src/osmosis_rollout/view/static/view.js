@@ -15,21 +15,67 @@ const SORTS = {
 // A path's last two parts: enough to tell run-a/results.jsonl from run-b/results.jsonl.
 const short = (path) => String(path ?? "").split(/[\\/]/).filter(Boolean).slice(-2).join("/");
 
+// -- the one way values reach the page ----------------------------------------------------
+// Every value from a results file or trace is untrusted (a crafted trace is a web page's worth
+// of HTML). Markup is written only with the html`...` tag, which escapes every interpolated
+// value unless it is itself an html`...` fragment (or an array of them), and only render()
+// puts a fragment into the page. The server's Content-Security-Policy lets no inline script
+// run and, with Trusted Types, makes innerHTML refuse any string that did not come through
+// render(). New columns and views get escaping by using html`` too.
+
+class Html {
+  constructor(text) { this.text = text; }
+  toString() { return this.text; }
+}
+
 function esc(value) {
-  return String(value ?? "").replace(/[&<>"']/g, (c) => ({
-    "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+  return String(value ?? "").replace(/[&<>"'`]/g, (c) => ({
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "`": "&#96;",
   })[c]);
 }
 
+function piece(value) {
+  if (value instanceof Html) return value.text;
+  if (Array.isArray(value)) return value.map(piece).join("");
+  return esc(value);
+}
+
+function html(strings, ...values) {
+  let text = strings[0];
+  values.forEach((value, i) => { text += piece(value) + strings[i + 1]; });
+  return new Html(text);
+}
+
+const policy = window.trustedTypes
+  ? window.trustedTypes.createPolicy("osmosis-view", { createHTML: (text) => text })
+  : null;
+
+// Draw a fragment into an element; then what markup may not carry (styles) is set as properties.
+function render(element, fragment) {
+  if (!(fragment instanceof Html)) throw new TypeError("render() takes an html`` fragment");
+  element.innerHTML = policy ? policy.createHTML(fragment.text) : fragment.text;
+  for (const bar of element.querySelectorAll("[data-left]")) {
+    bar.style.left = `${Number(bar.dataset.left)}%`;
+    bar.style.width = `${Number(bar.dataset.width)}%`;
+  }
+}
+
+// Fragments separated by a space (badges, links).
+const joined = (fragments) => fragments.flatMap((f, i) => (i ? [html` `, f] : [f]));
+
+// A number as the page shows it; anything else (a crafted file's string) as text, escaped later.
+const count = (value) => (value === null || value === undefined ? "-" : value);
+
 function ms(value) {
   if (value === null || value === undefined) return "-";
+  if (typeof value !== "number") return String(value);
   if (value >= 1000) return (value / 1000).toFixed(2) + " s";
   return value.toFixed(value >= 10 ? 0 : 1) + " ms";
 }
 
 function statusBadge(status) {
   const kind = status === "COMPLETED" ? "ok" : status === "SKIPPED" ? "dim" : "bad";
-  return `<span class="badge ${kind}">${esc(status)}</span>`;
+  return html`<span class="badge ${kind}">${status}</span>`;
 }
 
 async function getJSON(url) {
@@ -77,12 +123,19 @@ async function route() {
       showList(app, params);
     }
   } catch (error) {
-    app.innerHTML = `<p class="error">Could not load: ${esc(error.message)}</p>`;
+    render(app, html`<p class="error">Could not load: ${error.message}</p>`);
   }
   document.body.dataset.ready = "1";
 }
 
 window.addEventListener("hashchange", route);
+// The timeline's "turn N" links scroll to their turn without changing the route.
+document.addEventListener("click", (event) => {
+  const link = event.target instanceof Element && event.target.closest("a.tl-label[data-turn]");
+  if (!link) return;
+  event.preventDefault();
+  document.getElementById(`turn-${link.dataset.turn}`)?.scrollIntoView();
+});
 window.addEventListener("DOMContentLoaded", route);
 
 // -- the table -------------------------------------------------------------------------------
@@ -120,7 +173,7 @@ function applyFilters(rollouts, f) {
 
 function options(values, selected, first) {
   return (first ? [first, ...values] : values).map(([value, label]) =>
-    `<option value="${esc(value)}"${value === selected ? " selected" : ""}>${esc(label)}</option>`).join("");
+    html`<option value="${value}"${value === selected ? html` selected` : ""}>${label}</option>`);
 }
 
 function showList(app, params) {
@@ -135,29 +188,29 @@ function showList(app, params) {
   const manyRuns = new Set(all.map((r) => r.source)).size > 1;
   const shown = rows.slice(0, MAX_ROWS);
   const more = rows.length > shown.length ? ` (first ${shown.length} shown)` : "";
-  const body = shown.map((r) => `
-    <tr data-id="${esc(r.id)}" data-status="${esc(r.status)}">
-      <td class="num">${r.row ?? "-"}</td>
-      <td><a href="#/rollout/${encodeURIComponent(r.id)}">${esc(r.rollout_id || r.id)}</a>
-        ${sameRow.get(r.row) > 1 ? `<span class="dim" title="other rollouts of this row">×${sameRow.get(r.row)}</span>` : ""}</td>
+  const body = shown.map((r) => html`
+    <tr data-id="${r.id}" data-status="${r.status}">
+      <td class="num">${count(r.row)}</td>
+      <td><a href="#/rollout/${encodeURIComponent(r.id)}">${r.rollout_id || r.id}</a>
+        ${sameRow.get(r.row) > 1 ? html`<span class="dim" title="other rollouts of this row">×${sameRow.get(r.row)}</span>` : ""}</td>
       <td>${statusBadge(r.status)}</td>
-      <td class="num">${r.reward === null ? "-" : esc(r.reward)}</td>
+      <td class="num">${count(r.reward)}</td>
       <td class="num">${r.turns}</td>
       <td class="num">${r.tool_calls}</td>
       <td class="num">${r.tokens}</td>
       <td class="num">${ms(r.latency_ms)}</td>
-      <td>${r.findings.map((c) => `<span class="badge warn">${esc(c)}</span>`).join(" ")}
-        ${r.error_message ? `<span class="error-text" title="${esc(r.error_message)}">${esc(r.error_message.slice(0, 80))}</span>` : ""}</td>
-      ${manyRuns ? `<td class="source" title="${esc(r.source)}">${esc(short(r.source))}</td>` : ""}
-    </tr>`).join("");
-  const warnings = (state.warnings || []).map((w) => `<p class="warn-text">${esc(w)}</p>`).join("");
-  app.innerHTML = `
-    <form id="filters" class="filters" onsubmit="return false">
+      <td>${joined(r.findings.map((c) => html`<span class="badge warn">${c}</span>`))}
+        ${r.error_message ? html`<span class="error-text" title="${r.error_message}">${String(r.error_message).slice(0, 80)}</span>` : ""}</td>
+      ${manyRuns ? html`<td class="source" title="${r.source}">${short(r.source)}</td>` : ""}
+    </tr>`);
+  const warnings = (state.warnings || []).map((w) => html`<p class="warn-text">${w}</p>`);
+  render(app, html`
+    <form id="filters" class="filters">
       <label>Status <select id="f-status">${options(statuses.map((s) => [s, s]), f.status, ["", "all"])}</select></label>
       <label>Finding <select id="f-finding">${options([["(any)", "any finding"], ["(none)", "no finding"], ...codes.map((c) => [c, c])], f.finding, ["", "all"])}</select></label>
-      <label>Reward <input id="f-rmin" type="number" step="any" placeholder="min" value="${esc(f.rmin)}">
-        – <input id="f-rmax" type="number" step="any" placeholder="max" value="${esc(f.rmax)}"></label>
-      <label>Rollout id <input id="f-q" type="search" placeholder="contains" value="${esc(f.q)}"></label>
+      <label>Reward <input id="f-rmin" type="number" step="any" placeholder="min" value="${f.rmin}">
+        – <input id="f-rmax" type="number" step="any" placeholder="max" value="${f.rmax}"></label>
+      <label>Rollout id <input id="f-q" type="search" placeholder="contains" value="${f.q}"></label>
       <label>Sort <select id="f-sort">${options([["row", "row"], ["time", "time"], ["turns", "turns"], ["tokens", "tokens"], ["reward", "reward"]], f.sort, null)}</select></label>
       <label><select id="f-dir">${options([["asc", "ascending"], ["desc", "descending"]], f.dir, null)}</select></label>
     </form>
@@ -165,9 +218,10 @@ function showList(app, params) {
     <p id="count" class="dim">${rows.length} of ${all.length} rollouts${more}</p>
     <table id="rollouts" class="rollouts">
       <thead><tr><th>row</th><th>rollout</th><th>status</th><th>reward</th><th>turns</th>
-        <th>tools</th><th>tokens</th><th>time</th><th>findings / error</th>${manyRuns ? "<th>source</th>" : ""}</tr></thead>
+        <th>tools</th><th>tokens</th><th>time</th><th>findings / error</th>${manyRuns ? html`<th>source</th>` : ""}</tr></thead>
       <tbody>${body}</tbody>
-    </table>`;
+    </table>`);
+  document.getElementById("filters").addEventListener("submit", (event) => event.preventDefault());
   for (const id of ["f-status", "f-finding", "f-rmin", "f-rmax", "f-q", "f-sort", "f-dir"]) {
     document.getElementById(id).addEventListener("change", updateFilters);
   }
@@ -203,31 +257,31 @@ function prettyArguments(raw) {
 function toolCallView(call, traced) {
   const fn = call.function || {};
   const result = traced
-    ? `<div class="tool-result${traced.error ? " failed" : ""}">
-         <span class="label">result</span> <span class="dim">${ms(traced.latency_ms)}${traced.result_chars ? ` · cut from ${traced.result_chars} chars` : ""}</span>
-         <pre>${esc(traced.result)}</pre></div>`
+    ? html`<div class="tool-result${traced.error ? html` failed` : ""}">
+         <span class="label">result</span> <span class="dim">${ms(traced.latency_ms)}${traced.result_chars ? html` · cut from ${traced.result_chars} chars` : ""}</span>
+         <pre>${traced.result}</pre></div>`
     : "";
-  return `<details class="tool-call" open>
-      <summary><span class="tool-name">${esc(fn.name || "?")}</span> <span class="dim">${esc(call.id || "")}</span></summary>
-      <pre class="arguments">${esc(prettyArguments(fn.arguments))}</pre>${result}
+  return html`<details class="tool-call" open>
+      <summary><span class="tool-name">${fn.name || "?"}</span> <span class="dim">${call.id || ""}</span></summary>
+      <pre class="arguments">${prettyArguments(fn.arguments)}</pre>${result}
     </details>`;
 }
 
 function messageView(message, traced) {
   const role = message.role || "?";
-  const calls = (message.tool_calls || []).map((c) => toolCallView(c, traced && traced.get(c.id))).join("");
-  const text = contentText(message.content);
-  const body = text ? `<div class="content">${esc(text)}</div>` : "";
+  const calls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).map((c) => toolCallView(c, traced && traced.get(c.id)));
+  const text = String(contentText(message.content));
+  const body = text ? html`<div class="content">${text}</div>` : "";
   if (role === "tool") {
     const preview = text.length > 90 ? text.slice(0, 90) + "…" : text;
-    return `<details class="msg tool"><summary><span class="role">tool</span>
-      <span class="dim">${esc(message.tool_call_id || "")}</span> ${esc(preview)}</summary>${body}</details>`;
+    return html`<details class="msg tool"><summary><span class="role">tool</span>
+      <span class="dim">${message.tool_call_id || ""}</span> ${preview}</summary>${body}</details>`;
   }
-  return `<div class="msg ${esc(role)}"><span class="role">${esc(role)}</span>${body}${calls}</div>`;
+  return html`<div class="msg ${role}"><span class="role">${role}</span>${body}${calls}</div>`;
 }
 
 function findingBadges(findings) {
-  return findings.map((f) => `<span class="badge warn finding" title="${esc(f.message)}">${esc(f.code)}</span>`).join(" ");
+  return joined(findings.map((f) => html`<span class="badge warn finding" title="${f.message}">${f.code}</span>`));
 }
 
 function timeline(trajectory, summary) {
@@ -243,15 +297,15 @@ function timeline(trajectory, summary) {
   const rows = turns.map((t) => {
     const bars = [];
     const llm = span(t.ts, t.latency_ms) || [0, Math.max(0.4, (t.latency_ms / total) * 100)];
-    bars.push(`<span class="bar llm" style="left:${llm[0]}%;width:${llm[1]}%" title="LLM ${ms(t.latency_ms)}"></span>`);
+    bars.push(html`<span class="bar llm" data-left="${llm[0]}" data-width="${llm[1]}" title="LLM ${ms(t.latency_ms)}"></span>`);
     for (const c of t.tool_calls) {
       const s = span(c.ts, c.latency_ms);
-      if (s) bars.push(`<span class="bar tool" style="left:${s[0]}%;width:${s[1]}%" title="${esc(c.tool)} ${ms(c.latency_ms)}"></span>`);
+      if (s) bars.push(html`<span class="bar tool" data-left="${s[0]}" data-width="${s[1]}" title="${c.tool} ${ms(c.latency_ms)}"></span>`);
     }
-    return `<div class="tl-row"><a class="tl-label" href="#turn-${t.number}" onclick="document.getElementById('turn-${t.number}').scrollIntoView();return false">turn ${t.number}</a>
-      <div class="tl-track">${bars.join("")}</div><span class="tl-ms">${ms(t.latency_ms)}</span></div>`;
-  }).join("");
-  return `<div class="timeline" title="time since the rollout started: LLM calls in blue, tools in orange">${rows}
+    return html`<div class="tl-row"><a class="tl-label" href="#turn-${t.number}" data-turn="${t.number}">turn ${t.number}</a>
+      <div class="tl-track">${bars}</div><span class="tl-ms">${ms(t.latency_ms)}</span></div>`;
+  });
+  return html`<div class="timeline" title="time since the rollout started: LLM calls in blue, tools in orange">${rows}
     <div class="tl-row"><span class="tl-label dim">total</span><div class="tl-scale">${ms(total)}</div></div></div>`;
 }
 
@@ -259,13 +313,13 @@ function turnView(turn) {
   const traced = new Map(turn.tool_calls.map((c) => [c.tool_call_id, c]));
   const usage = turn.usage || {};
   const reply = turn.reply ? messageView(turn.reply, traced) : "";
-  const error = turn.error ? `<p class="error-text">LLM call failed: ${esc(turn.error)}</p>` : "";
-  const events = turn.events.map((e) => `<div class="event"><span class="label">${esc(e.event)}</span> <code>${esc(JSON.stringify(Object.fromEntries(Object.entries(e).filter(([k]) => !["v", "ts", "event", "rollout_id"].includes(k)))))}</code></div>`).join("");
-  return `<section class="turn" id="turn-${turn.number}" data-turn="${turn.number}">
+  const error = turn.error ? html`<p class="error-text">LLM call failed: ${turn.error}</p>` : "";
+  const events = turn.events.map((e) => html`<div class="event"><span class="label">${e.event}</span> <code>${JSON.stringify(Object.fromEntries(Object.entries(e).filter(([k]) => !["v", "ts", "event", "rollout_id"].includes(k))))}</code></div>`);
+  return html`<section class="turn" id="turn-${turn.number}" data-turn="${turn.number}">
       <h3>Turn ${turn.number}
-        <span class="dim">${esc(turn.finish_reason || "")} · ${usage.prompt_tokens ?? "?"} in / ${usage.completion_tokens ?? "?"} out tokens · ${ms(turn.latency_ms)}</span>
+        <span class="dim">${turn.finish_reason || ""} · ${usage.prompt_tokens ?? "?"} in / ${usage.completion_tokens ?? "?"} out tokens · ${ms(turn.latency_ms)}</span>
         ${findingBadges(turn.findings)}</h3>
-      ${turn.new_messages.map((m) => messageView(m)).join("")}
+      ${turn.new_messages.map((m) => messageView(m))}
       ${reply}${error}${events}
     </section>`;
 }
@@ -274,34 +328,34 @@ function rolloutView(data) {
   const s = data.summary;
   const row = data.row || {};
   const t = data.trajectory;
-  const head = `<div class="head">
-      <h2>${esc(s.rollout_id || s.id)} ${statusBadge(s.status)}</h2>
+  const head = html`<div class="head">
+      <h2>${s.rollout_id || s.id} ${statusBadge(s.status)}</h2>
       <dl class="facts">
-        <div><dt>row</dt><dd>${s.row ?? "-"}</dd></div>
-        <div><dt>reward</dt><dd>${s.reward ?? "-"}</dd></div>
-        <div><dt>finish</dt><dd>${esc(s.finish_reason || "-")}</dd></div>
+        <div><dt>row</dt><dd>${count(s.row)}</dd></div>
+        <div><dt>reward</dt><dd>${count(s.reward)}</dd></div>
+        <div><dt>finish</dt><dd>${s.finish_reason || "-"}</dd></div>
         <div><dt>turns</dt><dd>${s.turns}</dd></div>
         <div><dt>tokens</dt><dd>${s.prompt_tokens} in / ${s.response_tokens} out</dd></div>
         <div><dt>time</dt><dd>${ms(s.latency_ms)}</dd></div>
-        ${row.ground_truth !== undefined && row.ground_truth !== null ? `<div><dt>ground truth</dt><dd>${esc(row.ground_truth)}</dd></div>` : ""}
+        ${row.ground_truth !== undefined && row.ground_truth !== null ? html`<div><dt>ground truth</dt><dd>${row.ground_truth}</dd></div>` : ""}
       </dl>
-      ${s.error_message ? `<p class="error-text">${esc(s.error_message)}</p>` : ""}
+      ${s.error_message ? html`<p class="error-text">${s.error_message}</p>` : ""}
     </div>`;
   let body;
   if (t) {
     const endFindings = t.findings.filter((f) => !f.turn);
     const final = t.end && t.end.final_messages && t.end.final_messages.length
-      ? `<section class="turn final"><h3>Final messages</h3>${t.end.final_messages.map((m) => messageView(m)).join("")}</section>` : "";
-    body = `${timeline(t, s)}${t.turns.map(turnView).join("")}${final}
-      ${endFindings.length ? `<section class="turn final"><h3>Findings ${findingBadges(endFindings)}</h3></section>` : ""}
-      ${t.bad_lines ? `<p class="warn-text">${t.bad_lines} broken line(s) in the trace were skipped</p>` : ""}`;
+      ? html`<section class="turn final"><h3>Final messages</h3>${t.end.final_messages.map((m) => messageView(m))}</section>` : "";
+    body = html`${timeline(t, s)}${t.turns.map(turnView)}${final}
+      ${endFindings.length ? html`<section class="turn final"><h3>Findings ${findingBadges(endFindings)}</h3></section>` : ""}
+      ${t.bad_lines ? html`<p class="warn-text">${t.bad_lines} broken line(s) in the trace were skipped</p>` : ""}`;
   } else {
     const findings = (row.findings || []).map((f) => ({ code: f.code, message: f.message }));
-    body = `<p class="dim">No trace for this rollout: run <code>osmosis test</code> with <code>--debug-dir</code> for turns, timing and tool results (with <code>--server</code>, start the server with <code>osmosis serve --debug-dir</code> and give its folder here too).</p>
-      ${findings.length ? `<p>${findingBadges(findings)}</p>` : ""}
-      <section class="turn">${(row.final_messages || []).map((m) => messageView(m)).join("")}</section>`;
+    body = html`<p class="dim">No trace for this rollout: run <code>osmosis test</code> with <code>--debug-dir</code> for turns, timing and tool results (with <code>--server</code>, start the server with <code>osmosis serve --debug-dir</code> and give its folder here too).</p>
+      ${findings.length ? html`<p>${findingBadges(findings)}</p>` : ""}
+      <section class="turn">${(Array.isArray(row.final_messages) ? row.final_messages : []).map((m) => messageView(m))}</section>`;
   }
-  return `<div class="transcript" data-id="${esc(s.id)}">${head}${body}</div>`;
+  return html`<div class="transcript" data-id="${s.id}">${head}${body}</div>`;
 }
 
 function siblings(summary) {
@@ -312,13 +366,13 @@ function siblings(summary) {
 async function showRollout(app, id) {
   const data = await loadRollout(id);
   const others = siblings(data.summary).map((r) =>
-    `<a class="compare-link" href="#/compare/${encodeURIComponent(id)}/${encodeURIComponent(r.id)}">compare with ${esc(r.rollout_id || r.id)} (${esc(short(r.source))})</a>`).join(" ");
-  app.innerHTML = `<nav class="crumbs"><a href="#/">← all rollouts</a> ${others}</nav>${rolloutView(data)}`;
+    html`<a class="compare-link" href="#/compare/${encodeURIComponent(id)}/${encodeURIComponent(r.id)}">compare with ${r.rollout_id || r.id} (${short(r.source)})</a>`);
+  render(app, html`<nav class="crumbs"><a href="#/">← all rollouts</a> ${joined(others)}</nav>${rolloutView(data)}`);
 }
 
 async function showCompare(app, a, b) {
   const [left, right] = await Promise.all([loadRollout(a), loadRollout(b)]);
-  app.innerHTML = `<nav class="crumbs"><a href="#/">← all rollouts</a>
+  render(app, html`<nav class="crumbs"><a href="#/">← all rollouts</a>
       <a href="#/rollout/${encodeURIComponent(a)}">only the left one</a></nav>
-    <div class="compare">${rolloutView(left)}${rolloutView(right)}</div>`;
+    <div class="compare">${rolloutView(left)}${rolloutView(right)}</div>`);
 }
