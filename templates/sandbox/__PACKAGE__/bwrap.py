@@ -2,20 +2,20 @@
 
 What the program gets: its own user, pid, mount, network, IPC, UTS and cgroup namespaces (no
 network at all, only its own processes in ``/proc``), read-only ``/usr`` and the interpreter's
-own folder, a minimal ``/etc`` (a ``passwd`` naming one user), a small writable ``/tmp`` as its
-working folder, no home, an empty environment, no capabilities, and ``sandbox_boot.py`` between
-bubblewrap and the program for rlimits and the no-new-processes filter.
+folders (its virtualenv and installation), a minimal ``/etc`` (a ``passwd`` naming one user), a
+small writable ``/tmp`` as its working folder, no home, an empty environment, no capabilities,
+and ``sandbox_boot.py`` between bubblewrap and the program for rlimits and the
+no-new-processes filter.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Limits", "bwrap_command", "prepare_workdir", "sandbox_problem"]
@@ -43,6 +43,11 @@ class Limits:
     open_files: int = 64
     threads: int = 64  # enforced by Linux only when the server is not root
 
+    def boot_arguments(self) -> list[str]:
+        """The limits as ``sandbox_boot.py`` reads them."""
+        values = [self.memory_bytes, self.cpu_s, self.file_bytes, self.open_files, self.threads]
+        return [str(v) for v in values]
+
 
 def find_bwrap() -> str | None:
     """The ``bwrap`` program on PATH, if any."""
@@ -50,8 +55,8 @@ def find_bwrap() -> str | None:
 
 
 def python_executable() -> str:
-    """The interpreter the program runs on: this one's base (a venv's folder is not needed)."""
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    """The interpreter the program runs on: this one, so its virtualenv's packages import."""
+    return sys.executable
 
 
 def prepare_workdir(workdir: Path, code: str) -> None:
@@ -132,15 +137,16 @@ def bwrap_command(
         "-I",
         "-S",
         _INSIDE_BOOT,
-        json.dumps(asdict(limits)),
+        *limits.boot_arguments(),
         _INSIDE_PROGRAM,
     ]
     return command
 
 
 def _python_roots(python: str) -> list[str]:
-    """The interpreter's installation folders that are not under /usr already."""
-    roots = {sys.base_prefix, str(Path(python).parent.parent)}
+    """The interpreter's folders (its virtualenv, its installation) not under /usr already."""
+    real = Path(os.path.realpath(python)).parent.parent
+    roots = {sys.prefix, sys.base_prefix, str(Path(python).parent.parent), str(real)}
     inside_usr = [r for r in roots if r == "/usr" or r.startswith("/usr/")]
     return sorted(r for r in roots - set(inside_usr) if os.path.isdir(r))
 

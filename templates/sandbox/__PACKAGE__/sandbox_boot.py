@@ -10,17 +10,16 @@ mounts); what namespaces cannot do is done here, before the model's program star
   user is root, which is what the sandbox is when ``osmosis serve`` runs as root.
 
 Then ``exec``: the program starts with the limits and the filter in place and cannot lift them
-(``no_new_privs`` is set, the hard limits equal the soft ones). Standard library only; run as
-``python -I -S sandbox_boot.py LIMITS_JSON PROGRAM``.
+(``no_new_privs`` is set, the hard limits equal the soft ones). Standard library only, and only
+cheap imports (it runs before every program); run as
+``python -I -S sandbox_boot.py MEMORY CPU FILE OPEN_FILES THREADS PROGRAM``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
-import platform
 import resource
 import struct
 import sys
@@ -36,13 +35,14 @@ _CLONE_THREAD = 0x00010000
 _X32_BIT = 0x40000000  # x86_64's x32 ABI: the same syscalls under other numbers
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
-_LIMITS = {
-    "memory_bytes": resource.RLIMIT_AS,
-    "cpu_s": resource.RLIMIT_CPU,
-    "file_bytes": resource.RLIMIT_FSIZE,
-    "open_files": resource.RLIMIT_NOFILE,
-    "threads": resource.RLIMIT_NPROC,  # enforced for a non-root user: threads count too
-}
+#: The limits, in the order of the command line (bwrap.Limits.boot_arguments).
+_LIMITS = (
+    resource.RLIMIT_AS,  # memory
+    resource.RLIMIT_CPU,
+    resource.RLIMIT_FSIZE,
+    resource.RLIMIT_NOFILE,
+    resource.RLIMIT_NPROC,  # threads: enforced for a non-root user
+)
 
 
 def no_new_processes_filter(machine: str) -> bytes:
@@ -96,13 +96,13 @@ def _install_filter(program: bytes) -> None:
 
 
 def main(argv: list[str]) -> None:
-    limits, program = json.loads(argv[1]), argv[2]
-    machine = platform.machine()
+    *limits, program = argv[1:]
+    machine = os.uname().machine
     if machine not in _MACHINES:
         sys.exit(f"sandbox: no process filter for this machine ({machine}); not running the code")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    for name, which in _LIMITS.items():
-        resource.setrlimit(which, (limits[name], limits[name]))
+    for which, value in zip(_LIMITS, map(int, limits), strict=True):
+        resource.setrlimit(which, (value, value))
     try:
         _install_filter(no_new_processes_filter(machine))
     except OSError as exc:

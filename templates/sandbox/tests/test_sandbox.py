@@ -57,6 +57,14 @@ async def test_the_program_does_not_see_our_environment(monkeypatch: pytest.Monk
     assert result.output == "None\n"
 
 
+@needs_sandbox
+async def test_packages_of_the_servers_virtualenv_import() -> None:
+    """The program runs on the server's Python: what is installed beside osmosis-rollout (here
+    pydantic, one of its dependencies) imports, read-only."""
+    result = await run_python("import pydantic; print(pydantic.__name__)")
+    assert result.output == "pydantic\n"
+
+
 async def test_without_bubblewrap_the_code_is_refused_not_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
