@@ -187,6 +187,18 @@ def test_a_string_assigned_to_innerhtml_is_refused_by_trusted_types(
         assert browser.evaluate("document.querySelectorAll('#app b').length") == 0
 
 
+def test_the_html_tag_escapes_each_value_once(crafted: list[Path], browser: Chromium) -> None:
+    """The page's one escaping path: values (strings, numbers, arrays, esc()'d ones) are
+    escaped exactly once; fragments made by html`` stay markup."""
+    with serve_in_thread(create_view_app(build_index(crafted))) as url:
+        browser.open(url + "/")
+        got = browser.evaluate(
+            "[html`<i title=\"${'\"x'}\">${'<b>'}</i>`.text,"
+            " html`${esc('<b>')}|${['<a>', html`<br>`, 7]}|${null}|${undefined}`.text]"
+        )
+    assert got == ['<i title="&quot;x">&lt;b&gt;</i>', "&lt;b&gt;|&lt;a&gt;<br>7||"]
+
+
 def _get(port: int, path: str, host: str, extra: str = "") -> tuple[int, dict[str, str], str]:
     """One raw HTTP/1.1 GET on a real socket: status, headers (lower-case names), body."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:

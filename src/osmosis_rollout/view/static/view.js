@@ -28,16 +28,19 @@ class Html {
   toString() { return this.text; }
 }
 
-function esc(value) {
+function escapeText(value) {
   return String(value ?? "").replace(/[&<>"'`]/g, (c) => ({
     "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;", "`": "&#96;",
   })[c]);
 }
 
+// A value as an escaped fragment: the same as interpolating it into html``, never escaped twice.
+const esc = (value) => new Html(escapeText(value));
+
 function piece(value) {
   if (value instanceof Html) return value.text;
   if (Array.isArray(value)) return value.map(piece).join("");
-  return esc(value);
+  return escapeText(value);
 }
 
 function html(strings, ...values) {
