@@ -27,6 +27,7 @@ def run_code(code: str) -> dict[str, Any]:
     return {"tool_calls": [{"id": "call_1", "type": "function", "function": function}]}
 
 
+@pytest.mark.usefixtures("sandbox")
 async def test_runs_the_code_then_scores_the_answer() -> None:
     """The program's output goes back to the model and a correct answer earns reward 1.0."""
     backend = ScriptedBackend([run_code("print(sum(range(101)))"), {"content": "5050"}])
@@ -43,6 +44,7 @@ async def test_runs_the_code_then_scores_the_answer() -> None:
     assert tool_reply["content"].strip() == "5050"
 
 
+@pytest.mark.usefixtures("sandbox")
 async def test_a_hanging_program_does_not_hang_the_rollout() -> None:
     """Code that never ends is killed; the model is told and the rollout still completes."""
     agent = __CLASS__()

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.anyio
 CASSETTE = Path(__file__).parent / "cassettes" / "recorded.jsonl"
 
 
+@pytest.mark.usefixtures("sandbox")  # the recorded tool results are the sandbox's output
 async def test_the_agent_still_behaves_as_recorded() -> None:
     """Every request the agent makes, and every result and reward, match the recording.
 
