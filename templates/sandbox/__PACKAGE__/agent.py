@@ -1,4 +1,4 @@
-"""__CLASS__: the model writes Python, a sandboxed subprocess runs it, the model answers.
+"""__CLASS__: the model writes Python, a bubblewrap sandbox runs it, the model answers.
 
 Each dataset row becomes one rollout: its messages start the conversation and its
 ``ground_truth`` (in ``ctx.request.metadata``) scores the final answer.
@@ -16,7 +16,7 @@ from osmosis_rollout import (
 from osmosis_rollout.tools import Toolbox
 
 from .reward import score
-from .sandbox import run_python
+from .sandbox import Limits, run_python
 
 
 class __CLASS__(RolloutAgentLoop):
@@ -27,6 +27,8 @@ class __CLASS__(RolloutAgentLoop):
     #: Seconds one piece of code may run, and characters of its output the model sees.
     code_timeout_s = 5.0
     max_output_chars = 4000
+    #: Memory, CPU seconds, file size and open files of one run (the sandbox: sandbox.py).
+    sandbox_limits = Limits()
 
     def __init__(self) -> None:
         self.toolbox = Toolbox([self.run_python])
@@ -38,7 +40,10 @@ class __CLASS__(RolloutAgentLoop):
             code: A complete Python program; print the values you need.
         """
         result = await run_python(
-            code, timeout_s=self.code_timeout_s, max_output_chars=self.max_output_chars
+            code,
+            timeout_s=self.code_timeout_s,
+            max_output_chars=self.max_output_chars,
+            limits=self.sandbox_limits,
         )
         return result.for_model()
 

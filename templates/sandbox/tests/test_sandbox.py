@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from __PACKAGE__.sandbox import run_python
+from __PACKAGE__.sandbox import Limits, run_python
 
 pytestmark = pytest.mark.anyio
 needs_sandbox = pytest.mark.usefixtures("sandbox")
@@ -63,6 +63,15 @@ async def test_packages_of_the_servers_virtualenv_import() -> None:
     pydantic, one of its dependencies) imports, read-only."""
     result = await run_python("import pydantic; print(pydantic.__name__)")
     assert result.output == "pydantic\n"
+
+
+@needs_sandbox
+async def test_the_limits_are_the_ones_given() -> None:
+    """256 MiB fits the default 512 MiB of address space, not a 128 MiB limit."""
+    code = "block = bytearray(256 << 20); print('allocated')"
+    assert (await run_python(code)).output == "allocated\n"
+    small = await run_python(code, limits=Limits(memory_bytes=128 << 20))
+    assert "MemoryError" in small.output
 
 
 async def test_without_bubblewrap_the_code_is_refused_not_run(
