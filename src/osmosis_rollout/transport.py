@@ -19,6 +19,8 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import httpx2
 
+from .destinations import DestinationPolicy, DestinationRefused
+
 __all__ = [
     "AsgiTransport",
     "DecodeFailure",
@@ -87,15 +89,28 @@ class Httpx2Transport:
     """:class:`PostTransport` over an ``httpx2.AsyncClient`` (the general fallback).
 
     ``owned`` says whether :meth:`aclose` closes the client: a client handed in by a caller is
-    the caller's to close.
+    the caller's to close. With ``destinations`` each call's host is checked first: its
+    resolved addresses when ``resolve`` (no proxy: httpx2 then resolves the same name a moment
+    later), else only the URL's host (a proxy resolves names itself).
     """
 
-    def __init__(self, http: httpx2.AsyncClient, *, owned: bool = False) -> None:
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        *,
+        owned: bool = False,
+        destinations: DestinationPolicy | None = None,
+        resolve: bool = True,
+    ) -> None:
         self.http = http
         self._owned = owned
+        self._destinations = destinations
+        self._resolve = resolve
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """POST through the wrapped client, mapping its exceptions onto this module's."""
+        if self._destinations is not None:
+            await check_call(self._destinations, url, resolve=self._resolve)
         try:
             response = await self.http.post(url, content=content, headers=dict(headers))
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
@@ -112,6 +127,26 @@ class Httpx2Transport:
         """Close the client when this transport owns it."""
         if self._owned:
             await self.http.aclose()
+
+
+async def check_call(policy: DestinationPolicy, url: str, *, resolve: bool) -> list[str]:
+    """The addresses ``url``'s host resolves to, each allowed by ``policy`` (``InvalidTarget``
+    when one is not; ``TransportFailure`` when the name does not resolve); only the URL's host
+    is checked when not ``resolve``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = parts.hostname or ""
+        if not resolve:
+            policy.check_host(host, port)
+            return []
+        return await policy.resolve(host, port)
+    except DestinationRefused as exc:
+        raise InvalidTarget(f"destination refused: {exc}") from None
+    except ValueError as exc:
+        raise InvalidTarget(f"invalid URL {url!r}: {exc}") from None
+    except OSError as exc:
+        raise TransportFailure("ConnectError", f"{host}: {exc.strerror or exc}") from None
 
 
 def _lower(items: Any) -> dict[str, str]:

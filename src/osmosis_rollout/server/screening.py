@@ -1,0 +1,134 @@
+"""Request screening: what every request to every route must pass before any handler runs.
+
+A rollout server on 127.0.0.1 without a key trusts its network boundary, and a web page in the
+user's browser sits inside it: the page can POST to ``http://127.0.0.1:9000`` (a "simple"
+request, ``text/plain``, no preflight), or reach it under its own name after rebinding that
+name to 127.0.0.1. Three checks close those doors, each on its own:
+
+- a request carrying ``Origin`` (browsers add it to every cross-origin POST and fetch) is 403
+  unless its origin is allowed (``--allow-origin``); TrainGate and curl send none;
+- a ``Host`` that is not the server's own name (the address the request arrived at, the
+  loopback names when that is loopback, names allowed with ``--allow-host``) is 400: a page
+  that rebinds its own name still sends its own name as ``Host``. A server bound to a wildcard
+  address (0.0.0.0, ::) answers to any name unless ``--allow-host`` is given: it is reachable
+  from the network anyway, and has a key;
+- a POST with a body must say ``Content-Type: application/json`` (parameters allowed), else
+  415: the content types a page may send without a preflight are all refused.
+
+The middleware is pure ASGI (no request object) so the screened path costs a header scan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .auth import is_loopback
+
+__all__ = ["HostRule", "Screening"]
+
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+_BODY_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
+
+
+class HostRule:
+    """Which ``Host`` names a server answers to: its own, and those configured."""
+
+    def __init__(self, bound_host: str, allowed: Iterable[str] = ()) -> None:
+        names = {_host_name(name) for name in allowed}
+        self.any = "*" in names or (not names and bound_host.strip("[]") in _WILDCARDS)
+        self.names = frozenset(names - {"*"})
+
+    def allows(self, host: str, arrived_at: str | None) -> bool:
+        """Whether a request naming ``host`` that arrived at address ``arrived_at`` is served."""
+        if self.any:
+            return True
+        name = _host_name(host)
+        if name in self.names or (arrived_at is not None and name == _host_name(arrived_at)):
+            return True
+        local = arrived_at is not None and is_loopback(arrived_at)
+        return local and (name in _LOOPBACK_NAMES or name.endswith(".localhost"))
+
+
+def _host_name(host: str) -> str:
+    """``host`` (a ``Host`` header: name, ``name:port``, ``[v6]:port``) as a bare lower name."""
+    text = host.strip().lower()
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    if text.count(":") == 1:
+        text = text.partition(":")[0]
+    return text.rstrip(".")
+
+
+class Screening:
+    """ASGI middleware refusing requests from web pages and to foreign host names."""
+
+    def __init__(self, app: ASGIApp, *, hosts: HostRule, origins: Iterable[str] = ()) -> None:
+        self.app = app
+        self.hosts = hosts
+        allowed = {origin.strip().rstrip("/").lower() for origin in origins}
+        self.any_origin = "*" in allowed
+        self.origins = frozenset(allowed - {"*"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = self.refusal(scope)
+            if refusal is not None:
+                await _refuse(send, *refusal)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> tuple[int, str] | None:
+        """The status and message to refuse ``scope`` with, or None to serve it."""
+        host = origin = content_type = length = chunked = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"origin":
+                origin = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                chunked = value
+        if origin is not None and not self._origin_allowed(origin):
+            return 403, (
+                "requests from web pages are refused (the request has an Origin header); "
+                "to serve this page start the server with --allow-origin ORIGIN"
+            )
+        if host is not None:
+            server = scope.get("server")
+            arrived_at = str(server[0]) if server else None
+            if not self.hosts.allows(host.decode("latin-1"), arrived_at):
+                return 400, (
+                    "the Host header does not name this server (a DNS rebinding page?); "
+                    "to serve this name start the server with --allow-host NAME"
+                )
+        if scope["method"].encode() in _BODY_METHODS and (
+            chunked is not None or (length is not None and length.strip() not in (b"", b"0"))
+        ):
+            media = (content_type or b"").partition(b";")[0].strip().lower()
+            if media != b"application/json":
+                return 415, "the body must be JSON: send Content-Type: application/json"
+        return None
+
+    def _origin_allowed(self, origin: bytes) -> bool:
+        if self.any_origin:
+            return True
+        return origin.decode("latin-1").strip().rstrip("/").lower() in self.origins
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"detail": message}).encode()
+    # The body (if any) is not read: the connection closes after the answer.
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
