@@ -170,7 +170,7 @@ class DestinationPolicy:
         if self.allowed:
             if not any(entry.covers_name(host, port) for entry in self.allowed):
                 raise DestinationRefused(
-                    f"{host}:{port} is not in the server's TrainGate allow-list (--traingate)"
+                    f"{host}:{port} is not in the TrainGate allow-list (--traingate)"
                 )
             return
         if host in METADATA_HOSTS:
@@ -194,7 +194,7 @@ class DestinationPolicy:
             return  # a metadata service listed by name: its address is link-local
         if self.allowed and name is None:
             raise DestinationRefused(
-                f"{shown}:{port} is not in the server's TrainGate allow-list (--traingate)"
+                f"{shown}:{port} is not in the TrainGate allow-list (--traingate)"
             )
         why = self._refusal(address)
         if why is not None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
-__all__ = ["check_host_spelling", "normal_server_url"]
+__all__ = ["check_host_spelling", "destination", "normal_server_url", "redacted_url"]
 
 #: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
@@ -92,3 +92,32 @@ def _inet_aton_accepts(host: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def redacted_url(url: str) -> str:
+    """``url`` as it may be shown: a password as ``***``, a query as ``?***`` (entries kept
+    before inits were checked may hold either), the fragment dropped."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<invalid URL>"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    user = ""
+    if parts.username is not None:
+        user = f"{parts.username}:***@" if parts.password is not None else f"{parts.username}@"
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, f"{user}{host}{port}", parts.path, query, ""))
+
+
+def destination(url: str) -> str:
+    """The host (and port, when given) a URL sends to: what ``osmosis outbox list`` shows."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "?"
+    host = parts.hostname or "?"
+    return f"[{host}]{port}" if ":" in host else f"{host}{port}"

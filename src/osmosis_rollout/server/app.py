@@ -130,6 +130,7 @@ def build_app(server: RolloutServer) -> Starlette:
         Screening,
         hosts=HostRule(settings.host, settings.allow_host),
         origins=settings.allow_origin,
+        server_key=edge.server_key,
     )
     app = Starlette(routes=routes, lifespan=server.lifespan, middleware=[screening])
     app.state.rollout_server = server
@@ -149,13 +150,13 @@ class Edge:
     def __init__(self, server: RolloutServer) -> None:
         self.server = server
         settings = server.settings
-        self._server_key = settings.api_key.get_secret_value() if settings.api_key else None
+        self.server_key = settings.api_key.get_secret_value() if settings.api_key else None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.destinations = DestinationPolicy.for_server(settings.host, settings.traingate)
 
     def _authorized(self, request: Request) -> bool:
-        return self._server_key is None or key_matches(
-            request.headers.get("authorization"), self._server_key
+        return self.server_key is None or key_matches(
+            request.headers.get("authorization"), self.server_key
         )
 
     # -- GET /health, GET /platform/health, GET /metrics ----------------------------------------
@@ -168,7 +169,7 @@ class Edge:
 
     async def platform_health(self, request: Request) -> Response:
         """The ``/health`` body behind the server key; 404 when the server has no key."""
-        if self._server_key is None:
+        if self.server_key is None:
             return _json(404, {"detail": "Not Found"})
         if not self._authorized(request):
             return _json(401, _UNAUTHORIZED)

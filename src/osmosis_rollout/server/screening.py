@@ -13,7 +13,9 @@ name to 127.0.0.1. Three checks close those doors, each on its own:
   address (0.0.0.0, ::) answers to any name unless ``--allow-host`` is given: it is reachable
   from the network anyway, and has a key;
 - a POST with a body must say ``Content-Type: application/json`` (parameters allowed), else
-  415: the content types a page may send without a preflight are all refused.
+  415: the content types a page may send without a preflight are all refused. Authentication
+  still comes first: a request without the server's key is left to its route's 401, so a
+  caller without the key learns nothing about the body's format.
 
 The middleware is pure ASGI (no request object) so the screened path costs a header scan.
 """
@@ -25,7 +27,7 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .auth import is_loopback
+from .auth import is_loopback, key_matches
 
 __all__ = ["HostRule", "Screening"]
 
@@ -66,9 +68,17 @@ def _host_name(host: str) -> str:
 class Screening:
     """ASGI middleware refusing requests from web pages and to foreign host names."""
 
-    def __init__(self, app: ASGIApp, *, hosts: HostRule, origins: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        hosts: HostRule,
+        origins: Iterable[str] = (),
+        server_key: str | None = None,
+    ) -> None:
         self.app = app
         self.hosts = hosts
+        self.server_key = server_key
         allowed = {origin.strip().rstrip("/").lower() for origin in origins}
         self.any_origin = "*" in allowed
         self.origins = frozenset(allowed - {"*"})
@@ -83,9 +93,11 @@ class Screening:
 
     def refusal(self, scope: Scope) -> tuple[int, str] | None:
         """The status and message to refuse ``scope`` with, or None to serve it."""
-        host = origin = content_type = length = chunked = None
+        host = origin = content_type = length = chunked = authorization = None
         for name, value in scope["headers"]:
-            if name == b"host":
+            if name == b"authorization":
+                authorization = value
+            elif name == b"host":
                 host = value
             elif name == b"origin":
                 origin = value
@@ -112,9 +124,14 @@ class Screening:
             chunked is not None or (length is not None and length.strip() not in (b"", b"0"))
         ):
             media = (content_type or b"").partition(b";")[0].strip().lower()
-            if media != b"application/json":
+            if media != b"application/json" and self._authorized(authorization):
                 return 415, "the body must be JSON: send Content-Type: application/json"
         return None
+
+    def _authorized(self, header: bytes | None) -> bool:
+        if self.server_key is None:
+            return True
+        return header is not None and key_matches(header.decode("latin-1"), self.server_key)
 
     def _origin_allowed(self, origin: bytes) -> bool:
         if self.any_origin:
