@@ -41,8 +41,9 @@ class HostRule:
 
     def __init__(self, bound_host: str, allowed: Iterable[str] = ()) -> None:
         names = {_host_name(name) for name in allowed}
-        self.any = "*" in names or (not names and bound_host.strip("[]") in _WILDCARDS)
-        self.names = frozenset(names - {"*"})
+        bound = bound_host.strip("[]").lower()
+        self.any = "*" in names or (not names and bound in _WILDCARDS)
+        self.names = frozenset(names - {"*"} | ({bound} - _WILDCARDS))
 
     def allows(self, host: str, arrived_at: str | None) -> bool:
         """Whether a request naming ``host`` that arrived at address ``arrived_at`` is served."""
