@@ -142,7 +142,7 @@ def test_allow_lists_come_from_flags_the_environment_and_pyproject(tmp_path: Pat
 
 def test_a_malformed_traingate_entry_is_a_config_error() -> None:
     """A bad port in the allow-list is refused at start, naming the setting."""
-    with pytest.raises(ConfigError, match="traingate.*invalid port"):
+    with pytest.raises(ConfigError, match=r"traingate.*invalid port"):
         ServerSettings.resolve(environ={"OSMOSIS_TRAINGATE": "tg.internal:99999"})
 
 

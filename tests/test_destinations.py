@@ -174,7 +174,7 @@ async def test_a_name_rebound_to_a_metadata_address_is_refused_at_connect(gate_p
         reply = await first.post(url, b'{"n": 1}', headers)
         await first.aclose()
         second = Http1Transport(destinations=LOCAL)
-        with pytest.raises(InvalidTarget, match="destination refused: .*169.254.169.254"):
+        with pytest.raises(InvalidTarget, match=r"destination refused: .*169\.254\.169\.254"):
             await second.post(url, b'{"n": 2}', headers)
         await second.aclose()
     finally:
