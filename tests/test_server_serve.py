@@ -394,7 +394,8 @@ def _run_twin(tmp_path: Path, host: str, extra: str = "") -> Iterator[tuple[str,
     try:
         deadline = time.monotonic() + 20
         while not (found := re.search(r"port (\d+)", log.read_text(errors="replace"))):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
         url = f"http://127.0.0.1:{found.group(1)}"
         wait_healthy(url, proc, log)
