@@ -153,7 +153,8 @@ class Rebinding:
         self.asked = 0
 
     async def __call__(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-        if host != self.name:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name != self.name:
             return await self.real(host, port, *args, **kwargs)
         address = self.addresses[min(self.asked, len(self.addresses) - 1)]
         self.asked += 1
@@ -219,3 +220,33 @@ async def test_an_allowed_name_is_called_at_the_address_that_was_checked(gate_po
 
     assert reply.status_code == 200
     assert resolver.asked == 1
+
+
+async def test_the_httpx2_path_checks_the_address_it_connects_to(gate_port: int) -> None:
+    """The fallback carrier (trio, ``OSMOSIS_HTTP_CLIENT=httpx2``) wraps httpx2's network
+    backend the same way: the first connection goes to the checked address, a connection after
+    the name moved to a metadata address is refused and not retried."""
+    from osmosis_rollout.client import RetryPolicy, default_http_client
+    from osmosis_rollout.transport import Httpx2Transport, guard_connections
+
+    loop = asyncio.get_running_loop()
+    resolver = Rebinding(loop, "tg.rebind.test", "127.0.0.1", "169.254.169.254")
+    loop.getaddrinfo = resolver  # type: ignore[method-assign]
+    url = f"http://tg.rebind.test:{gate_port}/v1/rollout/completed"
+    try:
+        http = default_http_client(RetryPolicy(), 10)
+        assert guard_connections(http, LOCAL)
+        first = Httpx2Transport(http, owned=True, destinations=LOCAL, resolve=False)
+        reply = await first.post(url, b'{"n": 1}', {})
+        await first.aclose()
+        http = default_http_client(RetryPolicy(), 10)
+        assert guard_connections(http, LOCAL)
+        second = Httpx2Transport(http, owned=True, destinations=LOCAL, resolve=False)
+        with pytest.raises(InvalidTarget, match=r"destination refused: .*169\.254\.169\.254"):
+            await second.post(url, b'{"n": 2}', {})
+        await second.aclose()
+    finally:
+        del loop.getaddrinfo
+
+    assert reply.status_code == 200
+    assert resolver.asked == 2

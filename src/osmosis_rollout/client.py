@@ -52,6 +52,7 @@ from .transport import (
     PostTransport,
     Reply,
     TransportFailure,
+    guard_connections,
 )
 
 __all__ = ["ClientStats", "RetryPolicy", "RolloutChannel", "TrainGateClient"]
@@ -317,7 +318,11 @@ def default_transport(
                 destinations=destinations,
             )
     http = default_http_client(retry, max_connections)
-    return Httpx2Transport(http, owned=True, destinations=destinations, resolve=not proxied)
+    # Direct connections check the addresses they connect to; every call checks the URL's host
+    # (behind a proxy, which resolves names itself, that is all that can be checked).
+    guarded = destinations is not None and guard_connections(http, destinations)
+    resolve = not proxied and not guarded
+    return Httpx2Transport(http, owned=True, destinations=destinations, resolve=resolve)
 
 
 def _on_asyncio() -> bool:

@@ -16,12 +16,13 @@ inside IPv6 (``::ffff:127.0.0.1``) are judged as the IPv4 address they carry.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+import anyio
 
 __all__ = [
     "METADATA_HOSTS",
@@ -226,8 +227,7 @@ class DestinationPolicy:
         literal = as_address(host.strip("[]"))
         if literal is not None:
             return [host.strip("[]")]
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         found: list[str] = []
         for _family, _type, _proto, _name, sockaddr in infos:
             text = str(sockaddr[0])

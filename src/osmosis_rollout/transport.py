@@ -149,6 +149,67 @@ async def check_call(policy: DestinationPolicy, url: str, *, resolve: bool) -> l
         raise TransportFailure("ConnectError", f"{host}: {exc.strerror or exc}") from None
 
 
+def guard_connections(http: httpx2.AsyncClient, policy: DestinationPolicy) -> bool:
+    """Make ``http``'s direct connections (not those through a proxy) check ``policy`` on the
+    addresses they resolve to and connect to a checked one, as ``Http1Transport`` does; False
+    when ``http`` is not built the way this expects (then check each call instead).
+
+    httpx2 has no public hook for this: the network backend of its default pool is wrapped.
+    """
+    import httpcore2
+
+    pool = getattr(getattr(http, "_transport", None), "_pool", None)
+    inner = getattr(pool, "_network_backend", None)
+    if not isinstance(pool, httpcore2.AsyncConnectionPool) or inner is None:
+        return False
+    pool._network_backend = _guarded_backend(inner, policy)
+    return True
+
+
+def _guarded_backend(inner: Any, policy: DestinationPolicy) -> Any:
+    import httpcore2
+
+    class GuardedBackend(httpcore2.AsyncNetworkBackend):
+        """Resolves and checks before connecting; refusals are not retried."""
+
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,  # noqa: ASYNC109  # httpcore2's signature
+            local_address: str | None = None,
+            socket_options: Any = None,
+        ) -> Any:
+            try:
+                addresses = await policy.resolve(host, port)
+            except DestinationRefused as exc:
+                raise httpcore2.UnsupportedProtocol(f"destination refused: {exc}") from None
+            except OSError as exc:
+                raise httpcore2.ConnectError(f"{host}: {exc.strerror or exc}") from None
+            failure: Exception | None = None
+            for address in addresses:
+                try:
+                    return await inner.connect_tcp(
+                        address,
+                        port,
+                        timeout=timeout,
+                        local_address=local_address,
+                        socket_options=socket_options,
+                    )
+                except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                    failure = exc
+            assert failure is not None  # resolve never returns an empty list
+            raise failure
+
+        async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+            return await inner.connect_unix_socket(*args, **kwargs)
+
+        async def sleep(self, seconds: float) -> None:
+            await inner.sleep(seconds)
+
+    return GuardedBackend()
+
+
 def _lower(items: Any) -> dict[str, str]:
     return {name.lower(): value for name, value in items}
 
