@@ -404,6 +404,21 @@ def test_banner_prints_a_generated_key_once_and_a_given_key_never() -> None:
     assert "listening on  http://0.0.0.0:9000" in hidden
 
 
+def test_banner_says_where_inits_may_send_the_servers_calls() -> None:
+    """The destination rule in force: the allow-list, or the default (loopback refused on a
+    public interface)."""
+    listed = banner(ServerSettings(traingate=("tg.internal:8000",)), generated=False)
+    local = banner(ServerSettings(), generated=False)
+    public = banner(
+        ServerSettings(host="0.0.0.0", api_key="k"),  # type: ignore[arg-type]
+        generated=False,
+    )
+
+    assert "traingate     tg.internal:8000 only (--traingate)" in listed
+    assert "traingate     any host but link-local, cloud metadata (set --traingate" in local
+    assert "link-local, cloud metadata, loopback (set --traingate" in public
+
+
 # --------------------------------------------------------------------------------------------
 # Real processes
 # --------------------------------------------------------------------------------------------

@@ -304,6 +304,7 @@ def _print_banner(
         err.print(f"                [bold]{settings.api_key.get_secret_value()}[/]")
     else:
         err.print("  auth          on (Bearer key required)")
+    err.print(f"  traingate     {escape(_destinations_line(settings))}")
     traces = settings.debug_dir or "off (use --debug-dir)"
     err.print(f"  debug traces  {traces}")
     err.print(f"  outbox        {settings.outbox_dir or '.osmosis/outbox'}")
@@ -334,6 +335,16 @@ def _print_banner(
                 "idempotency records and queue: a retried init that reaches another worker "
                 "starts a second rollout. Use --state redis://... for exact guarantees."
             )
+
+
+def _destinations_line(settings: Any) -> str:
+    """Where inits may send the server's calls: the allow-list, or the default rule."""
+    if settings.traingate:
+        return f"{', '.join(settings.traingate)} only (--traingate)"
+    from ..server.auth import is_loopback
+
+    here = "" if is_loopback(settings.host) else ", loopback"
+    return f"any host but link-local, cloud metadata{here} (set --traingate to narrow)"
 
 
 def _serve_with_reload(target: str, settings: Any) -> None:
