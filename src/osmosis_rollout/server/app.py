@@ -131,6 +131,7 @@ def build_app(server: RolloutServer) -> Starlette:
         hosts=HostRule(settings.host, settings.allow_host),
         origins=settings.allow_origin,
         server_key=edge.server_key,
+        on_refusal=edge.count_screened,
     )
     app = Starlette(routes=routes, lifespan=server.lifespan, middleware=[screening])
     app.state.rollout_server = server
@@ -153,6 +154,12 @@ class Edge:
         self.server_key = settings.api_key.get_secret_value() if settings.api_key else None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.destinations = DestinationPolicy.for_server(settings.host, settings.traingate)
+
+    def count_screened(self, path: str, cause: str) -> None:
+        """Count an init the screening refused (``screening.py``), by cause."""
+        metrics = self.server.metrics
+        if metrics is not None and any(path == wire.start_path for wire in self.server.wires):
+            metrics.rejected.labels(cause=cause).inc()
 
     def _authorized(self, request: Request) -> bool:
         return self.server_key is None or key_matches(

@@ -23,7 +23,7 @@ The middleware is pure ASGI (no request object) so the screened path costs a hea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -76,10 +76,13 @@ class Screening:
         hosts: HostRule,
         origins: Iterable[str] = (),
         server_key: str | None = None,
+        on_refusal: Callable[[str, str], None] | None = None,
     ) -> None:
         self.app = app
         self.hosts = hosts
         self.server_key = server_key
+        #: Told (path, cause) of each refusal: the metrics count refused inits by cause.
+        self.on_refusal = on_refusal
         allowed = {origin.strip().rstrip("/").lower() for origin in origins}
         self.any_origin = "*" in allowed
         self.origins = frozenset(allowed - {"*"})
@@ -88,12 +91,16 @@ class Screening:
         if scope["type"] == "http":
             refusal = self.refusal(scope)
             if refusal is not None:
-                await _refuse(send, *refusal)
+                status, cause, message = refusal
+                if self.on_refusal is not None:
+                    self.on_refusal(scope["path"], cause)
+                await _refuse(send, status, message)
                 return
         await self.app(scope, receive, send)
 
-    def refusal(self, scope: Scope) -> tuple[int, str] | None:
-        """The status and message to refuse ``scope`` with, or None to serve it."""
+    def refusal(self, scope: Scope) -> tuple[int, str, str] | None:
+        """The status, cause (a metrics label) and message to refuse ``scope`` with, or None
+        to serve it."""
         host = origin = content_type = length = chunked = authorization = None
         for name, value in scope["headers"]:
             if name == b"authorization":
@@ -109,24 +116,32 @@ class Screening:
             elif name == b"transfer-encoding":
                 chunked = value
         if origin is not None and not self._origin_allowed(origin):
-            return 403, (
-                "requests from web pages are refused (the request has an Origin header); "
-                "to serve this page start the server with --allow-origin ORIGIN"
+            return (
+                403,
+                "web_page",
+                (
+                    "requests from web pages are refused (the request has an Origin header); "
+                    "to serve this page start the server with --allow-origin ORIGIN"
+                ),
             )
         if host is not None:
             server = scope.get("server")
             arrived_at = str(server[0]) if server else None
             if not self.hosts.allows(host.decode("latin-1"), arrived_at):
-                return 400, (
-                    "the Host header does not name this server (a DNS rebinding page?); "
-                    "to serve this name start the server with --allow-host NAME"
+                return (
+                    400,
+                    "foreign_host",
+                    (
+                        "the Host header does not name this server (a DNS rebinding page?); "
+                        "to serve this name start the server with --allow-host NAME"
+                    ),
                 )
         if scope["method"].encode() in _BODY_METHODS and (
             chunked is not None or (length is not None and length.strip() not in (b"", b"0"))
         ):
             media = (content_type or b"").partition(b";")[0].strip().lower()
             if media != b"application/json" and self._authorized(authorization):
-                return 415, "the body must be JSON: send Content-Type: application/json"
+                return 415, "not_json", "the body must be JSON: send Content-Type: application/json"
         return None
 
     def _authorized(self, header: bytes | None) -> bool:
