@@ -295,3 +295,17 @@ def test_list_and_show_redact_the_destination(where: list[str]) -> None:
     for output in (listed.output, shown.output, as_json.output):
         assert "hunter2" not in output
         assert "token=abc" not in output
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_a_blank_server_key_in_the_environment_does_not_stop_outbox_commands(
+    where: list[str],
+) -> None:
+    """``OSMOSIS_API_KEY=""`` is refused by ``serve``; ``outbox`` never uses the server key."""
+    keep(where, undelivered("r-1"))
+    listed = runner.invoke(
+        app, ["outbox", "list", *where], env={"COLUMNS": "80", "OSMOSIS_API_KEY": ""}
+    )
+
+    assert listed.exit_code == 0, listed.output
+    assert "r-1" in listed.stdout

@@ -59,7 +59,11 @@ def _open(
     flags = {"state": "--state", "outbox_dir": "--outbox-dir", "traingate": "--traingate"}
     try:
         settings = ServerSettings.resolve(
-            cli, environ=os.environ, pyproject=find_pyproject(Path.cwd()), flags=flags
+            cli,
+            environ=os.environ,
+            pyproject=find_pyproject(Path.cwd()),
+            flags=flags,
+            ignore=frozenset({"api_key"}),  # the server's key: not this command's business
         )
         outbox = settings.outbox_dir or DEFAULT_OUTBOX_DIR
         return open_state(settings.state, outbox_dir=outbox), settings.traingate
