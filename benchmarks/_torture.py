@@ -22,13 +22,22 @@ from _bench import ROOT, cpu_seconds, rss_bytes, stop_process, wait_until_servin
 # user, the test suite: tests/torture.py, importable once the repository root is on the path.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tests.torture import FaultyGate, hostile_inits, tally, valid_init
+from tests.torture import (
+    FaultyGate,
+    HostileRequest,
+    hostile_inits,
+    hostile_requests,
+    tally,
+    valid_init,
+)
 
 __all__ = [
     "SERVER_KEY",
     "FaultyGate",
+    "HostileRequest",
     "Served",
     "hostile_inits",
+    "hostile_requests",
     "osmosis_serve",
     "tally",
     "valid_init",

@@ -6,7 +6,13 @@ UTF-8, lone surrogates; about one in ten is valid and runs (the agent completes 
 goals: no 5xx, every response under 8 KB. It also prints the server's peak RSS and CPU time per
 init; the baseline is the same number of valid inits sent the same way, in the same run.
 
-    python benchmarks/fuzz_inits.py [--inits 10200] [--concurrency 16] [--scale 200000]
+Then ``--requests`` CSRF/SSRF shapes (``tests/torture.py: hostile_requests``): a web page's
+content types and ``Origin``, a rebinding ``Host``, ``server_url`` aimed at an internal listener
+on 127.0.0.1 (with a path, query, ``#`` or credentials), metadata and odd IPv4 addresses,
+unknown or non-finite ``completion_params``. Goals: each gets its refusal, none a 5xx, and the
+internal listener accepts no connection.
+
+    python benchmarks/fuzz_inits.py [--inits 10200] [--requests 2000] [--concurrency 16]
 """
 
 from __future__ import annotations
@@ -22,7 +28,15 @@ from pathlib import Path
 import anyio
 import httpx2
 from _bench import print_table, ratio, verdict, write_results
-from _torture import SERVER_KEY, Served, hostile_inits, osmosis_serve, valid_init
+from _torture import (
+    SERVER_KEY,
+    HostileRequest,
+    Served,
+    hostile_inits,
+    hostile_requests,
+    osmosis_serve,
+    valid_init,
+)
 
 from osmosis_rollout.testing import Harness, MockTrainGate
 
@@ -82,6 +96,8 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
             cpu0, t0 = served.cpu_s(), time.monotonic()
             statuses, largest, sent = await send_all(http, bodies, args.concurrency)
             cpu, wall = served.cpu_s() - cpu0, time.monotonic() - t0
+            print(f"fuzz: {args.requests:,} CSRF/SSRF requests")
+            shapes = await send_shapes(http, args, gate.base_url)
             health = await http.get("/health")
         peak = served.peak_rss_mb()
         alive = _alive(served)
@@ -101,8 +117,55 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         "baseline_wall_s": round(base_wall, 1),
         "cpu_per_init_vs_baseline": ratio(cpu / sent, base_cpu / args.baseline),
         "server_peak_rss_mb": round(peak, 1),
+        **shapes,
         "health_after": health.status_code,
         "server_alive_after": alive,
+    }
+
+
+async def send_shapes(
+    http: httpx2.AsyncClient, args: argparse.Namespace, gate_url: str
+) -> dict[str, object]:
+    """The CSRF/SSRF shapes against the server, with an internal listener on 127.0.0.1 that
+    counts every connection it accepts (there must be none)."""
+    connections = 0
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        writer.close()
+
+    listener = await asyncio.start_server(count, "127.0.0.1", 0)
+    internal = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    statuses: collections.Counter[int] = collections.Counter()
+    wrong = 0
+    limiter = anyio.Semaphore(args.concurrency)
+
+    async def one(request: HostileRequest) -> None:
+        nonlocal wrong
+        headers = {"Authorization": f"Bearer {SERVER_KEY}", **request.headers}
+        async with limiter:
+            response = await http.post("/v1/rollout/init", content=request.body, headers=headers)
+        statuses[response.status_code] += 1
+        wrong += response.status_code != request.expected
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            requests = hostile_requests(
+                args.seed, args.requests, server_url=gate_url, internal_url=internal
+            )
+            for request in requests:
+                tasks.start_soon(one, request)
+        await asyncio.sleep(1.0)  # a rollout started by mistake would call out by now
+    finally:
+        listener.close()
+        await listener.wait_closed()
+    return {
+        "shape_requests": args.requests,
+        "shape_statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "shape_responses_5xx": sum(n for status, n in statuses.items() if status >= 500),
+        "shape_unexpected_status": wrong,
+        "internal_connections": connections,
     }
 
 
@@ -119,6 +182,7 @@ def _alive(served: Served) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inits", type=int, default=10_200)
+    parser.add_argument("--requests", type=int, default=2_000, help="CSRF/SSRF shapes")
     parser.add_argument("--baseline", type=int, default=1_000, help="valid inits, same way")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--scale", type=int, default=200_000, help="largest list in a body")
@@ -127,6 +191,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="osmosis-fuzz-") as tmp:
         figures = asyncio.run(run(args, Path(tmp)))
     largest = int(figures["largest_response_bytes"])  # type: ignore[call-overload]
+    shapes_ok = figures["shape_responses_5xx"] == figures["shape_unexpected_status"] == 0
     print_table(
         f"Fuzz: {figures['inits']:,} hostile inits (lists up to {args.scale:,} items)",
         ["", "value", "goal"],
@@ -142,6 +207,17 @@ def main() -> None:
             ["baseline: valid inits, CPU ms each", figures["baseline_cpu_ms_per_init"], ""],
             ["CPU per init vs baseline", figures["cpu_per_init_vs_baseline"], ""],
             ["server peak RSS MB", figures["server_peak_rss_mb"], ""],
+            ["CSRF/SSRF shapes: statuses", figures["shape_statuses"], ""],
+            [
+                "CSRF/SSRF: 5xx, unexpected status",
+                f"{figures['shape_responses_5xx']}, {figures['shape_unexpected_status']}",
+                f"0, 0 {verdict(shapes_ok)}",
+            ],
+            [
+                "internal listener connections",
+                figures["internal_connections"],
+                f"0 {verdict(figures['internal_connections'] == 0)}",
+            ],
             ["/health after", figures["health_after"], "200"],
         ],
     )

@@ -628,3 +628,21 @@ async def test_non_json_values_are_checked_every_time() -> None:
         [checked] = (await resolve_tool_set(ToolsAgent([item]), make_request())).tools
         assert checked.function.parameters["properties"] == {key: {"enum": enum}}
         assert type(checked.function.parameters["properties"][key]["enum"]) is type(enum)
+
+
+async def test_extra_body_is_sent_as_top_level_fields_that_never_override(
+    mock_client: tuple[MockTrainGate, TrainGateClient],
+) -> None:
+    """``completion_params.extra_body`` is the one way to send a field the server does not
+    know (as the OpenAI SDK's ``extra_body``); a named field wins over it."""
+    gate, client = mock_client
+    params = {"temperature": 0.7, "extra_body": {"chat_template_kwargs": {"x": 1}, "min_p2": 3}}
+    request = make_request(completion_params=params)
+    record = gate.expect("r-1", api_key="tg-secret-key")
+    ctx = RolloutContext(request, [], client.channel(request))
+
+    await ctx.chat(request.messages, extra_body={"top_k": 5, "min_p2": 9})
+
+    (sent,) = record.chats
+    assert sent.temperature == 0.7
+    assert sent.model_extra == {"top_k": 5, "min_p2": 9}

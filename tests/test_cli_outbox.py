@@ -99,7 +99,7 @@ def test_list_is_one_line_per_entry_at_80_columns(where: list[str]) -> None:
 
     assert listed.exit_code == 0, listed.output
     header, *entries = listed.stdout.splitlines()
-    assert header.split() == ["ID", "ROLLOUT", "AGE", "TRIES", "ERROR"]
+    assert header.split() == ["ID", "ROLLOUT", "AGE", "TRAINGATE", "TRIES", "ERROR"]
     assert len(entries) == 2
     for line, entry_id in zip(entries, ids, strict=True):
         assert len(line) <= 80, line
@@ -107,8 +107,11 @@ def test_list_is_one_line_per_entry_at_80_columns(where: list[str]) -> None:
         shown = entry_id if where[0] == "--state" else ".".join(entry_id.split(".")[-3:-1])
         assert line.startswith(shown + "  ")
         assert line.endswith("…")
-        assert "  0s  " in line
-        assert "  4      ConnectError: [Errno 111] " in line
+        assert "  0s   127.0.0.1:9  " in line  # where replay would send it
+        # The TRAINGATE column leaves the error less room at 80 columns: it is cut between
+        # words, with the ellipsis saying so.
+        assert "  4      ConnectError: " in line
+        assert line.endswith(" …")
     assert "r-1" in entries[0]
     assert "0b5e2c1a-94f1…" in entries[1]
     short = entries[1].split()[0]
@@ -174,7 +177,9 @@ def test_replay_delivers_and_removes_and_keeps_what_fails(
     gone.server_url = f"http://127.0.0.1:{free_port()}"
     keep(where, good, gone)
 
-    replayed = invoke("outbox", "replay", *where, "--api-key", "tg-secret")
+    replayed = invoke(
+        "outbox", "replay", *where, "--api-key", "tg-secret", "--traingate", "127.0.0.1"
+    )
     left = [
         json.loads(line) for line in invoke("outbox", "list", *where, "--json").stdout.splitlines()
     ]
@@ -236,3 +241,71 @@ def test_an_unreachable_store_and_a_bad_url_are_one_line_errors() -> None:
     assert bad.exit_code == 2
     assert "must be 'memory' or a Redis URL" in bad.stderr
     assert "Traceback" not in down.output + bad.output
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_replay_with_a_key_sends_it_only_where_it_was_told(
+    where: list[str], gate: tuple[CallbackGate, str]
+) -> None:
+    """``--api-key REAL-KEY`` used to go to whatever host a hostile init named. Now, without
+    ``--server-url`` or ``--traingate``, it is a usage error; with ``--traingate`` an entry
+    bound elsewhere is refused and kept; with ``--server-url`` every entry goes there."""
+    recorder, gate_url = gate
+    hostile = undelivered("hostile")
+    hostile.server_url = "http://evil.example:8080/collect"
+    keep(where, hostile)
+
+    bare = invoke("outbox", "replay", *where, "--api-key", "REAL-KEY")
+    listed = invoke(
+        "outbox", "replay", *where, "--api-key", "REAL-KEY", "--traingate", "tg.internal"
+    )
+    redirected = invoke(
+        "outbox", "replay", *where, "--api-key", "REAL-KEY", "--server-url", gate_url
+    )
+
+    assert bare.exit_code == 2, bare.output
+    assert "--server-url URL, or --traingate HOST" in " ".join(bare.stderr.split())
+    assert listed.exit_code == 1, listed.output
+    assert "refused hostile: not sent to http://evil.example:8080/collect" in " ".join(
+        listed.stderr.split()
+    )
+    assert "0 delivered, 1 still in the outbox" in listed.stderr
+    assert redirected.exit_code == 0, redirected.output
+    [callback] = recorder.callbacks["hostile"]
+    # --api-key is for entries without their own key: files never keep one, the stream does.
+    own = where[0] == "--state"
+    assert callback.authorization == ("Bearer tg-secret" if own else "Bearer REAL-KEY")
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_list_and_show_redact_the_destination(where: list[str]) -> None:
+    """An entry kept before inits were checked may name a password or a query: list shows
+    the host, show and --json the URL with both redacted."""
+    old = undelivered("old")
+    old.server_url = "http://user:hunter2@tg.example:8000/base?token=abc"
+    keep(where, old)
+
+    listed = invoke("outbox", "list", *where)
+    shown = invoke("outbox", "show", *where, "old")
+    as_json = invoke("outbox", "list", *where, "--json")
+
+    assert "tg.example:8000" in listed.stdout
+    assert "traingate: http://user:***@tg.example:8000/base?***\n" in shown.stdout
+    assert json.loads(as_json.stdout)["server_url"] == "http://user:***@tg.example:8000/base?***"
+    for output in (listed.output, shown.output, as_json.output):
+        assert "hunter2" not in output
+        assert "token=abc" not in output
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_a_blank_server_key_in_the_environment_does_not_stop_outbox_commands(
+    where: list[str],
+) -> None:
+    """``OSMOSIS_API_KEY=""`` is refused by ``serve``; ``outbox`` never uses the server key."""
+    keep(where, undelivered("r-1"))
+    listed = runner.invoke(
+        app, ["outbox", "list", *where], env={"COLUMNS": "80", "OSMOSIS_API_KEY": ""}
+    )
+
+    assert listed.exit_code == 0, listed.output
+    assert "r-1" in listed.stdout

@@ -282,6 +282,55 @@ def test_serve_help_shows_the_pyproject_tables() -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        pytest.param(["--api-key", ""], {}, id="empty-flag"),
+        pytest.param(["--api-key", "   "], {}, id="blank-flag"),
+        pytest.param([], {"OSMOSIS_API_KEY": ""}, id="empty-env"),
+        pytest.param(["--host", "0.0.0.0", "--api-key", ""], {}, id="empty-on-public"),
+    ],
+)
+def test_a_blank_server_key_is_a_usage_error_saying_how_to_turn_auth_off(
+    runner: CliRunner, args: list[str], env: dict[str, str]
+) -> None:
+    """``--api-key "$UNSET"`` used to serve without auth under an "auth on" banner (and on
+    0.0.0.0 it even stopped the generated key): now exit 2 before anything is bound."""
+    result = runner.invoke(app, ["serve", AGENT, "--no-validate", *args], env={**TERM80, **env})
+
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.stderr.split())
+    assert "the server key is blank" in text
+    assert "--no-auth" in text
+    assert "listening on" not in result.output
+
+
+def test_a_blank_key_in_pyproject_is_a_usage_error(runner: CliRunner) -> None:
+    """``api_key = ""`` in ``[tool.osmosis]`` is the same mistake."""
+    Path("pyproject.toml").write_text('[tool.osmosis]\napi_key = ""\n', encoding="utf-8")
+    result = runner.invoke(app, ["serve", AGENT, "--no-validate"], env=TERM80)
+
+    assert result.exit_code == 2
+    assert "the server key is blank" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        pytest.param(["--traingate", "tg:0"], "traingate", id="traingate-port"),
+        pytest.param(["--traingate", "[::1"], "traingate", id="traingate-v6"),
+    ],
+)
+def test_a_malformed_traingate_flag_exits_2_naming_it(
+    runner: CliRunner, args: list[str], field: str
+) -> None:
+    """``--traingate`` entries are checked at start."""
+    result = runner.invoke(app, ["serve", AGENT, "--no-validate", *args], env=TERM80)
+
+    assert result.exit_code == 2
+    assert f"{field} (--traingate, OSMOSIS_TRAINGATE" in " ".join(result.stderr.split())
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
 def test_loopback_without_key_serves_without_auth(host: str) -> None:
     """On loopback no key is invented."""
@@ -353,6 +402,21 @@ def test_banner_prints_a_generated_key_once_and_a_given_key_never() -> None:
     assert "generated-abc" not in hidden
     assert "auth          on (Bearer key required)" in hidden
     assert "listening on  http://0.0.0.0:9000" in hidden
+
+
+def test_banner_says_where_inits_may_send_the_servers_calls() -> None:
+    """The destination rule in force: the allow-list, or the default (loopback refused on a
+    public interface)."""
+    listed = banner(ServerSettings(traingate=("tg.internal:8000",)), generated=False)
+    local = banner(ServerSettings(), generated=False)
+    public = banner(
+        ServerSettings(host="0.0.0.0", api_key="k"),  # type: ignore[arg-type]
+        generated=False,
+    )
+
+    assert "traingate     tg.internal:8000 only (--traingate)" in listed
+    assert "traingate     any host but link-local, cloud metadata (set --traingate" in local
+    assert "link-local, cloud metadata, loopback (set --traingate" in public
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,11 +87,63 @@ def test_api_key_from_environment_stays_secret() -> None:
 
 
 def test_empty_environment_values_are_ignored() -> None:
-    """An empty OSMOSIS_* variable means "not set", not an invalid value."""
-    settings = ServerSettings.resolve(environ={"OSMOSIS_PORT": "", "OSMOSIS_API_KEY": ""})
+    """An empty OSMOSIS_* variable means "not set", not an invalid value (the key aside)."""
+    settings = ServerSettings.resolve(environ={"OSMOSIS_PORT": "", "OSMOSIS_STATE": ""})
 
     assert settings.port == 9000
     assert settings.api_key is None
+
+
+@pytest.mark.parametrize(
+    ("source", "place"),
+    [
+        ("environ", "OSMOSIS_API_KEY"),
+        ("cli", "--api-key"),
+        ("pyproject", "[tool.osmosis.serve]"),
+    ],
+)
+def test_a_blank_server_key_is_refused_wherever_it_comes_from(
+    tmp_path: Path, source: str, place: str
+) -> None:
+    """``OSMOSIS_API_KEY=""``, ``--api-key "$UNSET"``, ``api_key = ""``: a blank key used to
+    mean "no auth" while the banner said "auth on"; now it is an error saying how to turn auth
+    off on purpose."""
+    kwargs: dict[str, Any] = {"flags": {"api_key": "--api-key"}}
+    if source == "environ":
+        kwargs["environ"] = {"OSMOSIS_API_KEY": ""}
+    elif source == "cli":
+        kwargs["cli"] = {"api_key": "  "}
+    else:
+        kwargs["pyproject"] = write(tmp_path, '[tool.osmosis]\napi_key = ""\n')
+
+    with pytest.raises(ConfigError) as caught:
+        ServerSettings.resolve(**kwargs)
+
+    message = str(caught.value)
+    assert "blank" in message
+    assert "--no-auth" in message
+    assert place in message
+
+
+def test_allow_lists_come_from_flags_the_environment_and_pyproject(tmp_path: Path) -> None:
+    """``--traingate``/``--allow-origin``/``--allow-host`` take lists; the environment a comma
+    or space separated string; ``[tool.osmosis]`` a TOML list."""
+    pyproject = write(tmp_path, '[tool.osmosis]\ntraingate = ["tg.internal:8000"]\n')
+    settings = ServerSettings.resolve(
+        {"allow_origin": ["https://ui.example"]},
+        environ={"OSMOSIS_ALLOW_HOST": "rollouts.internal, other.internal"},
+        pyproject=pyproject,
+    )
+
+    assert settings.traingate == ("tg.internal:8000",)
+    assert settings.allow_origin == ("https://ui.example",)
+    assert settings.allow_host == ("rollouts.internal", "other.internal")
+
+
+def test_a_malformed_traingate_entry_is_a_config_error() -> None:
+    """A bad port in the allow-list is refused at start, naming the setting."""
+    with pytest.raises(ConfigError, match=r"traingate.*invalid port"):
+        ServerSettings.resolve(environ={"OSMOSIS_TRAINGATE": "tg.internal:99999"})
 
 
 def test_unknown_key_in_the_serve_table_is_rejected(tmp_path: Path) -> None:

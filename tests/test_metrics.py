@@ -103,6 +103,27 @@ async def test_metrics_match_a_mixed_run_exactly(tmp_path: Path) -> None:
     assert value(m, "osmosis_llm_turn_seconds_sum") > 0
 
 
+async def test_inits_refused_by_the_screening_are_counted_by_cause(tmp_path: Path) -> None:
+    """A page's ``Origin``, a foreign ``Host``, a body not sent as JSON and a forbidden
+    destination each count under their own cause; other routes' refusals do not count."""
+    async with serving(mixed.MixedAgent(), tmp_path) as s:
+        body = init_body("r-s")
+        assert (await s.init(body, Origin="https://evil.example")).status_code == 403
+        assert (await s.init(body, Host="evil.example")).status_code == 400
+        assert (await s.init(body, **{"Content-Type": "text/plain"})).status_code == 415
+        aimed = init_body("r-m", server_url="http://169.254.169.254")
+        assert (await s.init(aimed)).status_code == 422
+        health = await s.http.get("/health", headers={"Origin": "https://evil.example"})
+        response = await get_metrics(s)
+
+    assert health.status_code == 403
+    m = scrape(response.text)
+    assert value(m, "osmosis_rollouts_rejected_total", cause="web_page") == 1
+    assert value(m, "osmosis_rollouts_rejected_total", cause="foreign_host") == 1
+    assert value(m, "osmosis_rollouts_rejected_total", cause="not_json") == 1
+    assert value(m, "osmosis_rollouts_rejected_total", cause="invalid") == 1
+
+
 async def test_metrics_need_the_server_key(tmp_path: Path) -> None:
     """With a server key, /metrics answers 401 without it, like an init would."""
     async with serving(mixed.MixedAgent(), tmp_path) as s:

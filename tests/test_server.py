@@ -644,6 +644,7 @@ async def test_non_ascii_digits_in_content_length_are_400_not_500(
             content=json.dumps(init_body()).encode(),
             headers={
                 "Authorization": f"Bearer {SERVER_KEY}",
+                "Content-Type": "application/json",
                 "Content-Length": declared.encode("latin-1"),
             },
         )

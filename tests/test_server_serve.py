@@ -6,6 +6,7 @@ Every byte crosses real sockets: the gate (a ``RecordingGate`` around ``MockTrai
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -353,3 +354,94 @@ def test_listening_socket_says_tcp_so_asyncio_disables_nagle() -> None:
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
     finally:
         sock.close()
+
+
+# -- the Python twin decides auth as the CLI does ------------------------------------------------
+
+_TWIN = """
+import sys
+sys.path.insert(0, {assets!r})
+from hrd_agents import Quick
+from osmosis_rollout.server import bind_socket, serve
+
+sock = bind_socket("127.0.0.1", 0)
+print("port", sock.getsockname()[1], flush=True)
+# host says where the server thinks it is bound: a public interface. The socket is loopback,
+# so the test binds nothing public.
+serve(Quick(), host={host!r}, sock=sock, shutdown_grace_s=0{extra})
+"""
+
+
+@contextlib.contextmanager
+def _run_twin(tmp_path: Path, host: str, extra: str = "") -> Iterator[tuple[str, str]]:
+    """``serve()`` in a subprocess on a loopback socket; its URL and what it printed."""
+    import re
+    import subprocess
+    import sys
+
+    from .processes import stop_process, wait_healthy
+
+    log = tmp_path / "twin.log"
+    script = _TWIN.format(assets=str(REPO / "tests" / "assets"), host=host, extra=extra)
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=clean_env(),
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while not (found := re.search(r"port (\d+)", log.read_text(errors="replace"))):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{found.group(1)}"
+        wait_healthy(url, proc, log)
+        yield url, log.read_text(errors="replace")
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.slow
+def test_serve_on_a_public_interface_generates_and_prints_a_key(tmp_path: Path) -> None:
+    """``serve(agent, host="0.0.0.0")`` used to serve without auth where the CLI generates a
+    key: now it generates one too, prints it once, and requires it."""
+    import re
+
+    with _run_twin(tmp_path, "0.0.0.0") as (url, output):
+        found = re.search(r"generated one \(shown once, pass it to TrainGate\): (\S+)", output)
+        assert found, output
+        key = found.group(1)
+        without = httpx2.get(f"{url}/platform/health", timeout=5)
+        with_key = httpx2.get(
+            f"{url}/platform/health", headers={"Authorization": f"Bearer {key}"}, timeout=5
+        )
+
+        assert without.status_code == 401
+        assert with_key.status_code == 200
+        assert len(key) >= 32
+
+
+@pytest.mark.slow
+def test_serve_with_no_auth_on_a_public_interface_has_no_key(tmp_path: Path) -> None:
+    """``no_auth=True`` is the explicit way to serve without one."""
+    with _run_twin(tmp_path, "0.0.0.0", ", no_auth=True") as (url, output):
+        assert "generated" not in output
+        assert httpx2.get(f"{url}/platform/health", timeout=5).status_code == 404
+
+
+def test_serve_and_create_app_refuse_a_blank_key() -> None:
+    """``serve(agent, api_key="")`` and ``create_app(agent, api_key=" ")``: a ``ConfigError``
+    saying how to serve without a key, not a server without auth."""
+    from osmosis_rollout.errors import ConfigError
+    from osmosis_rollout.server import create_app, serve
+
+    from .support import load_asset
+
+    agent = load_asset("hrd_agents").Quick()
+    with pytest.raises(ConfigError, match="no_auth=True"):
+        serve(agent, api_key="")
+    with pytest.raises(ConfigError, match="api_key=None"):
+        create_app(agent, api_key=" ")

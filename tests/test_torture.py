@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.server import create_app
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
-from tests.torture import FaultyGate, hostile_inits, tally, valid_init
+from tests.torture import FaultyGate, hostile_inits, hostile_requests, tally, valid_init
 
 from .gates import ADD_CALL, ANSWER
 from .leaks import every_form_absent, written_text
@@ -231,3 +231,30 @@ def test_sigterm_with_a_silent_traingate_writes_the_outbox_and_exits_within_its_
     assert record["response"]["status"] == "COMPLETED"
     assert "delivery interrupted" in record["error"]
     assert "Traceback" not in output
+
+
+async def test_csrf_and_ssrf_shapes_are_refused_and_reach_nothing(tmp_path: Path) -> None:
+    """600 requests of the reviewed shapes (a page's content types and Origin, a rebinding
+    Host, server_url aimed at an internal service, metadata and odd IPv4 addresses, unknown or
+    non-finite completion_params): each gets its refusal (403/400/415/422), none a 5xx, and no
+    rollout starts, so nothing is called."""
+    gate = MockTrainGate()
+    client = _fast_client(gate.app)
+    app = create_app(hrd.Quick(), client=client, api_key=SERVER_KEY, outbox_dir=tmp_path / "ob")
+    wrong: list[tuple[str, int]] = []
+    shapes: collections.Counter[str] = collections.Counter()
+    async with running(app, client) as http:
+        for request in hostile_requests(
+            7, 600, server_url=GATE_URL, internal_url="http://127.0.0.1:9", api_key=CANARY
+        ):
+            headers = {"Authorization": f"Bearer {SERVER_KEY}", **request.headers}
+            response = await http.post("/v1/rollout/init", content=request.body, headers=headers)
+            shapes[request.shape] += 1
+            if response.status_code != request.expected:
+                wrong.append((request.shape, response.status_code))
+        started = len(app.state.rollout_server.registry.unfinished())
+
+    assert wrong == []
+    assert len(shapes) == 7  # every shape was tried
+    assert started == 0
+    assert gate.records == {}  # no chat turn, no callback: nothing was called

@@ -64,9 +64,9 @@ async def test_a_second_wire_is_served_beside_v1_by_the_same_core(tmp_path: Path
     """Each wire's start route admits through the one scheduler and answers in its own shape;
     each rollout still ends in exactly one completion callback."""
     async with two_wires(tmp_path) as (http, raw):
-        v1 = await http.post("/v1/rollout/init", content=json.dumps(init_body("r-v1")))
-        bare = await http.post("/bare/start", content=json.dumps(init_body("r-bare")))
-        again = await http.post("/bare/start", content=json.dumps(init_body("r-bare")))
+        v1 = await http.post("/v1/rollout/init", json=init_body("r-v1"))
+        bare = await http.post("/bare/start", json=init_body("r-bare"))
+        again = await http.post("/bare/start", json=init_body("r-bare"))
 
     assert v1.status_code == 202
     assert v1.json()["rollout_id"] == "r-v1"

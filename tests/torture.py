@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from osmosis_rollout.testing import MockTrainGate
 
-__all__ = ["FaultyGate", "Tally", "hostile_inits", "tally"]
+__all__ = ["FaultyGate", "HostileRequest", "Tally", "hostile_inits", "hostile_requests", "tally"]
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
@@ -249,3 +249,89 @@ def tally(accepted: list[str], gate: MockTrainGate, outbox: Path) -> Tally:
         elif ends > 1:
             result.duplicated.append(rid)
     return result
+
+
+# -- what a web page or a hostile init sends to make the server call elsewhere (CSRF, SSRF) ----
+
+#: ``server_url`` values that must never be called, each refused at init (a 422).
+SSRF_URLS: list[str] = [
+    "http://169.254.169.254/latest/meta-data",
+    "http://169.254.170.2/v2/credentials",
+    "http://metadata.google.internal/computeMetadata/v1",
+    "http://metadata.goog",
+    "http://[fe80::1]:80",
+    "http://[fd00:ec2::254]",
+    "http://[::ffff:169.254.169.254]",
+    "http://100.100.100.200",
+    "http://0.0.0.0:9000",
+    "http://2130706433:9000",
+    "http://0x7f.0.0.1:9000",
+    "http://127.1:9000",
+    "http://0177.0.0.1:9000",
+    f"http://{'a' * 64}.example",
+]
+#: Content types a web page may POST without a CORS preflight (all refused: 415).
+PAGE_CONTENT_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
+
+
+@dataclass(frozen=True)
+class HostileRequest:
+    """One request shape: its headers (the caller adds the server key), body, and the status
+    the server must answer."""
+
+    shape: str
+    headers: dict[str, str]
+    body: bytes
+    expected: int
+
+
+def hostile_requests(
+    seed: int, count: int, *, server_url: str, internal_url: str, api_key: str | None = None
+) -> Iterator[HostileRequest]:
+    """``count`` requests of the reviewed CSRF/SSRF shapes, seeded: inits as a page sends them
+    (``text/plain``, an ``Origin``), under a rebinding name (a foreign ``Host``), naming
+    ``internal_url`` with a path, query, ``#`` or credentials, a metadata or oddly spelled
+    address, and ``completion_params`` with unknown keys or non-finite numbers. None may start a
+    rollout, so nothing may ever reach ``internal_url`` (or any ``server_url``)."""
+    rng = random.Random(seed)
+    json_type = {"Content-Type": "application/json"}
+    for i in range(count):
+        body = valid_init(f"csrf-{seed}-{i}", server_url, api_key)
+        roll = rng.randrange(6)
+        if roll == 0:
+            kind = rng.choice(PAGE_CONTENT_TYPES)
+            headers = {"Content-Type": kind}
+            if rng.random() < 0.5:
+                headers["Origin"] = "https://evil.example"
+                yield HostileRequest("page-origin", headers, json.dumps(body).encode(), 403)
+            else:
+                yield HostileRequest("page-content-type", headers, json.dumps(body).encode(), 415)
+        elif roll == 1:
+            origin = rng.choice(["https://evil.example", "null", "http://127.0.0.1:8080"])
+            headers = {**json_type, "Origin": origin}
+            yield HostileRequest("origin", headers, json.dumps(body).encode(), 403)
+        elif roll == 2:
+            host = rng.choice(["evil.example", "rebind.evil.example:9000", "10.9.8.7"])
+            headers = {**json_type, "Host": host}
+            yield HostileRequest("rebinding-host", headers, json.dumps(body).encode(), 400)
+        elif roll == 3:
+            suffix = rng.choice(["/internal/admin/reset?confirm=yes#", "/x#", "/?a=1"])
+            url = rng.choice([f"{internal_url}{suffix}", internal_url.replace("://", "://u:p@")])
+            body["server_url"] = url
+            yield HostileRequest("internal-url", json_type, json.dumps(body).encode(), 422)
+        elif roll == 4:
+            body["server_url"] = rng.choice(SSRF_URLS)
+            yield HostileRequest("ssrf-destination", json_type, json.dumps(body).encode(), 422)
+        else:
+            params = rng.choice(
+                [
+                    '{"temperature": NaN}',
+                    '{"temperature": 1e999}',
+                    '{"action": "reset"}',
+                    '{"extra_body": {"messages": []}}',
+                    '{"logit_bias": {"1": -Infinity}}',
+                ]
+            )
+            body["completion_params"] = "PARAMS"
+            text = json.dumps(body).replace('"PARAMS"', params)
+            yield HostileRequest("completion-params", json_type, text.encode(), 422)

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from . import telemetry
 from .append_only import first_divergence
 from .protocol import (
+    EXTENSION_FIELD,
     CompletionsRequest,
     CompletionsResponse,
     Message,
@@ -211,6 +212,10 @@ class RolloutContext:
     def _call_params(self, params: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {**self.request.completion_params}
         body.update({k: v for k, v in params.items() if k not in _NEVER_SENT})
+        extensions = body.pop(EXTENSION_FIELD, None)
+        if isinstance(extensions, dict):  # sent as top-level fields, never over a named one
+            for key, value in extensions.items():
+                body.setdefault(key, value)
         for key in _NEVER_SENT:
             body.pop(key, None)
         return body

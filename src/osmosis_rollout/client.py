@@ -28,6 +28,7 @@ import sniffio
 from pydantic import ValidationError
 
 from . import telemetry
+from .destinations import DestinationPolicy
 from .errors import (
     ProtocolError,
     TrainGateError,
@@ -51,6 +52,7 @@ from .transport import (
     PostTransport,
     Reply,
     TransportFailure,
+    guard_connections,
 )
 
 __all__ = ["ClientStats", "RetryPolicy", "RolloutChannel", "TrainGateClient"]
@@ -134,15 +136,16 @@ class TrainGateClient:
         max_connections: int | None = 1000,
         sleep: Callable[[float], Awaitable[Any]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
+        destinations: DestinationPolicy | None = None,
     ) -> None:
         if http is not None and transport is not None:
             raise TypeError("give TrainGateClient either http or transport, not both")
         self.retry = retry or RetryPolicy()
         self._owns_transport = http is None and transport is None
         if http is not None:
-            transport = Httpx2Transport(http)
+            transport = Httpx2Transport(http, destinations=destinations)
         elif transport is None:
-            transport = default_transport(self.retry, max_connections)
+            transport = default_transport(self.retry, max_connections, destinations)
         self.transport: PostTransport = transport
         self._sleep = sleep
         self._rand = rand
@@ -283,19 +286,25 @@ class TrainGateClient:
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
 
-def default_transport(retry: RetryPolicy, max_connections: int | None) -> PostTransport:
+def default_transport(
+    retry: RetryPolicy,
+    max_connections: int | None,
+    destinations: DestinationPolicy | None = None,
+) -> PostTransport:
     """The carrier TrainGate calls use when none is given.
 
     The lean :class:`~osmosis_rollout.http1.Http1Transport` when it can do the job: running on
     asyncio (plain or uvloop), ``httptools`` importable, and no proxy configured in the
     environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, any case: ``httpx2`` honours
     them and ``NO_PROXY``). ``OSMOSIS_HTTP_CLIENT=httpx2`` forces ``httpx2``; so does anything
-    else, e.g. a client made outside an event loop or under trio.
+    else, e.g. a client made outside an event loop or under trio. ``destinations`` checks the
+    addresses each call reaches (behind a proxy, which resolves names itself, only the URL's).
     """
+    proxied = _proxy_configured()
     if (
         os.environ.get("OSMOSIS_HTTP_CLIENT", "").strip().lower() != "httpx2"
         and _on_asyncio()
-        and not _proxy_configured()
+        and not proxied
     ):
         try:
             from .http1 import Http1Transport
@@ -306,8 +315,14 @@ def default_transport(retry: RetryPolicy, max_connections: int | None) -> PostTr
                 connect_timeout_s=retry.connect_timeout_s,
                 attempt_timeout_s=retry.attempt_timeout_s,
                 max_connections=max_connections,
+                destinations=destinations,
             )
-    return Httpx2Transport(default_http_client(retry, max_connections), owned=True)
+    http = default_http_client(retry, max_connections)
+    # Direct connections check the addresses they connect to; every call checks the URL's host
+    # (behind a proxy, which resolves names itself, that is all that can be checked).
+    guarded = destinations is not None and guard_connections(http, destinations)
+    resolve = not proxied and not guarded
+    return Httpx2Transport(http, owned=True, destinations=destinations, resolve=resolve)
 
 
 def _on_asyncio() -> bool:

@@ -71,6 +71,42 @@ class ServerSettings(BaseModel):
     #: At most this long after a replica dies, a peer ends each of its rollouts with ERROR.
     lease_ttl_s: float = Field(30.0, gt=0)
     workers: int = Field(1, ge=1, le=512)
+    #: The TrainGate hosts inits may name (HOST[:PORT], an address or a network); empty: the
+    #: default destination rule (destinations.py, docs/security.md).
+    traingate: tuple[str, ...] = ()
+    #: Web page origins whose requests are served (``*``: any); other requests with an
+    #: ``Origin`` header are refused with 403.
+    allow_origin: tuple[str, ...] = ()
+    #: Host names requests may name besides the server's own (``*``: any).
+    allow_host: tuple[str, ...] = ()
+
+    @field_validator("traingate", "allow_origin", "allow_host", mode="before")
+    @classmethod
+    def _split_list(cls, value: Any) -> Any:
+        # The environment gives one string: "a.example:8000, b.example" or space-separated.
+        if isinstance(value, str):
+            return tuple(part for part in value.replace(",", " ").split() if part)
+        return value
+
+    @field_validator("traingate")
+    @classmethod
+    def _check_traingate(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from .destinations import parse_allowed
+
+        for item in value:
+            parse_allowed(item)
+        return value
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _refuse_blank_key(cls, value: Any) -> Any:
+        secret = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(secret, str) and not secret.strip():
+            raise ValueError(
+                "the server key is blank (an unset variable?); give a real key, or pass "
+                "--no-auth to serve without one"
+            )
+        return value
 
     @field_validator("state")
     @classmethod
@@ -91,16 +127,21 @@ class ServerSettings(BaseModel):
         pyproject: Path | None = None,
         section: str = "serve",
         flags: Mapping[str, str] | None = None,
+        ignore: frozenset[str] = frozenset(),
     ) -> Self:
         """Merge the sources in precedence order; ``None`` CLI values mean "not given".
 
         ``flags`` maps field names to the command-line flags that set them, so that an error
-        names every place the user may have set the value.
+        names every place the user may have set the value. ``ignore`` names settings a command
+        does not use: they are not read from the environment or the file (``osmosis outbox``
+        must not fail on a blank server key it never uses).
         """
         merged: dict[str, Any] = {}
         if pyproject is not None:
             merged.update(read_pyproject_table(pyproject, section, allowed=cls.model_fields))
         merged.update(_from_environ(environ or {}, cls.model_fields))
+        for name in ignore:
+            merged.pop(name, None)
         merged.update({k: v for k, v in (cli or {}).items() if v is not None})
         try:
             return cls.model_validate(merged)
@@ -123,9 +164,15 @@ def _from_environ(environ: Mapping[str, str], fields: Mapping[str, Any]) -> dict
     found: dict[str, Any] = {}
     for name in fields:
         value = environ.get(f"OSMOSIS_{name.upper()}")
-        if value not in (None, ""):
+        # An empty variable means "not set", except for the key: OSMOSIS_API_KEY="" is a
+        # mistake (a blank secret), refused rather than read as "no auth".
+        if value not in (None, "") or (name in _BLANK_IS_AN_ERROR and value is not None):
             found[name] = value
     return found
+
+
+#: Settings whose empty environment variable is refused instead of ignored.
+_BLANK_IS_AN_ERROR = frozenset({"api_key"})
 
 
 def find_pyproject(start: Path) -> Path | None:

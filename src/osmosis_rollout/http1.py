@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from ._version import __version__
+from .destinations import DestinationPolicy
 from .http1_connection import Connection, decode_body, default_ssl_context, describe, settle
-from .transport import InvalidTarget, Reply, TransportFailure
+from .transport import InvalidTarget, Reply, TransportFailure, check_call
 
 __all__ = ["MAX_RESPONSE_BYTES", "Http1Transport"]
 
@@ -80,6 +81,7 @@ class Http1Transport:
         idle_expiry_s: float = 5.0,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         ssl_context: ssl.SSLContext | None = None,
+        destinations: DestinationPolicy | None = None,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.attempt_timeout_s = attempt_timeout_s
@@ -88,6 +90,9 @@ class Http1Transport:
         self.idle_expiry_s = idle_expiry_s
         self.max_response_bytes = max_response_bytes
         self._ssl = ssl_context
+        #: Checks the addresses of every new connection and connects to a checked one, so a
+        #: name that resolves elsewhere a second later cannot slip past (docs/security.md).
+        self.destinations = destinations
         self._names: dict[str, tuple[str, bytes]] = {}
         #: Each URL's parsed target (a TrainGate has a few). Parsing per call cost 10-25% more
         #: CPU per LLM turn through ``ctx.chat`` (bench_turn_overhead.py, docs/benchmarks.md
@@ -288,13 +293,12 @@ class Http1Transport:
                 context = self._ssl = default_ssl_context()
         try:
             async with asyncio.timeout_at(deadline):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(self, target.key, self.max_response_bytes),
-                    target.host,
-                    target.port,
-                    ssl=context,
-                    server_hostname=target.host if context is not None else None,
-                )
+                hosts = [target.host]
+                if self.destinations is not None:
+                    shown = f"[{target.host}]" if ":" in target.host else target.host
+                    url = f"{target.key[0]}://{shown}:{target.port}/"
+                    hosts = await check_call(self.destinations, url, resolve=True)
+                conn = await self._open_first(target, loop, hosts, context)
         except TimeoutError:
             raise TransportFailure(
                 "ConnectTimeout",
@@ -304,6 +308,31 @@ class Http1Transport:
         except OSError as exc:  # refused, unreachable, DNS, TLS verification...
             raise TransportFailure("ConnectError", f"{where}: {describe(exc)}") from None
         return conn
+
+    async def _open_first(
+        self,
+        target: _Target,
+        loop: asyncio.AbstractEventLoop,
+        hosts: list[str],
+        context: ssl.SSLContext | None,
+    ) -> Connection:
+        """A connection to the first of ``hosts`` that answers (TLS checks ``target.host``)."""
+        failure: OSError | None = None
+        for host in hosts:
+            try:
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self, target.key, self.max_response_bytes),
+                    host,
+                    target.port,
+                    ssl=context,
+                    server_hostname=target.host if context is not None else None,
+                )
+            except OSError as exc:
+                failure = exc
+                continue
+            return conn
+        assert failure is not None  # hosts is never empty
+        raise failure
 
     def _take_idle(
         self, key: tuple[str, str, int], loop: asyncio.AbstractEventLoop

@@ -27,10 +27,12 @@ from pydantic import (
 )
 
 from .redaction import REVEAL_SECRETS, ApiKey, dump_secret
+from .sampling import EXTENSION_FIELD, SamplingParams, check_completion_params
 from .server_url import normal_server_url
 
 __all__ = [
     "DEFAULT_MAX_METADATA_BYTES",
+    "EXTENSION_FIELD",
     "ChatMessage",
     "CompletionChoice",
     "CompletionUsage",
@@ -47,6 +49,8 @@ __all__ = [
     "RolloutRequest",
     "RolloutResponse",
     "RolloutStatus",
+    "SamplingParams",
+    "check_completion_params",
     "check_rollout_id",
     "describe_validation_error",
     "wire",
@@ -218,12 +222,7 @@ class RolloutRequest(_Lenient):
     @classmethod
     def _check_completion_params(cls, value: dict[str, Any]) -> dict[str, Any]:
         # Checked now, so a bad sampling parameter is a 422 at init, not a failure at every turn.
-        probe = {k: v for k, v in value.items() if k not in ("rollout_id", "messages")}
-        try:
-            CompletionsRequest.model_validate({**probe, "rollout_id": "-", "messages": []})
-        except ValidationError as exc:
-            raise ValueError(describe_validation_error(exc, limit=1)) from None
-        return value
+        return check_completion_params(value)
 
     @field_validator("max_turns", "max_tokens_total")
     @classmethod

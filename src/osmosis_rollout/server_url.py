@@ -3,19 +3,29 @@
 It is a URL the server will call later, so it is checked once, at init, against the same parser
 the HTTP client sends with: what passes here can be called, and a typo is a 422 at init instead
 of a failed callback at the end of the rollout. ``protocol.RolloutRequest`` applies it.
+
+It is also a URL a hostile init chooses (docs/security.md), so only a base URL is taken: no
+user name or password (they would be sent, and logged), no query and no fragment (a ``#``
+would swallow the path the client appends), and an IPv4 address only as four decimal numbers
+(``127.1``, ``0x7f.0.0.1`` and ``2130706433`` all mean 127.0.0.1 to a resolver, and would slip
+past a check of the written host). Where the URL may point is ``destinations.py``'s question.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from urllib.parse import urlsplit
+import socket
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
-__all__ = ["normal_server_url"]
+__all__ = ["check_host_spelling", "destination", "normal_server_url", "redacted_url"]
 
 #: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
+#: A last label that a resolver reads as a number: the name is an IPv4 address in disguise.
+_NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
 
 def normal_server_url(value: str) -> str:
@@ -33,9 +43,81 @@ def normal_server_url(value: str) -> str:
         )
     if not _HOST.fullmatch(parts.hostname):
         raise ValueError("server_url's host must be a DNS name or an IP address")
+    if "@" in parts.netloc:
+        raise ValueError(
+            "server_url must not hold a user name or password: TrainGate's key is the api_key field"
+        )
+    if "?" in value or "#" in value:
+        raise ValueError(
+            "server_url must be a base URL without a query (?) or fragment (#): the server "
+            "appends /v1/chat/completions and /v1/rollout/completed to it"
+        )
+    check_host_spelling(parts.hostname)
     # The parser the client sends with, on a URL the client builds: what passes here, works.
     try:
         httpx2.URL(f"{value.strip().rstrip('/')}/v1/rollout/completed")
     except httpx2.InvalidURL:
         raise ValueError("server_url is not a URL the HTTP client can call") from None
     return value.strip().rstrip("/")
+
+
+def check_host_spelling(host: str) -> None:
+    """A ``ValueError`` unless ``host`` is an IP address in its usual form or a DNS name whose
+    labels IDNA accepts (1-63 characters each)."""
+    if ":" in host:
+        return  # IPv6: urlsplit and the client's parser have checked it
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        pass
+    else:
+        return
+    last = host.rstrip(".").rpartition(".")[2]
+    if _NUMERIC_LABEL.fullmatch(last) or _inet_aton_accepts(host):
+        raise ValueError(
+            "server_url's host looks like an IPv4 address but is not written as one: "
+            "use four decimal numbers such as 127.0.0.1"
+        )
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise ValueError(
+            "server_url's host is not a valid DNS name (each label 1-63 characters)"
+        ) from None
+
+
+def _inet_aton_accepts(host: str) -> bool:
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return False
+    return True
+
+
+def redacted_url(url: str) -> str:
+    """``url`` as it may be shown: a password as ``***``, a query as ``?***`` (entries kept
+    before inits were checked may hold either), the fragment dropped."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<invalid URL>"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    user = ""
+    if parts.username is not None:
+        user = f"{parts.username}:***@" if parts.password is not None else f"{parts.username}@"
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, f"{user}{host}{port}", parts.path, query, ""))
+
+
+def destination(url: str) -> str:
+    """The host (and port, when given) a URL sends to: what ``osmosis outbox list`` shows."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "?"
+    host = parts.hostname or "?"
+    return f"[{host}]{port}" if ":" in host else f"{host}{port}"

@@ -19,6 +19,8 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import httpx2
 
+from .destinations import DestinationPolicy, DestinationRefused
+
 __all__ = [
     "AsgiTransport",
     "DecodeFailure",
@@ -87,15 +89,28 @@ class Httpx2Transport:
     """:class:`PostTransport` over an ``httpx2.AsyncClient`` (the general fallback).
 
     ``owned`` says whether :meth:`aclose` closes the client: a client handed in by a caller is
-    the caller's to close.
+    the caller's to close. With ``destinations`` each call's host is checked first: its
+    resolved addresses when ``resolve`` (no proxy: httpx2 then resolves the same name a moment
+    later), else only the URL's host (a proxy resolves names itself).
     """
 
-    def __init__(self, http: httpx2.AsyncClient, *, owned: bool = False) -> None:
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        *,
+        owned: bool = False,
+        destinations: DestinationPolicy | None = None,
+        resolve: bool = True,
+    ) -> None:
         self.http = http
         self._owned = owned
+        self._destinations = destinations
+        self._resolve = resolve
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """POST through the wrapped client, mapping its exceptions onto this module's."""
+        if self._destinations is not None:
+            await check_call(self._destinations, url, resolve=self._resolve)
         try:
             response = await self.http.post(url, content=content, headers=dict(headers))
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
@@ -112,6 +127,87 @@ class Httpx2Transport:
         """Close the client when this transport owns it."""
         if self._owned:
             await self.http.aclose()
+
+
+async def check_call(policy: DestinationPolicy, url: str, *, resolve: bool) -> list[str]:
+    """The addresses ``url``'s host resolves to, each allowed by ``policy`` (``InvalidTarget``
+    when one is not; ``TransportFailure`` when the name does not resolve); only the URL's host
+    is checked when not ``resolve``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = parts.hostname or ""
+        if not resolve:
+            policy.check_host(host, port)
+            return []
+        return await policy.resolve(host, port)
+    except DestinationRefused as exc:
+        raise InvalidTarget(f"destination refused: {exc}") from None
+    except ValueError as exc:
+        raise InvalidTarget(f"invalid URL {url!r}: {exc}") from None
+    except OSError as exc:
+        raise TransportFailure("ConnectError", f"{host}: {exc.strerror or exc}") from None
+
+
+def guard_connections(http: httpx2.AsyncClient, policy: DestinationPolicy) -> bool:
+    """Make ``http``'s direct connections (not those through a proxy) check ``policy`` on the
+    addresses they resolve to and connect to a checked one, as ``Http1Transport`` does; False
+    when ``http`` is not built the way this expects (then check each call instead).
+
+    httpx2 has no public hook for this: the network backend of its default pool is wrapped.
+    """
+    import httpcore2
+
+    pool = getattr(getattr(http, "_transport", None), "_pool", None)
+    inner = getattr(pool, "_network_backend", None)
+    if not isinstance(pool, httpcore2.AsyncConnectionPool) or inner is None:
+        return False
+    pool._network_backend = _guarded_backend(inner, policy)
+    return True
+
+
+def _guarded_backend(inner: Any, policy: DestinationPolicy) -> Any:
+    import httpcore2
+
+    class GuardedBackend(httpcore2.AsyncNetworkBackend):
+        """Resolves and checks before connecting; refusals are not retried."""
+
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,  # noqa: ASYNC109  # httpcore2's signature
+            local_address: str | None = None,
+            socket_options: Any = None,
+        ) -> Any:
+            try:
+                addresses = await policy.resolve(host, port)
+            except DestinationRefused as exc:
+                raise httpcore2.UnsupportedProtocol(f"destination refused: {exc}") from None
+            except OSError as exc:
+                raise httpcore2.ConnectError(f"{host}: {exc.strerror or exc}") from None
+            failure: Exception | None = None
+            for address in addresses:
+                try:
+                    return await inner.connect_tcp(
+                        address,
+                        port,
+                        timeout=timeout,
+                        local_address=local_address,
+                        socket_options=socket_options,
+                    )
+                except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                    failure = exc
+            assert failure is not None  # resolve never returns an empty list
+            raise failure
+
+        async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+            return await inner.connect_unix_socket(*args, **kwargs)
+
+        async def sleep(self, seconds: float) -> None:
+            await inner.sleep(seconds)
+
+    return GuardedBackend()
 
 
 def _lower(items: Any) -> dict[str, str]:

@@ -11,6 +11,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..server_url import destination, redacted_url
+
 if TYPE_CHECKING:
     from ..server.state import StateBackend
 
@@ -83,8 +85,9 @@ def age(seconds: float) -> str:
 
 def lines(rows: list[dict[str, Any]], width: int, now: float | None = None) -> list[str]:
     """A header and one line per entry, each at most ``width`` wide (the error is cut with an
-    ellipsis to fit; a long rollout id too); the short ids stay whole, as ``show`` and
-    ``replay`` take them."""
+    ellipsis to fit; a long rollout id or TrainGate host too); the short ids stay whole, as
+    ``show`` and ``replay`` take them. TRAINGATE is where the callback would be sent: the init
+    chose it, so look before ``replay`` sends a key there."""
     now = time.time() if now is None else now
     cells = []
     for row in rows:
@@ -92,24 +95,36 @@ def lines(rows: list[dict[str, Any]], width: int, now: float | None = None) -> l
         if len(rollout) > 14:
             rollout = rollout[:13] + "…"
         written = row["written_at"]
+        where = destination(row["server_url"])
+        if len(where) > 24:
+            where = where[:23] + "…"
         cells.append(
             (
                 short_id(row),
                 rollout,
                 age(now - written) if written else "?",
+                where,
                 tries(row)[0],
                 short_error(row["error"]),
             )
         )
-    header = ("ID", "ROLLOUT", "AGE", "TRIES", "ERROR")
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header[:4])]
+    header = ("ID", "ROLLOUT", "AGE", "TRAINGATE", "TRIES", "ERROR")
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header[:5])]
     out = []
     for values in (header, *cells):
-        fixed = _GAP.join(v.ljust(w) for v, w in zip(values[:4], widths, strict=True))
+        fixed = _GAP.join(v.ljust(w) for v, w in zip(values[:5], widths, strict=True))
         room = max(12, width - len(fixed) - len(_GAP))
-        error = values[4] if len(values[4]) <= room else values[4][: room - 1] + "…"
+        error = values[5] if len(values[5]) <= room else _cut_at_word(values[5], room - 1)
         out.append(f"{fixed}{_GAP}{error}".rstrip())
     return out
+
+
+def _cut_at_word(text: str, size: int) -> str:
+    """``text`` cut to ``size`` characters and an ellipsis, at a space when there is one."""
+    cut = text[:size]
+    if text[size : size + 1] != " " and " " in cut:
+        cut = cut[: cut.rfind(" ") + 1]
+    return cut + "…"
 
 
 def detail(row: dict[str, Any], now: float | None = None) -> list[tuple[str, str]]:
@@ -129,7 +144,7 @@ def detail(row: dict[str, Any], now: float | None = None) -> list[tuple[str, str
         ("id", row["id"]),
         ("rollout", row["rollout_id"]),
         ("result", f"{row['status'] or '?'}/{row['finish_reason'] or '?'}"),
-        ("traingate", row["server_url"]),
+        ("traingate", redacted_url(row["server_url"])),
         ("written", when),
         ("tries", f"{count} ({meaning})"),
         ("next try", next_try),

@@ -45,19 +45,28 @@ OutboxDirOption = Annotated[
 ]
 
 
-def _open(state: str | None, outbox_dir: Path | None) -> StateBackend:
+def _open(
+    state: str | None, outbox_dir: Path | None, traingate: list[str] | None = None
+) -> tuple[StateBackend, tuple[str, ...]]:
+    """The outbox's store, and the TrainGate allow-list (``--traingate``, the environment,
+    ``[tool.osmosis]``: the same setting ``serve`` reads)."""
     from ..config import ServerSettings, find_pyproject
     from ..errors import OsmosisError
     from ..server.delivery import DEFAULT_OUTBOX_DIR
     from ..server.state import open_state
 
-    cli = {"state": state, "outbox_dir": outbox_dir}
-    flags = {"state": "--state", "outbox_dir": "--outbox-dir"}
+    cli = {"state": state, "outbox_dir": outbox_dir, "traingate": traingate or None}
+    flags = {"state": "--state", "outbox_dir": "--outbox-dir", "traingate": "--traingate"}
     try:
         settings = ServerSettings.resolve(
-            cli, environ=os.environ, pyproject=find_pyproject(Path.cwd()), flags=flags
+            cli,
+            environ=os.environ,
+            pyproject=find_pyproject(Path.cwd()),
+            flags=flags,
+            ignore=frozenset({"api_key"}),  # the server's key: not this command's business
         )
-        return open_state(settings.state, outbox_dir=settings.outbox_dir or DEFAULT_OUTBOX_DIR)
+        outbox = settings.outbox_dir or DEFAULT_OUTBOX_DIR
+        return open_state(settings.state, outbox_dir=outbox), settings.traingate
     except OsmosisError as exc:
         fail(str(exc))
 
@@ -67,7 +76,7 @@ def _entries(backend: StateBackend) -> list[dict[str, Any]]:
 
     async def read() -> list[dict[str, Any]]:
         try:
-            return [entry.public() for entry in await backend.outbox_list()]
+            return [_shown(entry.public()) for entry in await backend.outbox_list()]
         finally:
             await backend.close()
 
@@ -75,6 +84,12 @@ def _entries(backend: StateBackend) -> list[dict[str, Any]]:
         return run_async(read())
     except StateUnavailable as exc:
         fail(str(exc))
+
+
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    from ..server_url import redacted_url
+
+    return {**row, "server_url": redacted_url(row["server_url"])}
 
 
 @outbox_app.command("list")
@@ -88,7 +103,7 @@ def list_command(
 
     from ._outbox_view import lines, store_name
 
-    backend = _open(state, outbox_dir)
+    backend, _ = _open(state, outbox_dir)
     rows = _entries(backend)
     if as_json:
         for row in rows:
@@ -123,7 +138,7 @@ def show_command(
     """Show kept callbacks whole: every field and the entire error (never the key)."""
     from ._outbox_view import detail, matches, store_name
 
-    backend = _open(state, outbox_dir)
+    backend, _ = _open(state, outbox_dir)
     rows = [row for row in _entries(backend) if matches(row, set(ids))]
     if not rows:
         fail(
@@ -157,33 +172,86 @@ def replay_command(
         typer.Option(
             "--api-key",
             help="Bearer for TrainGate, for entries that do not keep their own (outbox files "
-            "never do).",
+            "never do). Sent only to --server-url or to --traingate hosts.",
+            show_default=False,
+        ),
+    ] = None,
+    server_url: Annotated[
+        str | None,
+        typer.Option(
+            "--server-url",
+            help="Send every chosen entry to this TrainGate base URL instead of the one its "
+            "init named.",
+            show_default=False,
+        ),
+    ] = None,
+    traingate: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--traingate",
+            help="A TrainGate host entries may be sent to, HOST[:PORT] (repeat; also "
+            "OSMOSIS_TRAINGATE or \\[tool.osmosis] traingate).",
             show_default=False,
         ),
     ] = None,
 ) -> None:
     """Send kept callbacks to TrainGate again; delivered ones leave the outbox.
 
-    Exits 1 when any could not be delivered (they stay, with the attempt counted).
+    Each entry goes to the server_url its init named, which whoever sent the init chose: with
+    --api-key (your key) only entries bound for a --traingate host are sent, or all of them to
+    --server-url. Exits 1 when any could not be delivered or was refused (they stay).
     """
     from ..client import RetryPolicy, TrainGateClient
+    from ..destinations import DestinationPolicy
     from ..server.delivery import replay_outbox
     from ..server.state import StateUnavailable
     from ..server.wire.v1 import V1
+    from ..server_url import normal_server_url
     from ._outbox_view import matches
 
-    backend = _open(state, outbox_dir)
+    if api_key is not None and not api_key.strip():
+        fail("--api-key is blank (an unset variable?)", hint="give the key TrainGate expects")
+    explicit = None
+    if server_url is not None:
+        try:
+            explicit = normal_server_url(server_url)
+        except ValueError as exc:
+            fail(f"--server-url: {exc}")
+    backend, allowed = _open(state, outbox_dir, traingate)
+    if api_key is not None and explicit is None and not allowed:
+        fail(
+            "--api-key would send your key to whatever server_url each entry's init named",
+            hint="say where TrainGate is: --server-url URL, or --traingate HOST[:PORT]",
+        )
+    policy = DestinationPolicy.for_server("127.0.0.1", allowed)
+    refused: list[tuple[str, str]] = []
+
+    def target_of(rollout_id: str, url: str, key: str | None) -> Any:
+        return V1().target_of(rollout_id, explicit or url, key)
 
     async def replay() -> Any:
         try:
             # The ids ``list`` shows are short; the delivery code knows entries by their full id.
             wanted = set(ids or ())
-            full = [e.id for e in await backend.outbox_list() if matches(e.public(), wanted)]
-            if wanted and not full:
+            full = []
+            for entry in await backend.outbox_list():
+                if wanted and not matches(entry.public(), wanted):
+                    continue
+                reason = None if explicit else _refusal(policy, entry.server_url)
+                if reason is None:
+                    full.append(entry.id)
+                else:
+                    refused.append((entry.rollout_id, reason))
+            if not full:
                 return []
-            async with TrainGateClient(retry=RetryPolicy(retries=1, base_delay_s=0.5)) as client:
+            # An explicit --server-url is trusted as given; otherwise every connection's
+            # addresses are checked against the allow-list (or the default rule).
+            async with TrainGateClient(
+                retry=RetryPolicy(retries=1, base_delay_s=0.5),
+                destinations=None if explicit else policy,
+            ) as client:
                 return await replay_outbox(
-                    backend, client, target_of=V1().target_of, ids=full, api_key=api_key
+                    backend, client, target_of=target_of, ids=full, api_key=api_key
                 )
         finally:
             await backend.close()
@@ -193,10 +261,12 @@ def replay_command(
     except StateUnavailable as exc:
         fail(str(exc))
     err = stderr_console()
-    if not outcomes:
+    for rollout_id, reason in refused:
+        err.print(f"[red]refused[/]   {escape(rollout_id)}: {escape(reason)}", soft_wrap=True)
+    if not outcomes and not refused:
         err.print("Nothing to replay" + (" with those ids." if ids else ": the outbox is empty."))
         raise typer.Exit(EXIT_OK)
-    failed = 0
+    failed = len(refused)
     for outcome in outcomes:
         rid = escape(outcome.entry.rollout_id)
         if outcome.delivered:
@@ -204,5 +274,18 @@ def replay_command(
         else:
             failed += 1
             err.print(f"[red]failed[/]    {rid}: {escape(outcome.error)}", soft_wrap=True)
-    err.print(f"{len(outcomes) - failed} delivered, {failed} still in the outbox")
+    delivered = sum(1 for outcome in outcomes if outcome.delivered)
+    err.print(f"{delivered} delivered, {failed} still in the outbox")
     raise typer.Exit(EXIT_PROBLEMS if failed else EXIT_OK)
+
+
+def _refusal(policy: Any, url: str) -> str | None:
+    """Why an entry's destination is not sent to (None: it is), in replay's words."""
+    from ..destinations import DestinationRefused
+    from ..server_url import redacted_url
+
+    try:
+        policy.check_url(url)
+    except (DestinationRefused, ValueError) as exc:
+        return f"not sent to {redacted_url(url)}: {exc}"
+    return None

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -45,34 +43,19 @@ _FLAGS = {
     "state": "--state",
     "lease_ttl_s": "--lease-ttl",
     "workers": "--workers",
+    "traingate": "--traingate",
+    "allow_origin": "--allow-origin",
+    "allow_host": "--allow-host",
 }
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def decide_auth(
     settings: ServerSettings, *, no_auth: bool, new_key: Callable[[], str] | None = None
 ) -> tuple[ServerSettings, bool]:
-    """The server key to use, and whether it was generated (then it is printed once).
+    """The server key to use and whether it was generated: ``server.auth.decide_auth``."""
+    from ..server.auth import decide_auth as decide
 
-    ``--no-auth`` wins; a configured key is kept; a non-loopback host without one gets a fresh
-    key, because a public rollout server without auth would run anyone's rollouts.
-    """
-    if no_auth:
-        return settings.model_copy(update={"api_key": None}), False
-    if settings.api_key is not None or _is_loopback(settings.host):
-        return settings, False
-    from pydantic import SecretStr
-
-    key = new_key() if new_key is not None else secrets.token_urlsafe(32)
-    return settings.model_copy(update={"api_key": SecretStr(key)}), True
+    return decide(settings, no_auth=no_auth, new_key=new_key)
 
 
 @app.command("serve")
@@ -101,6 +84,32 @@ def serve_command(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="Serve without a key, even on a public interface.")
     ] = False,
+    traingate: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--traingate",
+            help="A TrainGate host inits may name, HOST[:PORT] (repeat for more; also "
+            "OSMOSIS_TRAINGATE). Without one, see docs/security.md for the default rule.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-origin",
+            help="A web page origin whose requests are served (repeat; * for any). "
+            "Requests from other pages get 403.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A host name requests may name besides the server's own (repeat; * for any).",
+            show_default=False,
+        ),
+    ] = None,
     max_concurrent: Annotated[
         int | None,
         typer.Option(help="Rollouts run at once; more wait in a queue. \\[default: 100]"),
@@ -202,6 +211,9 @@ def serve_command(
         "workers": workers,
         "state": state,
         "lease_ttl_s": lease_ttl,
+        "traingate": traingate or None,
+        "allow_origin": allow_origin or None,
+        "allow_host": allow_host or None,
     }
     try:
         settings = ServerSettings.resolve(
@@ -227,7 +239,7 @@ def serve_command(
             _serve_with_reload(chosen, settings)
             return
         _print_banner(err, chosen, agent.name, settings, generated, state_answers)
-        serve(agent, settings=settings, sock=sock)
+        serve(agent, settings=settings, sock=sock, no_auth=no_auth)
     except OsmosisError as exc:
         fail(str(exc))
 
@@ -292,6 +304,7 @@ def _print_banner(
         err.print(f"                [bold]{settings.api_key.get_secret_value()}[/]")
     else:
         err.print("  auth          on (Bearer key required)")
+    err.print(f"  traingate     {escape(_destinations_line(settings))}")
     traces = settings.debug_dir or "off (use --debug-dir)"
     err.print(f"  debug traces  {traces}")
     err.print(f"  outbox        {settings.outbox_dir or '.osmosis/outbox'}")
@@ -322,6 +335,16 @@ def _print_banner(
                 "idempotency records and queue: a retried init that reaches another worker "
                 "starts a second rollout. Use --state redis://... for exact guarantees."
             )
+
+
+def _destinations_line(settings: Any) -> str:
+    """Where inits may send the server's calls: the allow-list, or the default rule."""
+    if settings.traingate:
+        return f"{', '.join(settings.traingate)} only (--traingate)"
+    from ..server.auth import is_loopback
+
+    here = "" if is_loopback(settings.host) else ", loopback"
+    return f"any host but link-local, cloud metadata{here} (set --traingate to narrow)"
 
 
 def _serve_with_reload(target: str, settings: Any) -> None:

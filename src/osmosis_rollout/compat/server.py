@@ -197,7 +197,8 @@ def serve_agent_loop(
         log_level=log_level.lower(),
     )
     _print_banner(console, agent_loop.name, resolved, key, given=api_key is not None)
-    serve(agent_loop, settings=resolved)
+    # local_debug is v1's explicit "no auth": serve() must not generate a key for it.
+    serve(agent_loop, settings=resolved, no_auth=key is None)
 
 
 def _print_banner(

@@ -1,8 +1,10 @@
 """``create_app``: the Starlette app that serves one agent; this module is its HTTP edge.
 
-The edge checks what every request must pass before the core sees it: the server key, the
-body's size and arrival time (413, 408, 400), the body's shape (422, via the wire), and the
-503 while the server is draining or not running. The routes are ``/health``,
+The edge checks what every request must pass before the core sees it: the screening of every
+route (``screening.py``: no web pages, only the server's own host names, JSON bodies), the
+server key, the body's size and arrival time (413, 408, 400), the body's shape (422, via the
+wire), where it asks the server to call (422, ``destinations.py``), and the 503 while the
+server is draining or not running. The routes are ``/health``,
 ``/platform/health``, ``/metrics`` and the wire's start route (v1: ``POST /v1/rollout/init``).
 Everything behind them is ``RolloutServer`` (``core.py``).
 """
@@ -18,6 +20,7 @@ from typing import Any
 import anyio
 from pydantic import SecretStr, ValidationError
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -25,10 +28,13 @@ from starlette.routing import BaseRoute, Route
 from ..agent import RolloutAgentLoop
 from ..client import TrainGateClient
 from ..config import ServerSettings
+from ..destinations import DestinationPolicy, check_destination
+from ..errors import ConfigError
 from ..protocol import DEFAULT_MAX_METADATA_BYTES
 from .auth import key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
 from .registry import Answer
+from .screening import HostRule, Screening
 from .state import StateUnavailable
 from .wire import Wire
 from .wire.v1 import V1
@@ -77,8 +83,13 @@ def create_app(
     client closes. The ``RolloutServer`` behind the app is ``app.state.rollout_server``.
     """
     if settings is None:
+        if api_key is not None and not api_key.strip():
+            raise ConfigError(
+                "api_key is blank (an unset variable?); give a real key, or api_key=None to "
+                "serve without one"
+            )
         settings = ServerSettings(
-            api_key=SecretStr(api_key) if api_key else None,
+            api_key=SecretStr(api_key) if api_key is not None else None,
             max_concurrent=max_concurrent,
             max_queued=max_queued,
             rollout_timeout_s=rollout_timeout_s,
@@ -114,7 +125,15 @@ def build_app(server: RolloutServer) -> Starlette:
     routes.append(Route("/platform/health", edge.platform_health, methods=["GET"]))
     if server.metrics is not None:
         routes.append(Route("/metrics", edge.metrics_page, methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=server.lifespan)
+    settings = server.settings
+    screening = Middleware(
+        Screening,
+        hosts=HostRule(settings.host, settings.allow_host),
+        origins=settings.allow_origin,
+        server_key=edge.server_key,
+        on_refusal=edge.count_screened,
+    )
+    app = Starlette(routes=routes, lifespan=server.lifespan, middleware=[screening])
     app.state.rollout_server = server
     return app
 
@@ -132,12 +151,19 @@ class Edge:
     def __init__(self, server: RolloutServer) -> None:
         self.server = server
         settings = server.settings
-        self._server_key = settings.api_key.get_secret_value() if settings.api_key else None
+        self.server_key = settings.api_key.get_secret_value() if settings.api_key else None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
+        self.destinations = DestinationPolicy.for_server(settings.host, settings.traingate)
+
+    def count_screened(self, path: str, cause: str) -> None:
+        """Count an init the screening refused (``screening.py``), by cause."""
+        metrics = self.server.metrics
+        if metrics is not None and any(path == wire.start_path for wire in self.server.wires):
+            metrics.rejected.labels(cause=cause).inc()
 
     def _authorized(self, request: Request) -> bool:
-        return self._server_key is None or key_matches(
-            request.headers.get("authorization"), self._server_key
+        return self.server_key is None or key_matches(
+            request.headers.get("authorization"), self.server_key
         )
 
     # -- GET /health, GET /platform/health, GET /metrics ----------------------------------------
@@ -150,7 +176,7 @@ class Edge:
 
     async def platform_health(self, request: Request) -> Response:
         """The ``/health`` body behind the server key; 404 when the server has no key."""
-        if self._server_key is None:
+        if self.server_key is None:
             return _json(404, {"detail": "Not Found"})
         if not self._authorized(request):
             return _json(401, _UNAUTHORIZED)
@@ -212,6 +238,9 @@ class Edge:
             rollout = wire.parse(body, max_metadata_bytes=server.settings.max_metadata_bytes)
         except ValidationError as exc:
             return _json(422, _validation_body(exc))
+        refused = check_destination(rollout.server_url, self.destinations)
+        if refused is not None:
+            return _json(422, _refusal_body("server_url", refused))
         answer: Answer = await scheduler.admit(rollout, wire.target(rollout), wire.accepted)
         return wire.respond(answer)
 
@@ -269,6 +298,12 @@ def _validation_body(exc: ValidationError) -> dict[str, Any]:
             break
         details.append(item)
     return {"detail": details, "error_count": exc.error_count()}
+
+
+def _refusal_body(field: str, reason: str) -> dict[str, Any]:
+    """A 422 in the shape of ``_validation_body`` for a value the server's policy refuses."""
+    item = {"loc": ["body", field], "msg": _cut(reason, 2 * _MAX_ERROR_CHARS), "type": "refused"}
+    return {"detail": [item], "error_count": 1}
 
 
 def _cut(text: str, limit: int) -> str:

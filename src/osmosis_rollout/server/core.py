@@ -26,6 +26,7 @@ from starlette.applications import Starlette
 from ..agent import RolloutAgentLoop
 from ..client import RetryPolicy, TrainGateClient
 from ..config import ServerSettings
+from ..destinations import DestinationPolicy
 from ..protocol import HealthResponse
 from ..tracing import Tracer
 from .delivery import DEFAULT_OUTBOX_DIR, Delivery
@@ -155,6 +156,10 @@ class RolloutServer:
             self.scheduler.client = TrainGateClient(
                 retry=RetryPolicy(),
                 max_connections=max(1000, 2 * self.settings.max_concurrent),
+                # Each connection's resolved addresses checked (docs/security.md).
+                destinations=DestinationPolicy.for_server(
+                    self.settings.host, self.settings.traingate
+                ),
             )
         try:
             async with anyio.create_task_group() as tasks:

@@ -17,6 +17,7 @@ import logging.config
 import os
 import signal
 import socket
+import sys
 from types import FrameType
 from typing import Any
 
@@ -26,6 +27,7 @@ from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
 from ..errors import ConfigError, OsmosisError
 from .app import create_app
+from .auth import decide_auth
 from .core import RolloutServer
 from .workers import die_with_parent, run_workers
 
@@ -145,6 +147,7 @@ def serve(
     workers: int = 1,
     loop: str = "auto",
     http: str = "auto",
+    no_auth: bool = False,
     **app_options: Any,
 ) -> None:
     """Serve ``agent_loop`` until SIGTERM/SIGINT; the Python twin of ``osmosis serve``.
@@ -156,7 +159,12 @@ def serve(
     ``loop`` and ``http`` are uvicorn's: by default uvloop and httptools when installed (they
     come with ``uvicorn[standard]``; see docs/benchmarks.md), else asyncio and the pure-Python
     h11; ``loop="asyncio", http="h11"`` forces that fallback.
+
+    Auth follows ``osmosis serve``: a blank ``api_key`` is a ``ConfigError``; on an interface
+    other than loopback without a key one is generated and printed once on stderr, unless
+    ``no_auth=True`` says to serve without one.
     """
+    settings, app_options = _with_auth(settings, host, app_options, no_auth=no_auth)
     loop, http = http_stack(loop, http)
     stack = {"loop": loop, "http": http}
     if settings is not None:
@@ -189,6 +197,36 @@ def serve(
         _serve_one(agent_loop, settings, app_options, log_level, listener, stack, worker=False)
     finally:
         listener.close()
+
+
+def _with_auth(
+    settings: ServerSettings | None, host: str, app_options: dict[str, Any], *, no_auth: bool
+) -> tuple[ServerSettings | None, dict[str, Any]]:
+    """``settings`` or ``app_options`` with the server key ``decide_auth`` picks; a generated
+    key is printed once on stderr (the CLI's banner does the same)."""
+    if settings is None:
+        key = app_options.get("api_key")
+        if isinstance(key, str) and not key.strip():
+            raise ConfigError(
+                "api_key is blank (an unset variable?); give a real key, or pass no_auth=True "
+                "to serve without one"
+            )
+        probe = ServerSettings(host=host, api_key=key or None)
+    else:
+        probe = settings
+    decided, generated = decide_auth(probe, no_auth=no_auth)
+    if decided.api_key is not None and generated:
+        shown = decided.api_key.get_secret_value()
+        print(
+            f"osmosis serve: no server key on {host if settings is None else settings.host}, "
+            f"a public interface; generated one (shown once, pass it to TrainGate): {shown}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if settings is not None:
+        return decided, app_options
+    key_value = decided.api_key.get_secret_value() if decided.api_key is not None else None
+    return None, {**app_options, "api_key": key_value}
 
 
 def _serve_one(
