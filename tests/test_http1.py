@@ -359,8 +359,11 @@ async def test_large_bodies_both_ways_and_the_size_bound() -> None:
     async def echo(seen: Seen) -> bytes:
         return response(seen.body)
 
-    async with raw(echo) as server, lean() as http:
+    async with raw(echo) as server, lean(max_response_bytes=8 * 2**20) as http:
         assert (await http.post(server.url, big, {})).content == big
+    async with raw(echo) as server, lean() as http:  # the default bound: 4 MiB
+        with pytest.raises(DecodeFailure, match="larger than 4 MiB"):
+            await http.post(server.url, big, {})
     async with raw(echo) as server, lean(max_response_bytes=1_000_000) as http:
         with pytest.raises(DecodeFailure, match="larger than"):
             await http.post(server.url, big, {})

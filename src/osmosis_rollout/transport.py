@@ -11,7 +11,8 @@ transport only says what happened, with the exceptions below.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
@@ -20,6 +21,7 @@ import anyio
 import httpx2
 
 __all__ = [
+    "MAX_REPLY_BYTES",
     "AsgiTransport",
     "DecodeFailure",
     "Httpx2Transport",
@@ -27,7 +29,13 @@ __all__ = [
     "PostTransport",
     "Reply",
     "TransportFailure",
+    "decode_body",
+    "size_text",
 ]
+
+#: The largest reply body kept by default, raw and once decompressed: a TrainGate reply is a
+#: few KB, and each call in flight may hold this much (twice: raw and decoded) at worst.
+MAX_REPLY_BYTES = 4 * 2**20
 
 
 @dataclass(slots=True)
@@ -87,17 +95,42 @@ class Httpx2Transport:
     """:class:`PostTransport` over an ``httpx2.AsyncClient`` (the general fallback).
 
     ``owned`` says whether :meth:`aclose` closes the client: a client handed in by a caller is
-    the caller's to close.
+    the caller's to close. The reply is read raw and decoded here, both bounded by
+    ``max_reply_bytes`` (``httpx2`` would inflate a gzip bomb or read an endless body whole),
+    and the whole call, body included, ends by ``deadline_s`` (``httpx2``'s timeouts are per
+    read, so a reply dripping a byte a second would never end).
     """
 
-    def __init__(self, http: httpx2.AsyncClient, *, owned: bool = False) -> None:
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        *,
+        owned: bool = False,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
+        deadline_s: float | None = None,
+    ) -> None:
         self.http = http
         self._owned = owned
+        self.max_reply_bytes = max_reply_bytes
+        self.deadline_s = deadline_s
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """POST through the wrapped client, mapping its exceptions onto this module's."""
+        sent = dict(headers)
+        if not any(name.lower() == "accept-encoding" for name in sent):
+            sent["Accept-Encoding"] = "gzip, deflate"  # what decode_body undoes
         try:
-            response = await self.http.post(url, content=content, headers=dict(headers))
+            with anyio.fail_after(self.deadline_s):
+                async with self.http.stream("POST", url, content=content, headers=sent) as reply:
+                    if reply.is_stream_consumed:  # built whole in memory (a mock): decoded
+                        return self._whole(reply)
+                    raw = await self._read(reply)
+        except TimeoutError:
+            raise TransportFailure(
+                "ReadTimeout",
+                f"no complete response within {self.deadline_s:.3g}s",
+                timed_out=True,
+            ) from None
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
             raise InvalidTarget(str(exc)) from None
         except httpx2.DecodingError as exc:
@@ -106,12 +139,83 @@ class Httpx2Transport:
             raise TransportFailure(
                 type(exc).__name__, str(exc), timed_out=isinstance(exc, httpx2.TimeoutException)
             ) from None
-        return Reply(response.status_code, _lower(response.headers.items()), response.content)
+        found = _lower(reply.headers.items())
+        return Reply(reply.status_code, found, decode_body(found, raw, self.max_reply_bytes))
+
+    def _whole(self, reply: httpx2.Response) -> Reply:
+        if len(reply.content) > self.max_reply_bytes:
+            raise DecodeFailure(
+                f"the response body is larger than {size_text(self.max_reply_bytes)}"
+            )
+        return Reply(reply.status_code, _lower(reply.headers.items()), reply.content)
+
+    async def _read(self, reply: httpx2.Response) -> bytes:
+        limit = self.max_reply_bytes
+        declared = reply.headers.get("content-length", "")
+        if declared.strip().isdigit() and int(declared) > limit:
+            raise DecodeFailure(f"the response body is larger than {size_text(limit)}")
+        return await read_capped(reply.aiter_raw(), limit)
 
     async def aclose(self) -> None:
         """Close the client when this transport owns it."""
         if self._owned:
             await self.http.aclose()
+
+
+async def read_capped(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The chunks joined, or ``DecodeFailure`` as soon as they pass ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise DecodeFailure(f"the response body is larger than {size_text(limit)}")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def size_text(size: int) -> str:
+    """``4 MiB``, ``512 KiB``: a byte limit as people read it."""
+    if size >= 2**20 and not size % 2**20:
+        return f"{size // 2**20} MiB"
+    if size >= 1024:
+        return f"{size / 1024:g} KiB"
+    return f"{size} bytes"
+
+
+def decode_body(headers: Mapping[str, str], body: bytes, limit: int) -> bytes:
+    """``body`` with its ``Content-Encoding`` undone (gzip, deflate; DecodeFailure otherwise),
+    never inflated past ``limit`` bytes (a 64 KiB gzip bomb would be 64 MiB)."""
+    coding = headers.get("content-encoding")
+    if not coding or not body:
+        return body
+    for token in reversed(coding.split(",")):
+        token = token.strip().lower()
+        if token in ("", "identity"):
+            continue
+        if token in ("gzip", "x-gzip"):
+            body = _inflate(body, zlib.MAX_WBITS | 16, limit)
+        elif token == "deflate":
+            try:
+                body = _inflate(body, zlib.MAX_WBITS, limit)
+            except DecodeFailure:  # some servers send raw deflate without the zlib wrapper
+                body = _inflate(body, -zlib.MAX_WBITS, limit)
+        else:
+            raise DecodeFailure(f"unsupported Content-Encoding {token!r}")
+    return body
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
+    inflater: Any = zlib.decompressobj(wbits)
+    try:
+        out: bytes = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise DecodeFailure(f"the response body is not valid compressed data ({exc})") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise DecodeFailure(f"the decompressed response is larger than {size_text(limit)}")
+    if not inflater.eof:
+        raise DecodeFailure("the compressed response body is truncated")
+    return out
 
 
 def _lower(items: Any) -> dict[str, str]:
