@@ -161,7 +161,8 @@ def test_the_soft_file_limit_is_raised_to_the_hard_limit(tmp_path: Path) -> None
         "from osmosis_rollout.server.connections import raise_file_limit\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
-        "print(raise_file_limit() == (hard, hard), resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard)\n"
+        "raised = raise_file_limit()\n"
+        "print(raised == (hard, hard), resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
