@@ -28,6 +28,7 @@ INSTALL = {
     "chromium": "apt-get install chromium, or install Chrome",
     "openssl": "apt-get install openssl, or brew install openssl",
     "curl": "apt-get install curl, or brew install curl",
+    "prlimit": "apt-get install util-linux (Linux only)",
 }
 
 
