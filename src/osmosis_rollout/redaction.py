@@ -161,7 +161,7 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        return url.rpartition("@")[2]  # unparseable: drop everything before the host
+        return f"***@{url.rpartition('@')[2]}"  # unparseable: nothing before the last @ kept
     if parts.password is None and "@" not in parts.netloc:
         return url
     user, _, host = parts.netloc.rpartition("@")
