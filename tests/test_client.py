@@ -695,3 +695,22 @@ async def test_a_second_response_in_the_same_write_is_not_taken_for_the_next() -
 async def chat_to(client: TrainGateClient, base: str) -> CompletionsResponse:
     """One chat turn to ``base`` (a real server)."""
     return await client.chat_completions(base, chat_body(), api_key=None, request_id="r-1:1")
+
+
+@pytest.mark.parametrize(
+    "step", [500, httpx2.ConnectError("refused"), lambda r: httpx2.Response(200, text="nope")]
+)
+async def test_a_password_in_the_url_never_appears_in_logs_or_errors(
+    harness: Harness, caplog: pytest.LogCaptureFixture, step: Step
+) -> None:
+    """``user:password@`` in server_url: every retry log line and the final error name the URL
+    with the password as ***."""
+    caplog.set_level(logging.DEBUG)
+    client = harness.client(Script(step))
+    base = "http://trainer:pw-hunter2@traingate.test"
+    with pytest.raises(TrainGateError) as exc:
+        await client.chat_completions(base, chat_body(), api_key=None, request_id="r-1:1")
+    for text in exception_texts(exc.value):
+        assert "pw-hunter2" not in text
+    assert "trainer:***@traingate.test" in str(exc.value)
+    assert "pw-hunter2" not in caplog.text

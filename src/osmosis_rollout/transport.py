@@ -10,6 +10,7 @@ transport only says what happened, with the exceptions below.
 
 from __future__ import annotations
 
+import base64
 import json
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
@@ -119,6 +120,11 @@ class Httpx2Transport:
         sent = dict(headers)
         if not any(name.lower() == "accept-encoding" for name in sent):
             sent["Accept-Encoding"] = "gzip, deflate"  # what decode_body undoes
+        if "@" in url:  # user:password@: sent as Basic auth, never in a URL httpx2 logs
+            url, basic = _without_userinfo(url)
+            if basic is not None:
+                sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
+                sent["Authorization"] = basic
         try:
             with anyio.fail_after(self.deadline_s):
                 async with self.http.stream("POST", url, content=content, headers=sent) as reply:
@@ -160,6 +166,20 @@ class Httpx2Transport:
         """Close the client when this transport owns it."""
         if self._owned:
             await self.http.aclose()
+
+
+def _without_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@``, and the Basic ``Authorization`` value it meant."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if parts.username is None:
+        return url, None
+    secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    host = parts.netloc.rpartition("@")[2]
+    plain = parts._replace(netloc=host).geturl()
+    return plain, "Basic " + base64.b64encode(secret.encode()).decode()
 
 
 async def read_capped(chunks: AsyncIterator[bytes], limit: int) -> bytes:
