@@ -284,7 +284,8 @@ class HostileGate:
     - ``long-length``: ``Content-Length: 10**12``, then zeros for as long as they are read;
     - ``drip``: a 1,000-byte body sent one byte every ``drip_s``;
     - ``pipelined``: a valid 200 and, in the same write, a second response nobody asked for
-      (``X-Smuggled`` header): a client must return the first and not reuse the connection.
+      (``X-Smuggled`` header): a client must return the first and not reuse the connection;
+    - ``ok``: a normal chat completion (a baseline to compare with).
 
     ``connections`` counts the connections made; ``sent`` the body bytes written.
     """
@@ -340,6 +341,10 @@ class HostileGate:
                 self.sent += 1
                 await writer.drain()
                 await asyncio.sleep(self.drip_s)
+        elif self.shape == "ok":  # a normal reply: the baseline a benchmark compares with
+            body = json.dumps(COMPLETION).encode()
+            writer.write(ok + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            self.sent += len(body)
         elif self.shape == "pipelined":
             body = json.dumps(COMPLETION).encode()
             first = ok + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
