@@ -155,7 +155,7 @@ class Delivery:
 
     async def close(self) -> None:
         """At shutdown: write the held results one last time; log those that still fail."""
-        if await self.guard.flush():
+        if await self.guard.close():
             return
         for held in self.guard.held:
             logger.critical(

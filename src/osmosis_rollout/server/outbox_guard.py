@@ -149,3 +149,14 @@ class OutboxGuard:
                     where,
                 )
         return not self.held
+
+    async def close(self) -> bool:
+        """At shutdown: one last try for the held results, then stop retrying; True when none
+        is left."""
+        written = await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        return written
