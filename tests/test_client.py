@@ -6,6 +6,7 @@ instead of waiting, so exact backoff values are checked in microseconds.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import logging
@@ -601,15 +602,22 @@ async def test_api_key_never_appears_in_protocol_errors(harness: Harness) -> Non
 CAP = 2**20  # 1 MiB: replies beyond it are refused
 
 
-def _hostile_client(carrier: str, *, deadline_s: float = 10.0) -> TrainGateClient:
+@contextlib.asynccontextmanager
+async def _hostile_client(
+    carrier: str, *, deadline_s: float = 10.0
+) -> AsyncIterator[TrainGateClient]:
     """The lean carrier (chosen by default on asyncio) or httpx2 (the one used behind a
     proxy), both from the same policy: retries off, a 1 MiB cap, one deadline."""
     retry = RetryPolicy(retries=0, attempt_timeout_s=deadline_s, max_reply_bytes=CAP)
     if carrier == "http1":
         client = TrainGateClient(retry=retry)
         assert isinstance(client.transport, Http1Transport)
-        return client
-    return TrainGateClient(retry=retry, transport=_httpx2_default(retry))
+    else:
+        client = TrainGateClient(retry=retry, transport=_httpx2_default(retry))
+    try:
+        yield client
+    finally:
+        await client.transport.aclose()  # ours either way (a transport handed in included)
 
 
 def _httpx2_default(retry: RetryPolicy) -> Httpx2Transport:
@@ -652,10 +660,8 @@ async def test_a_hostile_reply_is_refused_with_bounded_memory(
     clear ProtocolError, and the call never holds more than a few times the 1 MiB cap (the
     review saw 63 MiB per call for the bomb, 2 GiB on httpx2 for a bigger one)."""
     gzip_bomb(64)  # made before memory is measured: it is the server's, not the call's
-    async with HostileGate(shape).running() as gate:
-        client = _hostile_client(carrier)
-        async with client:
-            error, peak = await _peak_during(lambda: chat_to(client, gate.url))
+    async with HostileGate(shape).running() as gate, _hostile_client(carrier) as client:
+        error, peak = await _peak_during(lambda: chat_to(client, gate.url))
     assert isinstance(error, ProtocolError), error
     assert f"could not be decoded ({message})" in str(error)
     assert peak < 6 * CAP, f"{peak / 2**20:.1f} MiB at peak"
@@ -666,9 +672,8 @@ async def test_a_dripping_reply_ends_at_the_call_deadline(carrier: str) -> None:
     """A reply sent one byte every 50 ms ends at the one deadline of the call (1 s here),
     not at a per-read timeout that each byte restarts."""
     async with HostileGate("drip").running() as gate:
-        client = _hostile_client(carrier, deadline_s=1.0)
         started = time.monotonic()
-        async with client:
+        async with _hostile_client(carrier, deadline_s=1.0) as client:
             with pytest.raises(
                 TrainGateTimeout, match=r"ReadTimeout \(no complete response within"
             ):
@@ -681,14 +686,12 @@ async def test_a_second_response_in_the_same_write_is_not_taken_for_the_next() -
     returns the first, with its own headers, and the next call does not read the stray one
     (it goes on a new connection). (httpx2 reads it as the next call's reply: one more reason
     the lean carrier is the default; docs/security.md.)"""
-    async with HostileGate("pipelined").running() as gate:
-        client = _hostile_client("http1")
-        async with client:
-            for _ in range(2):
-                reply = await client.transport.post(f"{gate.url}/v1/chat/completions", b"{}", {})
-                assert reply.status_code == 200
-                assert "x-smuggled" not in reply.headers
-                assert reply.json()["id"] == "c1"
+    async with HostileGate("pipelined").running() as gate, _hostile_client("http1") as client:
+        for _ in range(2):
+            reply = await client.transport.post(f"{gate.url}/v1/chat/completions", b"{}", {})
+            assert reply.status_code == 200
+            assert "x-smuggled" not in reply.headers
+            assert reply.json()["id"] == "c1"
     assert gate.connections == 2
 
 

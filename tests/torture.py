@@ -296,9 +296,13 @@ class HostileGate:
     connections: int = 0
     sent: int = 0
     url: str = ""
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -312,7 +316,9 @@ class HostileGate:
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
-            writer.close()
+            writer.transport.abort()  # at once: a hostile peer says no goodbye
+            if task is not None:
+                self._tasks.discard(task)
 
     async def _answer(self, writer: asyncio.StreamWriter) -> None:
         ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -364,5 +370,8 @@ class HostileGate:
             yield self
         finally:
             server.close()
+            for task in list(self._tasks):  # a drip or an endless body still being sent
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5)
