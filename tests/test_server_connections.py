@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from .processes import REPO, ServeProcess, clean_env, osmosis_serve
+from .processes import REPO, ServeProcess, clean_env, osmosis_serve, stop_process, wait_healthy
+from .support import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -26,26 +27,57 @@ SERVER_KEY = "connections-key-42"
 MAX_CONNECTIONS = 24
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    """One server with short head limits (1 s) and a small connection bound."""
+#: The h11 stack (uvicorn's pure-Python fallback) through ``serve()``, the Python twin.
+_H11_SERVER = """
+import os, sys
+from osmosis_rollout.config import ServerSettings
+from osmosis_rollout.loader import load_agent
+from osmosis_rollout.server import serve
+settings = ServerSettings.resolve({"port": int(sys.argv[2])}, environ=os.environ)
+serve(load_agent(sys.argv[1]), settings=settings, loop="asyncio", http="h11")
+"""
+
+
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeProcess]:
+    """One server with short head limits (1 s) and a small connection bound, on each of
+    uvicorn's HTTP parsers (``osmosis serve`` picks httptools when it is installed)."""
     tmp = tmp_path_factory.mktemp("limits")
     env = clean_env(
         OSMOSIS_API_KEY=SERVER_KEY,
         OSMOSIS_HEADER_TIMEOUT_S="1",
         OSMOSIS_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+        OSMOSIS_OUTBOX_DIR=str(tmp / "outbox"),
     )
-    with osmosis_serve(
-        tmp / "server.log",
-        AGENT,
-        "--port",
-        "0",
-        "--no-validate",
-        "--outbox-dir",
-        str(tmp / "outbox"),
-        env=env,
-    ) as server:
-        yield server
+    if request.param == "httptools":
+        with osmosis_serve(
+            tmp / "server.log", AGENT, "--port", "0", "--no-validate", env=env
+        ) as server:
+            yield server
+        return
+    port = free_port()
+    log = tmp / "server.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _H11_SERVER, AGENT, str(port)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        yield ServeProcess(proc, port, log)
+    finally:
+        stop_process(proc)
+
+
+def _head_refused(answer: bytes) -> None:
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b"larger than 64 KiB" in answer
 
 
 def _connect(server: ServeProcess) -> socket.socket:
@@ -111,8 +143,7 @@ def test_sixty_megabytes_of_headers_get_431_and_are_not_read(served: ServeProces
         answer = _read_all(sock)
     assert sent < 8 * 2**20  # refused after a few socket buffers, not at the end
     if answer:  # a reset may beat the answer to the client: closed early is what matters
-        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
-        assert b"larger than 64 KiB" in answer
+        _head_refused(answer)
 
 
 def test_one_large_head_in_a_single_read_gets_431(served: ServeProcess) -> None:
@@ -121,7 +152,7 @@ def test_one_large_head_in_a_single_read_gets_431(served: ServeProcess) -> None:
     with _connect(served) as sock:
         sock.sendall(head)
         answer = _read_all(sock)
-    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    _head_refused(answer)
 
 
 def test_connections_beyond_the_bound_get_503_at_once_and_the_server_recovers(

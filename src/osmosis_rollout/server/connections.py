@@ -239,8 +239,8 @@ def _h11_class() -> type[asyncio.Protocol]:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11(_HeadGuard, H11Protocol):
-        """uvicorn's h11 protocol with the connection limits (h11 bounds the head's size
-        itself: ``h11_max_incomplete_event_size``)."""
+        """uvicorn's h11 protocol with the connection limits (the head's size counted up to
+        its blank line, as h11's own bound does not count a head that arrives in one read)."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -250,11 +250,22 @@ def _h11_class() -> type[asyncio.Protocol]:
             self._cancel_timer()
             super().connection_lost(exc)
 
+        _tail = b""  # the last bytes of the head so far: its end may span two reads
+
         def data_received(self, data: bytes) -> None:
             if self.transport.is_closing():
                 return
             if self._in_head:
-                self._head_bytes += len(data)
+                if self._head_bytes == 0:
+                    self._tail = b""
+                seen = self._tail + data
+                end = seen.find(b"\r\n\r\n")
+                grown = end + 4 - len(self._tail) if end >= 0 else len(data)
+                self._head_bytes += grown
+                self._tail = seen[-3:]
+                if self._head_bytes > self._limits.max_header_bytes:  # h11 only bounds a
+                    self._head_too_big()  # head still incomplete, not one read whole
+                    return
             super().data_received(data)
             if self._in_head and self.conn.their_state is not h11.IDLE:
                 self._head_done()
