@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 from .processes import REPO, ServeProcess, clean_env, osmosis_serve, stop_process, wait_healthy
+from .programs import require_program
 from .support import free_port
 
 pytestmark = pytest.mark.slow
@@ -199,3 +200,25 @@ def test_the_soft_file_limit_is_raised_to_the_hard_limit(tmp_path: Path) -> None
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+def test_osmosis_serve_runs_with_its_soft_file_limit_raised_to_the_hard_one(
+    tmp_path: Path,
+) -> None:
+    """A server started with a soft limit of 256 and a hard one of 4,096 runs at 4,096."""
+    require_program("prlimit")
+    env = clean_env(OSMOSIS_API_KEY=SERVER_KEY)
+    with osmosis_serve(
+        tmp_path / "server.log",
+        AGENT,
+        "--port",
+        "0",
+        "--no-validate",
+        "--outbox-dir",
+        str(tmp_path / "outbox"),
+        env=env,
+        limit_files=(256, 4096),
+    ) as server:
+        limits = Path(f"/proc/{server.proc.pid}/limits").read_text()
+    line = next(row for row in limits.splitlines() if row.startswith("Max open files"))
+    assert line.split()[3:5] == ["4096", "4096"], line
