@@ -78,13 +78,18 @@ class Served:
 
 
 @contextlib.contextmanager
-def osmosis_serve(target: str, workdir: Path, *args: str, **env: str) -> Iterator[Served]:
-    """Run ``osmosis serve TARGET --port 0 --no-validate ARGS`` with ``OSMOSIS_*`` from ``env``."""
+def osmosis_serve(
+    target: str, workdir: Path, *args: str, limit_files: int | None = None, **env: str
+) -> Iterator[Served]:
+    """Run ``osmosis serve TARGET --port 0 --no-validate ARGS`` with ``OSMOSIS_*`` from ``env``
+    (and, with ``limit_files``, that limit on open files, through ``prlimit``)."""
     log = workdir / "server.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
     environ.update({"OSMOSIS_API_KEY": SERVER_KEY, **{f"OSMOSIS_{k}": v for k, v in env.items()}})
     command = [sys.executable, "-m", "osmosis_rollout", "serve", target, "--port", "0"]
     command += ["--no-validate", "--outbox-dir", str(workdir / "outbox"), *args]
+    if limit_files is not None:
+        command = ["prlimit", f"--nofile={limit_files}:{limit_files}", *command]
     with log.open("w") as sink:
         proc = subprocess.Popen(
             command, stdout=sink, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=environ

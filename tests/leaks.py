@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -11,7 +13,8 @@ NASTY_KEY = 'tg-"quoted"\\back/slash%20&plus+\'tick-9876'
 
 
 def key_forms(secret: str) -> set[str]:
-    """How a key shows up in text: raw, JSON-escaped (once, twice), repr'd, URL-encoded."""
+    """How a key shows up in text: raw, JSON-escaped (once, twice), repr'd, URL-encoded,
+    HTML-escaped, base64."""
     json_once = json.dumps(secret)[1:-1]
     return {
         secret,
@@ -20,6 +23,8 @@ def key_forms(secret: str) -> set[str]:
         repr(secret)[1:-1],
         quote(secret, safe=""),
         quote_plus(secret),
+        html.escape(secret),
+        base64.b64encode(secret.encode()).decode(),
     }
 
 

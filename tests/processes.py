@@ -74,10 +74,19 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: fl
 
 @contextlib.contextmanager
 def osmosis_serve(
-    log: Path, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+    log: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path = REPO,
+    limit_files: int | tuple[int, int] | None = None,
 ) -> Iterator[ServeProcess]:
-    """Run ``osmosis serve AGENT --port 0 ...``; the port is read from its start banner."""
+    """Run ``osmosis serve AGENT --port 0 ...``; the port is read from its start banner.
+
+    ``limit_files`` sets the server's limit on open files, soft and hard (one number: both)."""
     command = [sys.executable, "-m", "osmosis_rollout", "serve", *args]
+    if limit_files is not None:
+        soft, hard = limit_files if isinstance(limit_files, tuple) else (limit_files, limit_files)
+        command = ["prlimit", f"--nofile={soft}:{hard}", *command]
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             command,

@@ -29,6 +29,7 @@ INSTALL = {
     "openssl": "apt-get install openssl, or brew install openssl",
     "curl": "apt-get install curl, or brew install curl",
     "bwrap": "apt-get install bubblewrap (Linux only)",
+    "prlimit": "apt-get install util-linux (Linux only)",
 }
 
 

@@ -6,10 +6,12 @@ instead of waiting, so exact backoff values are checked in microseconds.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import logging
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,13 +21,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from osmosis_rollout.agent import RolloutContext
-from osmosis_rollout.client import RetryPolicy, TrainGateClient, parse_retry_after
+from osmosis_rollout.client import (
+    RetryPolicy,
+    TrainGateClient,
+    default_http_client,
+    parse_retry_after,
+)
 from osmosis_rollout.errors import (
     ProtocolError,
     TrainGateError,
     TrainGateHTTPError,
+    TrainGateTimeout,
     TrainGateUnavailable,
 )
+from osmosis_rollout.http1 import Http1Transport
 from osmosis_rollout.protocol import (
     CompletionsRequest,
     CompletionsResponse,
@@ -33,6 +42,8 @@ from osmosis_rollout.protocol import (
     RolloutResponse,
     RolloutStatus,
 )
+from osmosis_rollout.transport import Httpx2Transport
+from tests.torture import HostileGate, gzip_bomb
 
 pytestmark = pytest.mark.anyio
 
@@ -582,3 +593,127 @@ async def test_api_key_never_appears_in_protocol_errors(harness: Harness) -> Non
         await chat(harness.client(script))
     for text in exception_texts(exc.value):
         assert SECRET not in text
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile replies: bounded memory and one deadline, on both carriers (real sockets)
+# --------------------------------------------------------------------------------------------
+
+CAP = 2**20  # 1 MiB: replies beyond it are refused
+
+
+@contextlib.asynccontextmanager
+async def _hostile_client(
+    carrier: str, *, deadline_s: float = 10.0
+) -> AsyncIterator[TrainGateClient]:
+    """The lean carrier (chosen by default on asyncio) or httpx2 (the one used behind a
+    proxy), both from the same policy: retries off, a 1 MiB cap, one deadline."""
+    retry = RetryPolicy(retries=0, attempt_timeout_s=deadline_s, max_reply_bytes=CAP)
+    if carrier == "http1":
+        client = TrainGateClient(retry=retry)
+        assert isinstance(client.transport, Http1Transport)
+    else:
+        client = TrainGateClient(retry=retry, transport=_httpx2_default(retry))
+    try:
+        yield client
+    finally:
+        await client.transport.aclose()  # ours either way (a transport handed in included)
+
+
+def _httpx2_default(retry: RetryPolicy) -> Httpx2Transport:
+    return Httpx2Transport(
+        default_http_client(retry, 10),
+        owned=True,
+        max_reply_bytes=retry.max_reply_bytes,
+        deadline_s=retry.attempt_timeout_s,
+    )
+
+
+async def _peak_during(call: Callable[[], Any]) -> tuple[BaseException | None, int]:
+    """Run ``call()``; its error (if any) and the peak Python memory it allocated."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    error: BaseException | None = None
+    try:
+        await call()
+    except Exception as exc:
+        error = exc
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return error, peak
+
+
+@pytest.mark.parametrize("carrier", ["http1", "httpx2"])
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ("bomb", "the decompressed response is larger than 1 MiB"),
+        ("endless", "the response body is larger than 1 MiB"),
+        ("long-length", "the response body is larger than 1 MiB"),
+    ],
+)
+async def test_a_hostile_reply_is_refused_with_bounded_memory(
+    carrier: str, shape: str, message: str
+) -> None:
+    """A 64 MiB gzip bomb, an endless chunked body and a 1 TB Content-Length each end in a
+    clear ProtocolError, and the call never holds more than a few times the 1 MiB cap (the
+    review saw 63 MiB per call for the bomb, 2 GiB on httpx2 for a bigger one)."""
+    gzip_bomb(64)  # made before memory is measured: it is the server's, not the call's
+    async with HostileGate(shape).running() as gate, _hostile_client(carrier) as client:
+        error, peak = await _peak_during(lambda: chat_to(client, gate.url))
+    assert isinstance(error, ProtocolError), error
+    assert f"could not be decoded ({message})" in str(error)
+    assert peak < 6 * CAP, f"{peak / 2**20:.1f} MiB at peak"
+
+
+@pytest.mark.parametrize("carrier", ["http1", "httpx2"])
+async def test_a_dripping_reply_ends_at_the_call_deadline(carrier: str) -> None:
+    """A reply sent one byte every 50 ms ends at the one deadline of the call (1 s here),
+    not at a per-read timeout that each byte restarts."""
+    async with HostileGate("drip").running() as gate:
+        started = time.monotonic()
+        async with _hostile_client(carrier, deadline_s=1.0) as client:
+            with pytest.raises(
+                TrainGateTimeout, match=r"ReadTimeout \(no complete response within"
+            ):
+                await chat_to(client, gate.url)
+    assert time.monotonic() - started < 3
+
+
+async def test_a_second_response_in_the_same_write_is_not_taken_for_the_next() -> None:
+    """A reply followed, in the same write, by a response nobody asked for: the lean carrier
+    returns the first, with its own headers, and the next call does not read the stray one
+    (it goes on a new connection). (httpx2 reads it as the next call's reply: one more reason
+    the lean carrier is the default; docs/security.md.)"""
+    async with HostileGate("pipelined").running() as gate, _hostile_client("http1") as client:
+        for _ in range(2):
+            reply = await client.transport.post(f"{gate.url}/v1/chat/completions", b"{}", {})
+            assert reply.status_code == 200
+            assert "x-smuggled" not in reply.headers
+            assert reply.json()["id"] == "c1"
+    assert gate.connections == 2
+
+
+async def chat_to(client: TrainGateClient, base: str) -> CompletionsResponse:
+    """One chat turn to ``base`` (a real server)."""
+    return await client.chat_completions(base, chat_body(), api_key=None, request_id="r-1:1")
+
+
+@pytest.mark.parametrize(
+    "step", [500, httpx2.ConnectError("refused"), lambda r: httpx2.Response(200, text="nope")]
+)
+async def test_a_password_in_the_url_never_appears_in_logs_or_errors(
+    harness: Harness, caplog: pytest.LogCaptureFixture, step: Step
+) -> None:
+    """``user:password@`` in server_url: every retry log line and the final error name the URL
+    with the password as ***."""
+    caplog.set_level(logging.DEBUG)
+    client = harness.client(Script(step))
+    base = "http://trainer:pw-hunter2@traingate.test"
+    with pytest.raises(TrainGateError) as exc:
+        await client.chat_completions(base, chat_body(), api_key=None, request_id="r-1:1")
+    for text in exception_texts(exc.value):
+        assert "pw-hunter2" not in text
+    assert "trainer:***@traingate.test" in str(exc.value)
+    assert "pw-hunter2" not in caplog.text

@@ -4,6 +4,8 @@ give the same report as the command, and the command is a thin layer over it."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import html
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,9 @@ from typer.testing import CliRunner
 from osmosis_rollout.cli import app
 from osmosis_rollout.evaluation import RunObserver, TestOptions, TestReport, run_test
 from osmosis_rollout.evaluation.runner import RowResult
+
+from .leaks import NASTY_KEY, every_form_absent, written_text
+from .openai_stub import OpenAIStub, text
 
 ROOT = Path(__file__).resolve().parent.parent
 CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
@@ -132,3 +137,33 @@ def test_skip_bad_rows_is_an_option_of_run_test(tmp_path: Path) -> None:
         "skipping 1 bad row(s) of rows.jsonl:\n"
         "  row 2, column 'user_prompt': must be a string, got a number (5) (line 2)"
     ]
+
+
+def test_the_llm_key_is_in_no_result_trace_or_cassette(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An LLM that echoes its key (raw, HTML-escaped, base64) into the conversation: the
+    results file, the debug traces and the cassette hold none of its forms."""
+    key = NASTY_KEY
+    echoed = f"my key is {key} or {html.escape(key)} or {base64.b64encode(key.encode()).decode()}"
+    stub = OpenAIStub(responder=lambda request: text(echoed))
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    out = tmp_path / "out"
+    with stub.serve() as base_url:
+        options = TestOptions(
+            target=CALCULATOR,
+            dataset=DATASET,
+            limit=1,
+            llm="openai",
+            llm_url=base_url,
+            model="stub-model",
+            output=out / "results.jsonl",
+            debug_dir=out / "traces",
+            record=out / "run.cassette.jsonl",
+        )
+        report = asyncio.run(run_test(options, RunObserver()))
+    assert report.rows
+    assert stub.requests  # the LLM was asked, and answered with the key
+    written = written_text(out)
+    assert "my key is" in written
+    assert every_form_absent(written, key) == []

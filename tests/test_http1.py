@@ -359,8 +359,11 @@ async def test_large_bodies_both_ways_and_the_size_bound() -> None:
     async def echo(seen: Seen) -> bytes:
         return response(seen.body)
 
-    async with raw(echo) as server, lean() as http:
+    async with raw(echo) as server, lean(max_response_bytes=8 * 2**20) as http:
         assert (await http.post(server.url, big, {})).content == big
+    async with raw(echo) as server, lean() as http:  # the default bound: 4 MiB
+        with pytest.raises(DecodeFailure, match="larger than 4 MiB"):
+            await http.post(server.url, big, {})
     async with raw(echo) as server, lean(max_response_bytes=1_000_000) as http:
         with pytest.raises(DecodeFailure, match="larger than"):
             await http.post(server.url, big, {})
@@ -770,3 +773,46 @@ async def test_a_slow_traingate_through_the_client_reads_as_before() -> None:
     async with raw(gzip_bomb) as server, TrainGateClient(retry=retry) as client:
         with pytest.raises(ProtocolError, match="could not be decoded"):
             await client._post(f"{server.url}/v1/x", b"{}", api_key=None, request_id="r")
+
+
+async def test_a_second_response_in_the_same_read_is_dropped_and_the_connection_not_reused() -> (
+    None
+):
+    """Two responses in one write: the caller gets the first with only its own headers (the
+    second's never overwrite them), and the connection is closed, not pooled with the stray
+    response waiting in it."""
+
+    async def two(seen: Seen) -> bytes:
+        first = response(b'{"n": 1}', headers=("X-First: 1",))
+        second = response(b"{}", 500, headers=("X-First: overwritten", "X-Second: 2"))
+        return first + second
+
+    async with raw(two) as server, lean() as http:
+        for _ in range(2):
+            reply = await http.post(server.url, b"{}", {})
+            assert reply.status_code == 200
+            assert reply.headers["x-first"] == "1"
+            assert "x-second" not in reply.headers
+            assert reply.json() == {"n": 1}
+        await _settle()
+    assert server.connections == 2
+
+
+async def test_a_host_with_a_64_character_label_is_an_invalid_target_not_a_unicode_error() -> None:
+    """A DNS label over 63 characters is refused before any connection, in the transport's
+    words (a bare UnicodeError came out of getaddrinfo before)."""
+    async with lean() as http:
+        for host in ("a" * 64 + ".example", "ok." + "b" * 64, "x" * 254, "a..b"):
+            with pytest.raises(InvalidTarget, match="invalid host name"):
+                await http.post(f"http://{host}/v1/x", b"{}", {})
+        with pytest.raises(InvalidTarget, match="longer than 63 characters"):
+            await http.post(f"http://{'c' * 64}.example/", b"{}", {})
+
+
+async def test_a_url_password_never_appears_in_an_error() -> None:
+    """A user:password URL that cannot be called names the URL with the password as ***."""
+    async with lean() as http:
+        with pytest.raises(InvalidTarget) as caught:
+            await http.post(f"ftp://user:hunter2@{'d' * 5}/x", b"{}", {})
+    assert "hunter2" not in str(caught.value)
+    assert "user:***@" in str(caught.value)

@@ -18,7 +18,7 @@ import httpx2
 import pytest
 
 from osmosis_rollout.errors import ConfigError
-from osmosis_rollout.protocol import RolloutRequest
+from osmosis_rollout.protocol import RolloutRequest, RolloutResponse, RolloutStatus
 from osmosis_rollout.server.state import (
     ClaimOutcome,
     LeasedRollout,
@@ -26,6 +26,7 @@ from osmosis_rollout.server.state import (
     fingerprint,
     open_state,
 )
+from osmosis_rollout.server.state.memory import write_outbox
 
 from .gates import COMPLETED
 from .outbox_entries import undelivered
@@ -504,3 +505,12 @@ async def test_a_replica_that_stalled_past_its_lease_does_not_send_a_second_call
     assert response.status_code == 202
     assert [o.rollout_id for o in claimed] == ["r-1"]
     assert s.raw.calls_to(COMPLETED) == []  # the peer's ERROR is the rollout's one callback
+
+
+def test_a_file_outbox_entry_never_holds_a_password_of_its_url(tmp_path: Path) -> None:
+    """A server_url with ``user:password@`` is written with the password as ***."""
+    response = RolloutResponse(rollout_id="pw-1", status=RolloutStatus.ERROR)
+    path = write_outbox(tmp_path, "http://trainer:pw-hunter2@tg.test:9", response, "failed")
+    text = path.read_text(encoding="utf-8")
+    assert "pw-hunter2" not in text
+    assert json.loads(text)["server_url"] == "http://trainer:***@tg.test:9"

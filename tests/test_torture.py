@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -25,14 +26,25 @@ import httpx2
 import pytest
 from starlette.applications import Starlette
 
-from osmosis_rollout.client import RetryPolicy, TrainGateClient
+from osmosis_rollout.client import RetryPolicy, TrainGateClient, default_http_client
 from osmosis_rollout.server import create_app
-from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
-from tests.torture import FaultyGate, hostile_inits, hostile_requests, tally, valid_init
+from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
+from osmosis_rollout.transport import Httpx2Transport
+from tests.torture import (
+    HOSTILE_REPLIES,
+    FaultyGate,
+    HostileGate,
+    gzip_bomb,
+    hostile_inits,
+    hostile_requests,
+    outbox_ids,
+    tally,
+    valid_init,
+)
 
 from .gates import ADD_CALL, ANSWER
 from .leaks import every_form_absent, written_text
-from .processes import clean_env, stop_process, wait_healthy
+from .processes import clean_env, osmosis_serve, stop_process, wait_healthy
 from .serving import SERVER_KEY
 from .support import ASSETS, free_port, load_asset
 
@@ -258,3 +270,152 @@ async def test_csrf_and_ssrf_shapes_are_refused_and_reach_nothing(tmp_path: Path
     assert len(shapes) == 7  # every shape was tried
     assert started == 0
     assert gate.records == {}  # no chat turn, no callback: nothing was called
+
+
+# -- hostile on the wire: replies that cost memory or time, and peers that hold connections --
+
+
+@pytest.mark.parametrize("carrier", ["http1", "httpx2"])
+async def test_hostile_callback_replies_end_every_rollout_in_the_outbox_with_bounded_memory(
+    tmp_path: Path, carrier: str
+) -> None:
+    """A TrainGate that answers every callback with a gzip bomb, an endless body, a 1 TB
+    Content-Length, a drip or a smuggled second response, on both client carriers: every
+    accepted rollout still ends exactly once (the outbox, or the pipelined 200), and the
+    server never holds more than a few times the reply cap for it."""
+    cap = 2**20
+    retry = RetryPolicy(retries=0, attempt_timeout_s=1.0, max_reply_bytes=cap)
+    gzip_bomb(64)  # made before memory is measured: it is the gate's, not the server's
+    accepted: list[str] = []
+    outbox = tmp_path / "outbox"
+    tracemalloc.start()
+    try:
+        for shape in HOSTILE_REPLIES:
+            async with HostileGate(shape, drip_s=0.05).running() as hostile:
+                if carrier == "http1":
+                    client = TrainGateClient(retry=retry)
+                else:  # what default_transport builds behind a proxy
+                    transport = Httpx2Transport(
+                        default_http_client(retry, 10),
+                        owned=True,
+                        max_reply_bytes=cap,
+                        deadline_s=retry.attempt_timeout_s,
+                    )
+                    client = TrainGateClient(transport=transport, retry=retry)
+                app = create_app(hrd.Quick(), client=client, api_key=SERVER_KEY, outbox_dir=outbox)
+                tracemalloc.reset_peak()
+                base = tracemalloc.get_traced_memory()[0]
+                async with client, running_app(app) as http_in:
+                    for i in range(4):
+                        rid = f"{carrier}-{shape}-{i}"
+                        body = valid_init(rid, hostile.url, CANARY)
+                        answer = await http_in.post("/v1/rollout/init", json=body, headers=HEADERS)
+                        assert answer.status_code == 202, answer.text
+                        accepted.append(rid)
+                    with anyio.fail_after(30):
+                        for entry in app.state.rollout_server.registry.unfinished():
+                            await entry.finished.wait()
+                await client.transport.aclose()  # a carrier handed in is ours to close
+                peak = tracemalloc.get_traced_memory()[1] - base
+                assert peak < 4 * 6 * cap, f"{shape}: {peak / 2**20:.1f} MiB at peak"
+    finally:
+        tracemalloc.stop()
+    kept = collections.Counter(outbox_ids(outbox))
+    for rid in accepted:
+        # The lean carrier delivers the pipelined 200s; httpx2 reads the smuggled 500 as the
+        # next call's reply (docs/security.md), so some of those go to the outbox: once.
+        if "pipelined" not in rid:
+            assert kept[rid] == 1, rid
+        elif carrier == "http1":
+            assert kept[rid] == 0, rid
+        else:
+            assert kept[rid] <= 1, rid
+    errors = [json.loads(p.read_text())["error"] for p in outbox.glob("*.json")]
+    assert any("larger than 1 MiB" in e for e in errors)
+    assert any("ReadTimeout" in e for e in errors)
+
+
+@contextlib.asynccontextmanager
+async def running_app(app: Starlette) -> AsyncIterator[httpx2.AsyncClient]:
+    """The app with its lifespan (its own default client), and an in-process client to it."""
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1"
+        ) as http,
+    ):
+        yield http
+
+
+def _drip(port: int, stop: threading.Event, answers: list[bytes]) -> None:
+    """Send a request head one byte every 50 ms until the server answers or closes."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(0.05)
+        for byte in b"POST /v1/rollout/init HTTP/1.1\r\nX-Slow: " + b"s" * 400:
+            if stop.is_set():
+                return
+            try:
+                sock.send(bytes([byte]))
+                answers.append(sock.recv(4096))
+                return
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+
+@pytest.mark.slow
+async def test_idle_and_slow_drip_sockets_cost_nothing_while_rollouts_run(tmp_path: Path) -> None:
+    """40 idle sockets and 10 heads dripping a byte at a time against a real server (1 s
+    header timeout) while 60 real rollouts run: the rollouts all end once with no 5xx, each
+    drip gets its 408 within a few seconds, and the idle sockets are closed."""
+    gate = MockTrainGate(ScriptedBackend([ADD_CALL, ANSWER]))
+    outbox = tmp_path / "outbox"
+    env = clean_env(OSMOSIS_API_KEY=SERVER_KEY, OSMOSIS_HEADER_TIMEOUT_S="1")
+    agent = f"{ASSETS / 'srv_agents.py'}:ToolAgent"
+    stop = threading.Event()
+    answers: list[bytes] = []
+    statuses: collections.Counter[int] = collections.Counter()
+    accepted: list[str] = []
+    closed = 0
+    with osmosis_serve(
+        tmp_path / "server.log",
+        agent,
+        "--port",
+        "0",
+        "--no-validate",
+        "--outbox-dir",
+        str(outbox),
+        env=env,
+    ) as served:
+        idle = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(40)]
+        drips = [
+            threading.Thread(target=_drip, args=(served.port, stop, answers)) for _ in range(10)
+        ]
+        for thread in drips:
+            thread.start()
+        try:
+            async with Harness(server_url=served.url, gate=gate, server_key=SERVER_KEY) as harness:
+                for i in range(60):
+                    outcome = await harness.run(
+                        [{"role": "user", "content": "What is 3 + 4?"}], rollout_id=f"crowd-{i}"
+                    )
+                    statuses[outcome.init_status] += 1
+                    if outcome.init_status == 202:
+                        accepted.append(f"crowd-{i}")
+            for thread in drips:
+                thread.join(timeout=10)
+            for sock in idle:
+                sock.settimeout(3)
+                with contextlib.suppress(OSError):
+                    closed += sock.recv(1) == b""
+                sock.close()
+        finally:
+            stop.set()
+    assert statuses == {202: 60}
+    result = tally(accepted, gate, outbox)
+    assert result.lost == []
+    assert result.duplicated == []
+    assert len(answers) == 10
+    assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers)
+    assert closed == 40

@@ -1,19 +1,25 @@
-"""Torture kit: hostile inits, a TrainGate that misbehaves on purpose, and the accounting.
+"""Torture kit: hostile inits, a TrainGate that misbehaves on purpose (politely, as an ASGI app
+that fails calls; or on the wire, as a raw server sending bombs, endless and dripping replies),
+and the accounting.
 
 Used by ``tests/test_torture.py`` (short runs on every CI run) and by ``benchmarks/soak.py`` and
 ``benchmarks/fuzz_inits.py`` (the long runs); usable against your own deployment too, from a
 checkout::
 
-    from tests.torture import FaultyGate, hostile_inits, tally
+    from tests.torture import FaultyGate, HostileGate, hostile_inits, tally
 
 Everything is seeded, so a failing run can be replayed exactly.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import gzip
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from osmosis_rollout.testing import MockTrainGate
 
 __all__ = ["FaultyGate", "HostileRequest", "Tally", "hostile_inits", "hostile_requests", "tally"]
+__all__ = ["HOSTILE_REPLIES", "FaultyGate", "HostileGate", "Tally", "hostile_inits", "tally"]
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
@@ -335,3 +342,123 @@ def hostile_requests(
             body["completion_params"] = "PARAMS"
             text = json.dumps(body).replace('"PARAMS"', params)
             yield HostileRequest("completion-params", json_type, text.encode(), 422)
+
+
+# -- a TrainGate hostile on the wire ----------------------------------------------------------
+
+#: The reply shapes of :class:`HostileGate`; each costs a careless client memory or time.
+HOSTILE_REPLIES = ("bomb", "endless", "long-length", "drip", "pipelined")
+#: A valid chat completion (what the first of two pipelined replies carries).
+COMPLETION = {
+    "id": "c1",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}
+
+
+@functools.lru_cache(maxsize=4)
+def gzip_bomb(mib: int) -> bytes:
+    """``mib`` MiB of zeros, gzipped (about 1/1000 of that on the wire)."""
+    return gzip.compress(b"\0" * (mib * 2**20), compresslevel=9)
+
+
+@dataclass
+class HostileGate:
+    """A raw HTTP/1.1 server on 127.0.0.1 that answers every POST with ``shape``:
+
+    - ``bomb``: a small gzip reply that inflates to ``bomb_mib`` MiB;
+    - ``endless``: a chunked body that never ends (until the client hangs up, or 4 GiB);
+    - ``long-length``: ``Content-Length: 10**12``, then zeros for as long as they are read;
+    - ``drip``: a 1,000-byte body sent one byte every ``drip_s``;
+    - ``pipelined``: a valid 200 and, in the same write, a second response nobody asked for
+      (``X-Smuggled`` header): a client must return the first and not reuse the connection;
+    - ``ok``: a normal chat completion (a baseline to compare with).
+
+    ``connections`` counts the connections made; ``sent`` the body bytes written.
+    """
+
+    shape: str
+    bomb_mib: int = 64
+    drip_s: float = 0.05
+    connections: int = 0
+    sent: int = 0
+    url: str = ""
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                await self._answer(writer)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.transport.abort()  # at once: a hostile peer says no goodbye
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _answer(self, writer: asyncio.StreamWriter) -> None:
+        ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        if self.shape == "bomb":
+            body = gzip_bomb(self.bomb_mib)
+            writer.write(ok + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body))
+            writer.write(body)
+            self.sent += len(body)
+        elif self.shape == "endless":
+            writer.write(ok + b"Transfer-Encoding: chunked\r\n\r\n")
+            chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
+            while self.sent < 4 * 2**30:
+                writer.write(chunk)
+                self.sent += 65536
+                await writer.drain()
+        elif self.shape == "long-length":
+            writer.write(ok + b"Content-Length: %d\r\n\r\n" % 10**12)
+            while self.sent < 4 * 2**30:
+                writer.write(b"\0" * 65536)
+                self.sent += 65536
+                await writer.drain()
+        elif self.shape == "drip":
+            writer.write(ok + b"Content-Length: 1000\r\n\r\n")
+            for _ in range(1000):
+                writer.write(b" ")
+                self.sent += 1
+                await writer.drain()
+                await asyncio.sleep(self.drip_s)
+        elif self.shape == "ok":  # a normal reply: the baseline a benchmark compares with
+            body = json.dumps(COMPLETION).encode()
+            writer.write(ok + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            self.sent += len(body)
+        elif self.shape == "pipelined":
+            body = json.dumps(COMPLETION).encode()
+            first = ok + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            second = b"HTTP/1.1 500 Oops\r\nX-Smuggled: yes\r\nContent-Length: 2\r\n\r\n{}"
+            writer.write(first + second)
+            self.sent += len(body) + 2
+        else:
+            raise ValueError(f"unknown shape {self.shape!r}; one of {HOSTILE_REPLIES}")
+        await writer.drain()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[HostileGate]:
+        """Listen on 127.0.0.1 (an ephemeral port, in ``url``) while the block runs."""
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            yield self
+        finally:
+            server.close()
+            for task in list(self._tasks):  # a drip or an endless body still being sent
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 5)

@@ -44,8 +44,9 @@ from .protocol import (
     describe_validation_error,
     wire_json,
 )
-from .redaction import scrub
+from .redaction import redact_url, scrub
 from .transport import (
+    MAX_REPLY_BYTES,
     DecodeFailure,
     Httpx2Transport,
     InvalidTarget,
@@ -76,6 +77,9 @@ class RetryPolicy:
     attempt_timeout_s: float = 300.0
     connect_timeout_s: float = 10.0
     retry_after_cap_s: float = 300.0
+    #: The largest reply read, raw and once decompressed (``DecodeFailure`` beyond it, on every
+    #: carrier): a hostile or broken TrainGate cannot make one call hold more memory.
+    max_reply_bytes: int = MAX_REPLY_BYTES
 
     def backoff(self, retry: int, rand: float) -> float:
         """Delay before retry number ``retry`` (0-based): exponential, capped, equal jitter."""
@@ -143,7 +147,12 @@ class TrainGateClient:
         self.retry = retry or RetryPolicy()
         self._owns_transport = http is None and transport is None
         if http is not None:
-            transport = Httpx2Transport(http, destinations=destinations)
+            transport = Httpx2Transport(
+                http,
+                destinations=destinations,
+                max_reply_bytes=self.retry.max_reply_bytes,
+                deadline_s=self.retry.attempt_timeout_s,
+            )
         elif transport is None:
             transport = default_transport(self.retry, max_connections, destinations)
         self.transport: PostTransport = transport
@@ -188,7 +197,7 @@ class TrainGateClient:
             return CompletionsResponse.model_validate_json(response.content)
         except ValidationError as exc:
             raise ProtocolError(
-                f"TrainGate's reply to {url} is not a valid chat completion "
+                f"TrainGate's reply to {redact_url(url)} is not a valid chat completion "
                 f"({describe_validation_error(exc)}); it needs choices[0].message and usage"
             ) from None
 
@@ -221,6 +230,7 @@ class TrainGateClient:
             headers["Authorization"] = f"Bearer {api_key}"
         telemetry.inject_context(headers)  # W3C traceparent, when OpenTelemetry is installed
         policy = self.retry
+        shown = redact_url(url)  # what messages and logs say: never a password in a URL
         for attempt in range(policy.retries + 1):
             last = attempt == policy.retries
             self.stats.requests += 1
@@ -228,24 +238,24 @@ class TrainGateClient:
                 response = await self.transport.post(url, content, headers)
             except InvalidTarget as exc:
                 self.stats.failures += 1
-                raise TrainGateError(f"cannot call {url}{_detail(exc, api_key)}") from None
+                raise TrainGateError(f"cannot call {shown}{_detail(exc, api_key)}") from None
             except DecodeFailure as exc:
                 self.stats.failures += 1
                 raise ProtocolError(
-                    f"the reply from {url} could not be decoded{_detail(exc, api_key)}"
+                    f"the reply from {shown} could not be decoded{_detail(exc, api_key)}"
                 ) from None
             except TransportFailure as exc:
                 if last:
                     self.stats.failures += 1
                     unavailable = TrainGateTimeout if exc.timed_out else TrainGateUnavailable
                     raise unavailable(
-                        f"could not reach {url} after {attempt + 1} attempt(s): "
+                        f"could not reach {shown} after {attempt + 1} attempt(s): "
                         f"{exc.kind}{_detail(exc, api_key)}"
                     ) from None
                 delay = policy.backoff(attempt, self._rand())
                 logger.warning(
                     "POST %s failed (%s); retry %d/%d in %.2fs",
-                    url,
+                    shown,
                     exc.kind,
                     attempt + 1,
                     policy.retries,
@@ -260,12 +270,12 @@ class TrainGateClient:
                     self.stats.failures += 1
                     body = _excerpt(response, api_key)
                     raise http_error(
-                        f"POST {url} returned HTTP {status}"
+                        f"POST {shown} returned HTTP {status}"
                         + (f" after {attempt + 1} attempts" if attempt else "")
                         + (f": {body}" if body else ""),
                         status_code=status,
                         body=body,
-                        url=url,
+                        url=shown,
                     )
                 retry_after = parse_retry_after(response.headers.get("retry-after"))
                 if retry_after is not None:
@@ -274,7 +284,7 @@ class TrainGateClient:
                     delay = policy.backoff(attempt, self._rand())
                 logger.warning(
                     "POST %s returned HTTP %d; retry %d/%d in %.2fs",
-                    url,
+                    shown,
                     status,
                     attempt + 1,
                     policy.retries,
@@ -316,13 +326,21 @@ def default_transport(
                 attempt_timeout_s=retry.attempt_timeout_s,
                 max_connections=max_connections,
                 destinations=destinations,
+                max_response_bytes=retry.max_reply_bytes,
             )
     http = default_http_client(retry, max_connections)
     # Direct connections check the addresses they connect to; every call checks the URL's host
     # (behind a proxy, which resolves names itself, that is all that can be checked).
     guarded = destinations is not None and guard_connections(http, destinations)
     resolve = not proxied and not guarded
-    return Httpx2Transport(http, owned=True, destinations=destinations, resolve=resolve)
+    return Httpx2Transport(
+        http,
+        owned=True,
+        destinations=destinations,
+        resolve=resolve,
+        max_reply_bytes=retry.max_reply_bytes,
+        deadline_s=retry.attempt_timeout_s,
+    )
 
 
 def _on_asyncio() -> bool:
@@ -380,7 +398,7 @@ class RolloutChannel:
         self._api_key = api_key
 
     def __repr__(self) -> str:
-        return f"RolloutChannel(server_url={self.server_url!r})"
+        return f"RolloutChannel(server_url={redact_url(self.server_url)!r})"
 
     async def chat_completions(
         self, request: CompletionsRequest, *, request_id: str

@@ -61,6 +61,20 @@ class ServerSettings(BaseModel):
     shutdown_grace_s: float = Field(30.0, ge=0)
     get_tools_timeout_s: float = Field(60.0, gt=0)
     max_metadata_bytes: int = Field(DEFAULT_MAX_METADATA_BYTES, ge=0)
+    # Resource limits against a hostile peer (docs/security.md, "Resource limits").
+    #: Open client connections at most (None: a quarter of the file limit, at most 4096).
+    max_connections: int | None = Field(None, ge=1)
+    #: A request's line and headers must arrive within this long of the connection's start
+    #: (or of the previous response), and be at most ``max_header_bytes``.
+    header_timeout_s: float = Field(10.0, gt=0)
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    #: An idle kept-alive connection is closed after this long.
+    keep_alive_timeout_s: float = Field(5.0, gt=0)
+    #: The largest TrainGate reply read (raw, and once decompressed).
+    max_reply_bytes: int = Field(4 * 2**20, ge=1024)
+    #: Past this many results (or bytes) in the file outbox, new inits get a 503.
+    outbox_max_entries: int = Field(10_000, ge=1)
+    outbox_max_bytes: int = Field(1024 * 2**20, ge=1024)
     debug_dir: Path | None = None
     outbox_dir: Path | None = None
     log_level: LogLevel = "info"

@@ -26,13 +26,21 @@ from urllib.parse import unquote, urlsplit
 
 from ._version import __version__
 from .destinations import DestinationPolicy
-from .http1_connection import Connection, decode_body, default_ssl_context, describe, settle
-from .transport import InvalidTarget, Reply, TransportFailure, check_call
+from .http1_connection import Connection, default_ssl_context, describe, settle
+from .redaction import redact_url
+from .transport import (
+    MAX_REPLY_BYTES,
+    InvalidTarget,
+    Reply,
+    TransportFailure,
+    check_call,
+    decode_body,
+)
 
-__all__ = ["MAX_RESPONSE_BYTES", "Http1Transport"]
+__all__ = ["MAX_RESPONSE_BYTES", "Http1Transport", "check_host_name"]
 
 #: The largest response body kept (raw and decoded): a TrainGate reply is a few KB.
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+MAX_RESPONSE_BYTES = MAX_REPLY_BYTES
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _MAX_NAMES = 256  # header names (and URLs) remembered with their parsed form
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -160,22 +168,19 @@ class Http1Transport:
             parts = urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise InvalidTarget(f"invalid URL {url!r}: {exc}") from None
+            raise InvalidTarget(f"invalid URL {_shown(url)}: {exc}") from None
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS:
             raise InvalidTarget(
-                f"unsupported URL scheme {parts.scheme!r} in {url!r}: use http:// or https://"
+                f"unsupported URL scheme {parts.scheme!r} in {_shown(url)}: use http:// or https://"
             )
         host = parts.hostname
         if not host:
-            raise InvalidTarget(f"invalid URL {url!r}: no host")
-        if not host.isascii():
-            try:
-                host = host.encode("idna").decode("ascii")
-            except UnicodeError:
-                raise InvalidTarget(f"invalid host name in {url!r}") from None
-        if any(c in host for c in " \t\r\n/\\@"):
-            raise InvalidTarget(f"invalid host name in {url!r}")
+            raise InvalidTarget(f"invalid URL {_shown(url)}: no host")
+        try:
+            host = check_host_name(host)
+        except ValueError as exc:
+            raise InvalidTarget(f"invalid host name in {_shown(url)}: {exc}") from None
         default = _DEFAULT_PORTS[scheme]
         port = default if port is None else port
         shown = f"[{host}]" if ":" in host else host
@@ -184,7 +189,9 @@ class Http1Transport:
         if parts.query:
             path = f"{path}?{parts.query}"
         if not path.isascii() or _BAD_VALUE.search(path) or " " in path:
-            raise InvalidTarget(f"invalid path in {url!r}: percent-encode spaces and non-ASCII")
+            raise InvalidTarget(
+                f"invalid path in {_shown(url)}: percent-encode spaces and non-ASCII"
+            )
         head = f"POST {path} HTTP/1.1\r\nHost: {authority}\r\n"
         if parts.username is not None:  # user:password@host, as httpx2 sends it
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
@@ -307,6 +314,8 @@ class Http1Transport:
             ) from None
         except OSError as exc:  # refused, unreachable, DNS, TLS verification...
             raise TransportFailure("ConnectError", f"{where}: {describe(exc)}") from None
+        except UnicodeError:  # a name the resolver's IDNA codec refuses (checked at _target)
+            raise InvalidTarget(f"invalid host name {target.host!r}") from None
         return conn
 
     async def _open_first(
@@ -403,3 +412,33 @@ class Http1Transport:
             conn.counted = False
             self._open -= 1
             self._wake_one()
+
+
+#: A DNS label: letters, digits, ``-`` and ``_`` (seen in the wild), 1-63 characters.
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def check_host_name(host: str) -> str:
+    """``host`` as the resolver will be asked for it (IDNA for non-ASCII names), or a
+    ``ValueError`` saying why no resolver would take it: a label over 63 characters raises a
+    bare ``UnicodeError`` deep in ``getaddrinfo`` otherwise."""
+    if ":" in host:  # an IPv6 literal: urlsplit has parsed it
+        return host
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise ValueError(f"not a valid international name ({exc})") from None
+    name = host[:-1] if host.endswith(".") else host
+    if len(name) > 253:
+        raise ValueError("longer than 253 characters")
+    for label in name.split("."):
+        if not _LABEL.fullmatch(label):
+            what = "longer than 63 characters" if len(label) > 63 else "empty or not a DNS label"
+            raise ValueError(f"the label {label[:70]!r} is {what}")
+    return host
+
+
+def _shown(url: str) -> str:
+    """``url`` for an error message: a password in it replaced by ``***``."""
+    return repr(redact_url(url))

@@ -8,14 +8,12 @@ from __future__ import annotations
 import asyncio
 import select
 import ssl
-import zlib
-from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 import httptools
 import httpx2
 
-from .transport import DecodeFailure, TransportFailure
+from .transport import DecodeFailure, TransportFailure, decode_body, size_text
 
 __all__ = [
     "Connection",
@@ -51,6 +49,8 @@ class Connection(asyncio.Protocol):
     _oversized: bool
     _framed: bool
     _headers_done: bool
+    #: Bytes of a second response arrived with the first: the connection is dirty.
+    _extra: bool
 
     def __init__(self, pool: Pool, key: tuple[str, str, int], limit: int) -> None:
         self.pool = pool
@@ -147,10 +147,13 @@ class Connection(asyncio.Protocol):
                 self._fail(protocol_error(f"malformed HTTP response: {exc}"))
             self._stray()
             return
+        if self._extra:  # bytes of a response nobody asked for: never reuse this connection
+            self._stray()
+            return
         if self._head_size > _MAX_HEAD_BYTES and (self._oversized or not self._headers_done):
             self._fail(protocol_error("the response headers are larger than 64 KiB"))
         elif self._size > self.limit and not reply.done():
-            self._fail(DecodeFailure(f"the response body is larger than {self.limit // 2**20} MiB"))
+            self._fail(DecodeFailure(f"the response body is larger than {size_text(self.limit)}"))
 
     def eof_received(self) -> bool | None:
         self.closed = True
@@ -177,7 +180,14 @@ class Connection(asyncio.Protocol):
 
     # -- httptools callbacks ----------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        reply = self._reply
+        if reply is None or reply.done():  # a second response in the same read as the first
+            self._extra = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._extra:  # never into the first response's header map
+            return
         self._header_bytes += len(name) + len(value)
         if self._header_bytes > _MAX_HEAD_BYTES:
             self._oversized = True
@@ -188,18 +198,25 @@ class Connection(asyncio.Protocol):
         self._headers[lower] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        if self._extra:
+            return
         self._headers_done = True
         self._status = self.parser.get_status_code()
         self.keep_alive = self.parser.should_keep_alive()
+        declared = self._headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:  # refused before it is read
+            self._fail(DecodeFailure(f"the response body is larger than {size_text(self.limit)}"))
 
     def on_body(self, body: bytes) -> None:
+        if self._extra:
+            return
         self._size += len(body)
         if self._size <= self.limit:
             self._body.append(body)
 
     def on_message_complete(self) -> None:
         reply = self._reply
-        if reply is None or reply.done():
+        if reply is None or reply.done() or self._extra:
             return
         if 100 <= self._status < 200 and self._status != 101:  # interim (100 Continue...)
             self._start(reply)
@@ -220,6 +237,7 @@ class Connection(asyncio.Protocol):
         self._oversized = False
         self._framed = False
         self._headers_done = False
+        self._extra = False
         self.keep_alive = False
 
     def _ended(self, exc: Exception | None) -> None:
@@ -299,37 +317,3 @@ def default_ssl_context() -> ssl.SSLContext:
     context = httpx2.create_ssl_context()
     context.set_alpn_protocols(["http/1.1"])
     return context
-
-
-def decode_body(headers: Mapping[str, str], body: bytes, limit: int) -> bytes:
-    """``body`` with its ``Content-Encoding`` undone (gzip, deflate; DecodeFailure otherwise)."""
-    coding = headers.get("content-encoding")
-    if not coding or not body:
-        return body
-    for token in reversed(coding.split(",")):
-        token = token.strip().lower()
-        if token in ("", "identity"):
-            continue
-        if token in ("gzip", "x-gzip"):
-            body = _inflate(body, zlib.MAX_WBITS | 16, limit)
-        elif token == "deflate":
-            try:
-                body = _inflate(body, zlib.MAX_WBITS, limit)
-            except DecodeFailure:  # some servers send raw deflate without the zlib wrapper
-                body = _inflate(body, -zlib.MAX_WBITS, limit)
-        else:
-            raise DecodeFailure(f"unsupported Content-Encoding {token!r}")
-    return body
-
-
-def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
-    inflater: Any = zlib.decompressobj(wbits)
-    try:
-        out: bytes = inflater.decompress(data, limit + 1)
-    except zlib.error as exc:
-        raise DecodeFailure(f"the response body is not valid compressed data ({exc})") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise DecodeFailure(f"the decompressed response is larger than {limit // 2**20} MiB")
-    if not inflater.eof:
-        raise DecodeFailure("the compressed response body is truncated")
-    return out

@@ -7,12 +7,14 @@ needs it, and none of them should need the wire models to get it. Imports nothin
 
 from __future__ import annotations
 
+import base64
 import functools
 import hmac
+import html
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 
 from pydantic import SecretStr, SerializationInfo
 
@@ -22,6 +24,7 @@ __all__ = [
     "ApiKey",
     "dump_secret",
     "loggable",
+    "redact_url",
     "scrub",
     "scrub_data",
     "secret_forms",
@@ -72,17 +75,52 @@ _ENCODINGS: tuple[Callable[[str], str], ...] = (
 )
 
 
+#: Forms a page or a header may give the secret or its JSON: HTML-escaped (both quote styles).
+_HTML: tuple[Callable[[str], str], ...] = (
+    lambda s: html.escape(s, quote=True),
+    lambda s: html.escape(s, quote=True).replace("&#x27;", "&#39;"),
+    lambda s: html.escape(s, quote=False),
+)
+#: Shorter secrets have no base64 core that is safe to replace (it would match other text).
+_MIN_BASE64 = 6
+
+
 @functools.lru_cache(maxsize=1024)
 def secret_forms(secret: str) -> tuple[str, ...]:
     """Every form of ``secret`` that :func:`scrub` removes, longest first: the raw text and its
     encodings (JSON, repr, URL), each applied up to twice (a JSON error body quoted in a JSON
-    log line, a ``repr`` of a message that quotes it...)."""
+    log line, a ``repr`` of a message that quotes it...); those and the raw text HTML-escaped;
+    and the raw text in base64 (standard and URL-safe), also inside a longer base64 text such
+    as an ``Authorization: Basic`` value (the part that does not depend on its neighbours)."""
     forms = {secret}
     frontier = {secret}
     for _ in range(2):
         frontier = {encode(form) for form in frontier for encode in _ENCODINGS} - forms
         forms |= frontier
+    forms |= {escape(form) for form in list(forms) for escape in _HTML}
+    forms |= _base64_forms(secret)
+    forms.discard("")
     return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _base64_forms(secret: str) -> set[str]:
+    raw = secret.encode("utf-8", "surrogatepass")
+    if len(raw) < _MIN_BASE64:
+        return set()
+    found: set[str] = set()
+    for shift in range(3):  # the secret's first byte at each position of a 3-byte group
+        encoded = base64.b64encode(b"\0" * shift + raw).decode()
+        # Characters mixing the padding with the secret, or the secret with what follows it,
+        # depend on the neighbours: keep only those made of the secret's bytes alone.
+        start = (shift * 4 + 2) // 3 if shift else 0
+        end = ((shift + len(raw)) // 3) * 4 + (shift + len(raw)) % 3  # + the pure characters
+        core = encoded[start:end]
+        for text in (core, core.replace("+", "-").replace("/", "_")):
+            if len(text) >= _MIN_BASE64:
+                found.add(text)
+    found.add(base64.b64encode(raw).decode())
+    found.add(base64.urlsafe_b64encode(raw).decode())
+    return found
 
 
 def scrub(text: str, secret: str | None) -> str:
@@ -113,3 +151,20 @@ def loggable(value: str) -> str:
     """``value`` safe to put in a log line: control characters (a newline that would forge a
     second line, terminal escapes) are shown as Python escapes; printable text is unchanged."""
     return value if value.isprintable() else repr(value)[1:-1]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of a ``user:password@`` replaced by ``***`` (a URL written to a
+    log line, a trace, an error message or the outbox must not carry it)."""
+    if "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return f"***@{url.rpartition('@')[2]}"  # unparseable: nothing before the last @ kept
+    if parts.password is None and "@" not in parts.netloc:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.partition(":")[0]
+    netloc = f"{name}:***@{host}" if ":" in user else f"***@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))

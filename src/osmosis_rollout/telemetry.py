@@ -36,6 +36,8 @@ def _load() -> Any:
             from opentelemetry import propagate, trace
         except ImportError:
             _api = None
+        except OSError:  # out of file handles (EMFILE) mid-import: no spans now, try next time
+            return None
         else:
             _api = (trace, propagate, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
     return _api

@@ -140,8 +140,10 @@ class Tracer:
     ``close()`` waits until everything queued is on disk; call it on shutdown.
     """
 
-    def __init__(self, debug_dir: str | Path) -> None:
+    def __init__(self, debug_dir: str | Path, *, secrets: Iterable[str | None] = ()) -> None:
         self.directory = Path(debug_dir).resolve()
+        #: Scrubbed from every trace besides each rollout's own key (``osmosis test``'s LLM key).
+        self.secrets = [s for s in secrets if s]
         self.directory.mkdir(parents=True, exist_ok=True)
         self._queue: queue.SimpleQueue[tuple[Path, str] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -159,7 +161,7 @@ class Tracer:
     ) -> Callable[[dict[str, Any]], None]:
         """A callable that records one event dict for ``rollout_id``, scrubbing ``secrets``."""
         path = self.path_for(rollout_id)
-        hidden = [s for s in secrets if s]
+        hidden = [s for s in secrets if s] + self.secrets
 
         def emit(event: dict[str, Any]) -> None:
             self._put(path, _encode(event, hidden))

@@ -10,8 +10,10 @@ transport only says what happened, with the exceptions below.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
@@ -22,6 +24,7 @@ import httpx2
 from .destinations import DestinationPolicy, DestinationRefused
 
 __all__ = [
+    "MAX_REPLY_BYTES",
     "AsgiTransport",
     "DecodeFailure",
     "Httpx2Transport",
@@ -29,7 +32,13 @@ __all__ = [
     "PostTransport",
     "Reply",
     "TransportFailure",
+    "decode_body",
+    "size_text",
 ]
+
+#: The largest reply body kept by default, raw and once decompressed: a TrainGate reply is a
+#: few KB, and each call in flight may hold this much (twice: raw and decoded) at worst.
+MAX_REPLY_BYTES = 4 * 2**20
 
 
 @dataclass(slots=True)
@@ -91,7 +100,10 @@ class Httpx2Transport:
     ``owned`` says whether :meth:`aclose` closes the client: a client handed in by a caller is
     the caller's to close. With ``destinations`` each call's host is checked first: its
     resolved addresses when ``resolve`` (no proxy: httpx2 then resolves the same name a moment
-    later), else only the URL's host (a proxy resolves names itself).
+    later), else only the URL's host (a proxy resolves names itself). The reply is read raw and
+    decoded here, both bounded by ``max_reply_bytes`` (``httpx2`` would inflate a gzip bomb or
+    read an endless body whole), and the whole call, body included, ends by ``deadline_s``
+    (``httpx2``'s timeouts are per read, so a reply dripping a byte a second would never end).
     """
 
     def __init__(
@@ -101,18 +113,40 @@ class Httpx2Transport:
         owned: bool = False,
         destinations: DestinationPolicy | None = None,
         resolve: bool = True,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
+        deadline_s: float | None = None,
     ) -> None:
         self.http = http
         self._owned = owned
         self._destinations = destinations
         self._resolve = resolve
+        self.max_reply_bytes = max_reply_bytes
+        self.deadline_s = deadline_s
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """POST through the wrapped client, mapping its exceptions onto this module's."""
         if self._destinations is not None:
             await check_call(self._destinations, url, resolve=self._resolve)
+        sent = dict(headers)
+        if not any(name.lower() == "accept-encoding" for name in sent):
+            sent["Accept-Encoding"] = "gzip, deflate"  # what decode_body undoes
+        if "@" in url:  # user:password@: sent as Basic auth, never in a URL httpx2 logs
+            url, basic = _without_userinfo(url)
+            if basic is not None:
+                sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
+                sent["Authorization"] = basic
         try:
-            response = await self.http.post(url, content=content, headers=dict(headers))
+            with anyio.fail_after(self.deadline_s):
+                async with self.http.stream("POST", url, content=content, headers=sent) as reply:
+                    if reply.is_stream_consumed:  # built whole in memory (a mock): decoded
+                        return self._whole(reply)
+                    raw = await self._read(reply)
+        except TimeoutError:
+            raise TransportFailure(
+                "ReadTimeout",
+                f"no complete response within {self.deadline_s:.3g}s",
+                timed_out=True,
+            ) from None
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
             raise InvalidTarget(str(exc)) from None
         except httpx2.DecodingError as exc:
@@ -121,7 +155,22 @@ class Httpx2Transport:
             raise TransportFailure(
                 type(exc).__name__, str(exc), timed_out=isinstance(exc, httpx2.TimeoutException)
             ) from None
-        return Reply(response.status_code, _lower(response.headers.items()), response.content)
+        found = _lower(reply.headers.items())
+        return Reply(reply.status_code, found, decode_body(found, raw, self.max_reply_bytes))
+
+    def _whole(self, reply: httpx2.Response) -> Reply:
+        if len(reply.content) > self.max_reply_bytes:
+            raise DecodeFailure(
+                f"the response body is larger than {size_text(self.max_reply_bytes)}"
+            )
+        return Reply(reply.status_code, _lower(reply.headers.items()), reply.content)
+
+    async def _read(self, reply: httpx2.Response) -> bytes:
+        limit = self.max_reply_bytes
+        declared = reply.headers.get("content-length", "")
+        if declared.strip().isdigit() and int(declared) > limit:
+            raise DecodeFailure(f"the response body is larger than {size_text(limit)}")
+        return await read_capped(reply.aiter_raw(), limit)
 
     async def aclose(self) -> None:
         """Close the client when this transport owns it."""
@@ -208,6 +257,76 @@ def _guarded_backend(inner: Any, policy: DestinationPolicy) -> Any:
             await inner.sleep(seconds)
 
     return GuardedBackend()
+
+
+def _without_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without ``user:password@``, and the Basic ``Authorization`` value it meant."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, None
+    if parts.username is None:
+        return url, None
+    secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    host = parts.netloc.rpartition("@")[2]
+    plain = parts._replace(netloc=host).geturl()
+    return plain, "Basic " + base64.b64encode(secret.encode()).decode()
+
+
+async def read_capped(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The chunks joined, or ``DecodeFailure`` as soon as they pass ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise DecodeFailure(f"the response body is larger than {size_text(limit)}")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def size_text(size: int) -> str:
+    """``4 MiB``, ``512 KiB``: a byte limit as people read it."""
+    if size >= 2**20 and not size % 2**20:
+        return f"{size // 2**20} MiB"
+    if size >= 1024:
+        return f"{size / 1024:g} KiB"
+    return f"{size} bytes"
+
+
+def decode_body(headers: Mapping[str, str], body: bytes, limit: int) -> bytes:
+    """``body`` with its ``Content-Encoding`` undone (gzip, deflate; DecodeFailure otherwise),
+    never inflated past ``limit`` bytes (a 64 KiB gzip bomb would be 64 MiB)."""
+    coding = headers.get("content-encoding")
+    if not coding or not body:
+        return body
+    for token in reversed(coding.split(",")):
+        token = token.strip().lower()
+        if token in ("", "identity"):
+            continue
+        if token in ("gzip", "x-gzip"):
+            body = _inflate(body, zlib.MAX_WBITS | 16, limit)
+        elif token == "deflate":
+            try:
+                body = _inflate(body, zlib.MAX_WBITS, limit)
+            except DecodeFailure:  # some servers send raw deflate without the zlib wrapper
+                body = _inflate(body, -zlib.MAX_WBITS, limit)
+        else:
+            raise DecodeFailure(f"unsupported Content-Encoding {token!r}")
+    return body
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
+    inflater: Any = zlib.decompressobj(wbits)
+    try:
+        out: bytes = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise DecodeFailure(f"the response body is not valid compressed data ({exc})") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise DecodeFailure(f"the decompressed response is larger than {size_text(limit)}")
+    if not inflater.eof:
+        raise DecodeFailure("the compressed response body is truncated")
+    return out
 
 
 def _lower(items: Any) -> dict[str, str]:

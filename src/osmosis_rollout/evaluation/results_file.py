@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import ConfigError
+from ..redaction import scrub_data
 
 
 def open_output(path: Path) -> IO[str]:
@@ -23,8 +25,17 @@ class OrderedRows:
     """Writes ``--output`` rows in dataset order as soon as each one's predecessors are done,
     with trace paths relative to the results file so the pair can be moved together."""
 
-    def __init__(self, sink: IO[str] | None, order: list[int], output: Path | None) -> None:
+    def __init__(
+        self,
+        sink: IO[str] | None,
+        order: list[int],
+        output: Path | None,
+        *,
+        secrets: Iterable[str] = (),
+    ) -> None:
         self.sink = sink
+        #: Keys scrubbed from every row (every form: JSON, URL, HTML, base64...).
+        self.secrets = [s for s in secrets if s]
         self.order = order
         self.next = 0
         self.waiting: dict[int, Any] = {}
@@ -48,6 +59,8 @@ class OrderedRows:
     def _write(self, result: Any) -> None:
         assert self.sink is not None
         row = result.as_dict()
+        for secret in self.secrets:
+            row = scrub_data(row, secret)
         if row.get("trace") and self.base is not None:
             row["trace"] = os.path.relpath(row["trace"], self.base)
         self.sink.write(json.dumps(row, default=str) + "\n")

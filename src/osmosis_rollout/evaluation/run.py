@@ -125,10 +125,12 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     )
     gate = MockTrainGate(backend)
     recorder = None
+    # Scrubbed from the results file, the traces and the cassette: the LLM's key and the
+    # server's (the mock TrainGate's per-rollout key is scrubbed by the server itself).
+    secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), server_key) if s]
     if options.record is not None:
         from .recording import CassetteRecorder, describe_llm
 
-        secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), server_key) if s]
         recorder = CassetteRecorder(
             options.record,
             gate,
@@ -140,7 +142,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     sink: IO[str] | None = open_output(options.output) if options.output else None
     finished: list[RowResult] = []
     started = time.perf_counter()
-    writer = OrderedRows(sink, [r.index for r in rows], options.output)
+    writer = OrderedRows(sink, [r.index for r in rows], options.output, secrets=secrets)
     progress = observer.batch(
         len(rows), workers=pool.jobs if pool else None, concurrency=options.concurrency
     )
@@ -176,6 +178,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     rollout_timeout_s=options.timeout,
                     max_concurrent=options.concurrency,
                     debug_dir=options.debug_dir,
+                    secrets=secrets,
                 ) as harness:
                     with progress as show:
                         shown.append(show)

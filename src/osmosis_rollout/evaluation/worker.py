@@ -250,6 +250,7 @@ async def _work(
                     rollout_timeout_s=options.timeout_s,
                     max_concurrent=options.concurrency,
                     debug_dir=spec.debug_dir,
+                    secrets=[os.environ.get("OPENAI_API_KEY")],
                 ) as harness,
                 anyio.create_task_group() as lanes,
             ):

@@ -30,6 +30,7 @@ from ..destinations import DestinationPolicy
 from ..protocol import HealthResponse
 from ..tracing import Tracer
 from .delivery import DEFAULT_OUTBOX_DIR, Delivery
+from .outbox_guard import OutboxGuard
 from .registry import RolloutRegistry
 from .replicas import Replicas
 from .scheduler import Scheduler
@@ -97,7 +98,12 @@ class RolloutServer:
         #: How long the edge waits for a start request's body (then 408).
         self.body_timeout_s = body_timeout_s
         self.hooks: tuple[Hook | None, Hook | None] = (None, None)  # on_startup, on_shutdown
-        self.delivery = Delivery(self.state, self.outbox_dir, None)
+        guard = OutboxGuard(
+            None if self.state.shared else self.outbox_dir,
+            max_entries=settings.outbox_max_entries,
+            max_bytes=settings.outbox_max_bytes,
+        )
+        self.delivery = Delivery(self.state, self.outbox_dir, None, guard)
         self.scheduler = Scheduler(
             agent,
             settings,
@@ -154,7 +160,7 @@ class RolloutServer:
         owns_client = self._given_client is None
         if owns_client:
             self.scheduler.client = TrainGateClient(
-                retry=RetryPolicy(),
+                retry=RetryPolicy(max_reply_bytes=self.settings.max_reply_bytes),
                 max_connections=max(1000, 2 * self.settings.max_concurrent),
                 # Each connection's resolved addresses checked (docs/security.md).
                 destinations=DestinationPolicy.for_server(
@@ -181,6 +187,7 @@ class RolloutServer:
                                 logger.exception("the on_shutdown hook raised")
                         finally:  # whatever happened above: no plain rollout task outlives us
                             await self.scheduler.stop()
+                            await self.delivery.close()
                     tasks.cancel_scope.cancel()
         finally:
             self.scheduler.close()

@@ -23,6 +23,7 @@ import anyio
 from ..errors import TrainGateError, TrainGateHTTPError
 from ..protocol import RolloutResponse, wire
 from ..redaction import loggable, scrub, scrub_data
+from .outbox_guard import OutboxGuard
 from .state import OutboxEntry, StateBackend, StateUnavailable
 from .state.memory import write_outbox
 from .target import DeliveryTarget, TargetFactory
@@ -60,11 +61,17 @@ class Delivery:
     """Sends results and keeps the undeliverable ones; one per server."""
 
     def __init__(
-        self, state: StateBackend, outbox_dir: Path, metrics: ServerMetrics | None
+        self,
+        state: StateBackend,
+        outbox_dir: Path,
+        metrics: ServerMetrics | None,
+        guard: OutboxGuard | None = None,
     ) -> None:
         self.state = state
         self.outbox_dir = outbox_dir
         self.metrics = metrics
+        #: Holds results no outbox could take, and caps the outbox (docs/security.md).
+        self.guard = guard or OutboxGuard(None if state.shared else outbox_dir)
 
     async def deliver(
         self, client: TrainGateClient, entry: RolloutEntry, response: RolloutResponse
@@ -109,6 +116,29 @@ class Delivery:
             response=scrub_data(wire(response), api_key),
             api_key=api_key,
         )
+
+        async def store() -> str:
+            return await self._store(entry, target, response)
+
+        try:
+            where = await store()
+        except Exception as exc:  # neither the state nor this host's disk took it: hold it
+            logger.error("rollout %s: outbox file not writable (%s)", loggable(rollout_id), exc)
+            self.guard.hold(rollout_id, store)
+            return
+        self.guard.kept(len(entry.error) + len(repr(entry.response)))
+        logger.error(
+            "rollout %s: completion callback failed (%s); saved to %s",
+            loggable(rollout_id),
+            entry.error,
+            where,
+        )
+
+    async def _store(
+        self, entry: OutboxEntry, target: DeliveryTarget, response: RolloutResponse
+    ) -> str:
+        """Write ``entry`` to the state's outbox, else to a file here; returns where."""
+        rollout_id, api_key = target.rollout_id, target.api_key
         try:
             with anyio.CancelScope(shield=True), anyio.fail_after(10):
                 where = await self.state.outbox_put(entry)
@@ -118,28 +148,21 @@ class Delivery:
         except Exception as exc:
             logger.error("rollout %s: outbox not writable (%s)", loggable(rollout_id), exc)
             where = ""
-        if not where:  # the last resort: this host's disk
-            try:
-                path = write_outbox(
-                    self.outbox_dir, target.server_url, response, entry.error, api_key
-                )
-                where = str(path)
-            except Exception as exc:
-                logger.critical(
-                    "rollout %s: callback failed (%s) and the outbox is not writable (%s); "
-                    "response follows: %s",
-                    loggable(rollout_id),
-                    entry.error,
-                    exc,
-                    scrub(repr(response), api_key),
-                )
-                return
-        logger.error(
-            "rollout %s: completion callback failed (%s); saved to %s",
-            loggable(rollout_id),
-            entry.error,
-            where,
-        )
+        if where:
+            return where
+        path = write_outbox(self.outbox_dir, target.server_url, response, entry.error, api_key)
+        return str(path)
+
+    async def close(self) -> None:
+        """At shutdown: write the held results one last time; log those that still fail."""
+        if await self.guard.close():
+            return
+        for held in self.guard.held:
+            logger.critical(
+                "rollout %s: the outbox is still not writable at shutdown; the result is lost "
+                "(its callback failed before)",
+                loggable(held.rollout_id),
+            )
 
 
 # -- redelivery ---------------------------------------------------------------------------------

@@ -136,7 +136,10 @@ class Scheduler:
                 "run its lifespan too, or use osmosis_rollout.server.serve)"
             )
         else:
-            return None
+            full = self.delivery.guard.refusal()  # results not lost: no new work first
+            if full is None:
+                return None
+            detail = full
         return refusal(503, detail, retry_after=True)
 
     # -- admission ------------------------------------------------------------------------------
@@ -264,67 +267,34 @@ class Scheduler:
         """Run the agent when a slot frees up, then deliver exactly once; all of it in ``scope``
         (cancelled at shutdown) and the rollout's OpenTelemetry span, so the callback joins its
         trace."""
-        with scope, telemetry.rollout_span(entry.rollout_id, self.agent.name):
-            request = entry.request
-            target = entry.target
-            assert self.client is not None  # the lifespan opened it
-            assert target is not None  # admit set it
-            response: RolloutResponse | None = None
+        request = entry.request
+        target = entry.target
+        assert self.client is not None  # the lifespan opened it
+        assert target is not None  # admit set it
+        run = _Run()
+        with scope:
             try:
-                async with self._slots:
-                    if entry.key in self._counted:
-                        self._counted.discard(entry.key)
-                        await self._unqueue(entry)
-                    self.registry.start(entry)
-                    if self.metrics is not None:
-                        self.metrics.started.inc()
-                    queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
-                    try:
-                        response = await run_rollout(
-                            self.agent,
-                            request,
-                            target.channel(self.client),
-                            tools=tools,
-                            deadline_s=self.settings.rollout_timeout_s,
-                            tracer=self.tracer,
-                            control=entry.control,
-                            observer=self.metrics,
-                        )
-                    except Exception as exc:  # a toolkit bug must still end in one callback
-                        log_exception(request.rollout_id, request.api_key_value, "internal error")
-                        response = RolloutResponse(
-                            rollout_id=request.rollout_id,
-                            status=RolloutStatus.ERROR,
-                            final_messages=list(request.messages),
-                            finish_reason="error",
-                            error_message=f"internal error: {type(exc).__name__}",
-                        )
-                if response.metrics is not None:
-                    response.metrics = response.metrics.model_copy(
-                        update={"queue_latency_ms": queued_ms}
-                    )
-                if self.metrics is not None:
-                    self.metrics.rollout_ended(response.status.value, response.finish_reason)
-                self.registry.delivering(entry)
-                if await self._still_ours(entry):
-                    # A drain that gives up on this delivery cancels this scope: the result goes to
-                    # the outbox at once, not when the process exits.
-                    with anyio.CancelScope() as entry.delivery:
-                        await self.delivery.deliver(self.client, entry, response)
+                # Opened inside the try: at the file limit even opening a span can fail (the
+                # first one imports OpenTelemetry), and the rollout must still end once.
+                with telemetry.rollout_span(entry.rollout_id, self.agent.name):
+                    await self._live(entry, tools, run)
+            except Exception:  # a toolkit bug, or the process out of files or sockets
+                log_exception(request.rollout_id, request.api_key_value, "internal error")
+                if not run.handed:
+                    response = run.response or _ended(request, "error", "internal error")
+                    await self.delivery.deliver(self.client, entry, response)
             except BaseException:
-                if response is None:  # stopped before the agent ran: the result is still kept
-                    cancelled = RolloutResponse(
-                        rollout_id=request.rollout_id,
-                        status=RolloutStatus.ERROR,
-                        final_messages=list(request.messages),
-                        finish_reason="cancelled",
-                        error_message="rollout cancelled (server stopped before it ran)",
-                    )
-                    if self.metrics is not None:
-                        self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
-                    await self.delivery.to_outbox(
-                        target, cancelled, "server stopped before the rollout ran"
-                    )
+                if not run.handed:  # stopped before delivery: the result is still kept
+                    stopped = run.response
+                    why = "server stopped before the rollout was delivered"
+                    if stopped is None:
+                        why = "server stopped before the rollout ran"
+                        stopped = _ended(
+                            request, "cancelled", "rollout cancelled (server stopped before it ran)"
+                        )
+                        if self.metrics is not None:
+                            self.metrics.rollout_ended(stopped.status.value, "cancelled")
+                    await self.delivery.to_outbox(target, stopped, why)
                 raise
             finally:
                 self._counted.discard(entry.key)
@@ -335,6 +305,51 @@ class Scheduler:
                         await self._release_lease(entry)
                 else:  # this process's memory: nothing to wait for, nothing to interrupt
                     await self._release_lease(entry)
+
+    async def _live(
+        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema], run: _Run
+    ) -> None:
+        """The rollout's life: a slot, the agent, then one delivery (``run`` says how far)."""
+        request = entry.request
+        target = entry.target
+        assert self.client is not None
+        assert target is not None
+        async with self._slots:
+            if entry.key in self._counted:
+                self._counted.discard(entry.key)
+                await self._unqueue(entry)
+            self.registry.start(entry)
+            if self.metrics is not None:
+                self.metrics.started.inc()
+            queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
+            try:
+                response = await run_rollout(
+                    self.agent,
+                    request,
+                    target.channel(self.client),
+                    tools=tools,
+                    deadline_s=self.settings.rollout_timeout_s,
+                    tracer=self.tracer,
+                    control=entry.control,
+                    observer=self.metrics,
+                )
+            except Exception as exc:  # a toolkit bug must still end in one callback
+                log_exception(request.rollout_id, request.api_key_value, "internal error")
+                response = _ended(request, "error", f"internal error: {type(exc).__name__}")
+            run.response = response
+        if response.metrics is not None:
+            response.metrics = response.metrics.model_copy(update={"queue_latency_ms": queued_ms})
+        if self.metrics is not None:
+            self.metrics.rollout_ended(response.status.value, response.finish_reason)
+        self.registry.delivering(entry)
+        if await self._still_ours(entry):
+            run.handed = True
+            # A drain that gives up on this delivery cancels this scope: the result goes to
+            # the outbox at once, not when the process exits.
+            with anyio.CancelScope() as entry.delivery:
+                await self.delivery.deliver(self.client, entry, response)
+        else:
+            run.handed = True  # a peer already ended it
 
     async def _unqueue(self, entry: RolloutEntry) -> None:
         try:
@@ -367,3 +382,24 @@ class Scheduler:
             await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
         except StateUnavailable as exc:
             logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
+
+
+class _Run:
+    """How far one rollout got: its result, once made, and whether delivery took it over."""
+
+    __slots__ = ("handed", "response")
+
+    def __init__(self) -> None:
+        self.response: RolloutResponse | None = None
+        self.handed = False
+
+
+def _ended(request: RolloutRequest, reason: str, message: str) -> RolloutResponse:
+    """The ERROR result of a rollout that ended without the agent's (a bug, a stop)."""
+    return RolloutResponse(
+        rollout_id=request.rollout_id,
+        status=RolloutStatus.ERROR,
+        final_messages=list(request.messages),
+        finish_reason=reason,
+        error_message=message,
+    )

@@ -28,6 +28,14 @@ from ..config import ServerSettings
 from ..errors import ConfigError, OsmosisError
 from .app import create_app
 from .auth import decide_auth
+from .connections import (
+    ConnectionLimits,
+    LimitedConfig,
+    auto_max_connections,
+    file_limit,
+    protocol_class,
+    raise_file_limit,
+)
 from .core import RolloutServer
 from .workers import die_with_parent, run_workers
 
@@ -167,6 +175,7 @@ def serve(
     settings, app_options = _with_auth(settings, host, app_options, no_auth=no_auth)
     loop, http = http_stack(loop, http)
     stack = {"loop": loop, "http": http}
+    raise_file_limit()  # before any fork: every worker inherits it
     if settings is not None:
         host, port, log_level = settings.host, settings.port, settings.log_level
         workers = settings.workers if workers == 1 else workers
@@ -244,14 +253,24 @@ def _serve_one(
         app = create_app(agent_loop, settings=settings)
     else:
         app = create_app(agent_loop, **app_options)
-    config = uvicorn.Config(
+    resolved = app.state.rollout_server.settings
+    limits = ConnectionLimits(
+        max_connections=resolved.max_connections or auto_max_connections(file_limit()[0]),
+        header_timeout_s=resolved.header_timeout_s,
+        max_header_bytes=resolved.max_header_bytes,
+    )
+    config = LimitedConfig(
         app,
+        limits=limits,
         log_config=_log_config(log_level),
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=resolved.keep_alive_timeout_s,
+        h11_max_incomplete_event_size=resolved.max_header_bytes,
         access_log=log_level == "debug",
-        **stack,  # type: ignore[arg-type]
+        loop=stack["loop"],
+        http=protocol_class(stack["http"]),
     )
     server = _DrainingServer(config, app.state.rollout_server, worker=worker)
     # Everything imported so far lives as long as the process: keep it out of the garbage

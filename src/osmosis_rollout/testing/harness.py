@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,7 @@ class Harness:
         max_concurrent: int = 100,
         debug_dir: str | Path | None = None,
         outbox_dir: str | Path | None = None,
+        secrets: Iterable[str | None] = (),
     ) -> None:
         if (agent is None) == (server_url is None):
             raise ConfigError("give either an agent (in-process server) or a server_url")
@@ -119,6 +121,8 @@ class Harness:
         self.max_concurrent = max_concurrent
         self.debug_dir = debug_dir
         self.outbox_dir = outbox_dir
+        #: Scrubbed from the traces too (the LLM's key): the server only knows its own.
+        self.secrets = [s for s in secrets if s]
         self._stack = contextlib.AsyncExitStack()
         self._server_http: httpx2.AsyncClient | None = None
         #: How inits reach the server, and the URL they are posted under.
@@ -172,6 +176,8 @@ class Harness:
             outbox_dir=self.outbox_dir,
         )
         self.rollout_server = app.state.rollout_server
+        if self.rollout_server.tracer is not None:
+            self.rollout_server.tracer.secrets += self.secrets
         await self._stack.enter_async_context(app.router.lifespan_context(app))
         self._server_post = AsgiTransport(app)
         self._app = app

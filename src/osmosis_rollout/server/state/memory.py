@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from ...protocol import RolloutResponse, wire
-from ...redaction import scrub_data
+from ...redaction import redact_url, scrub_data
 from ...tracing import safe_trace_name
 from .base import (
     Claim,
@@ -175,7 +175,7 @@ def write_outbox(
     target = directory / f"{stem}.{stamp}.{secrets.token_hex(3)}.json"
     record = scrub_data(
         {
-            "server_url": server_url,
+            "server_url": redact_url(server_url),  # a password in it never reaches a file
             "error": error,
             "written_at": time.time(),
             "response": wire(response),
