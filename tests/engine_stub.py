@@ -152,6 +152,10 @@ class EngineStub(OpenAIStub):
         }
         return Reply(message, usage=usage, choice_extra=choice_extra)
 
+    def parsed(self, raw: str) -> dict[str, Any]:
+        """The message this server answers when the model wrote ``raw`` (at turn 0)."""
+        return self._parse(raw, 0)
+
     def _parse(self, raw: str, turn: int) -> dict[str, Any]:
         blocks = _TAGGED.findall(raw)
         if not blocks and self.parse_bare_json:
@@ -176,7 +180,9 @@ class EngineStub(OpenAIStub):
         if not calls:
             return {"role": "assistant", "content": raw}
         text = _TAGGED.sub("", raw).strip() if not self.parse_bare_json else ""
-        return {"role": "assistant", "content": text or None, "tool_calls": calls}
+        # llama.cpp answers a parsed call with "content": "", vLLM with null.
+        empty = "" if self.engine == "llamacpp" else None
+        return {"role": "assistant", "content": text or empty, "tool_calls": calls}
 
     # -- tokenizer endpoints --------------------------------------------------------------------
 

@@ -95,6 +95,38 @@ async def test_re_serialised_arguments_drift_though_the_messages_are_equivalent(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+async def test_null_content_where_the_server_sent_empty_is_neither_drift_nor_a_rewrite(
+    engine: str,
+) -> None:
+    """llama.cpp answers a parsed call with `"content": ""`; an agent rebuilding the reply
+    with `None` renders the same tokens, and both checks say so."""
+    stub = EngineStub(engine, [TAGGED_CALL, "The sum is 3."])
+    rows, backend = await check(stub, "NullContentToolReplyAgent")
+    assert rows[0].findings == []
+    assert backend.report.as_dict()["turns_compared"] == 1
+    assert stub.parsed(TAGGED_CALL)["content"] == ("" if engine == "llamacpp" else None)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_the_tokens_decide_over_a_difference_the_template_does_not_render(
+    engine: str,
+) -> None:
+    """A changed tool-call id is a different message, but the template renders no ids: the
+    prompt's tokens are the same, so TrainGate trains on what the model saw; no finding."""
+    stub = EngineStub(engine, [TAGGED_CALL, "The sum is 3."])
+    rows, backend = await check(stub, "RenamesCallIdAgent")
+    assert rows[0].findings == []
+    assert backend.report.as_dict()["turns_with_drift"] == 0
+
+
+async def test_without_sampled_ids_the_messages_decide() -> None:
+    """No token ids to compare: the history check's finding stands."""
+    stub = EngineStub("llamacpp", [TAGGED_CALL, "The sum is 3."], returns_ids=False)
+    rows, _ = await check(stub, "RenamesCallIdAgent")
+    assert [f.code for f in rows[0].findings] == ["history_rewritten"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 async def test_a_bare_json_call_re_rendered_in_tags_drifts_for_any_agent(engine: str) -> None:
     """The model sampled `{"`, the template renders `<tool_call>`: drift at the reply's start."""
     stub = EngineStub(engine, [BARE_CALL, "The sum is 3."], parse_bare_json=True)

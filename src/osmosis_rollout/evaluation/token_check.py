@@ -23,7 +23,7 @@ import httpx2
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, wire
 from ..testing.openai_backend import OpenAICompatibleBackend
-from ..testing.records import RolloutRecord
+from ..testing.records import HISTORY_REWRITTEN, RolloutRecord
 
 __all__ = [
     "TOKEN_DRIFT",
@@ -310,6 +310,7 @@ class TokenCheckBackend:
         expected = previous.prompt + previous.sampled
         at = _first_difference(expected, prompt)
         if at is None:
+            _tokens_decide(record, turn)
             return
         reply_start = len(previous.prompt)
         if at < reply_start:
@@ -343,6 +344,15 @@ class TokenCheckBackend:
                 text = f"<id {token}>"
             pieces.append(repr(text))
         return "[" + " ".join(pieces) + "]"
+
+
+def _tokens_decide(record: RolloutRecord, turn: int) -> None:
+    """The tokens show ``turn``'s prompt continues the last one exactly: whatever the messages
+    look like, TrainGate trains on what the model saw, so a ``history_rewritten`` finding of
+    that turn (a difference no template renders) is withdrawn."""
+    record.findings[:] = [
+        f for f in record.findings if not (f.code == HISTORY_REWRITTEN and f.turn == turn)
+    ]
 
 
 def _first_difference(expected: list[int], actual: list[int]) -> int | None:
