@@ -119,7 +119,7 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
             else "or --debug-dir DIR to keep a trace of every rollout"
         )
         err.print(f"[dim]Rerun with --verbose to see the agents' tracebacks, {traces}.[/]")
-    for line in report.token_check_lines:
+    for line in [*report.token_check_lines, *report.model_lines]:
         err.print(line, markup=False, highlight=False)
     if report.max_in_flight > 1:
         err.print(
