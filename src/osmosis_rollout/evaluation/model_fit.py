@@ -38,7 +38,11 @@ class Fit:
         """Add the model server's part to ``summary``; the closing lines for the terminal."""
         if self.backend is None:
             return []
-        summary["concurrency"] = {"rollouts": self.concurrency, "from": self.source}
+        summary["concurrency"] = {
+            "rollouts": self.concurrency,
+            "from": self.source,
+            "server_slots": self.facts.slots if self.facts is not None else None,
+        }
         lines = []
         split = self.backend.times.split(rows)
         if split is not None:

@@ -13,6 +13,7 @@ wraps the OpenAI-compatible backend and compares consecutive turns of each rollo
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -126,7 +127,9 @@ class _VLLM(EngineTokenizer):
 
 class _LlamaCpp(EngineTokenizer):
     name = "llama.cpp"
-    request_extras: ClassVar[Mapping[str, Any]] = {"logprobs": True}
+    # One alternative per token, not the default 20: the ids are all the check needs, and a
+    # reply with 20 alternatives per token is about five times the bytes to send and parse.
+    request_extras: ClassVar[Mapping[str, Any]] = {"logprobs": True, "top_logprobs": 1}
 
     async def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
         body: dict[str, Any] = {"messages": messages}
@@ -285,12 +288,14 @@ class TokenCheckBackend:
         index = len(record.replies)
         tools = [wire(tool) for tool in record.tools]
         prompt: list[int] | None = None
+        started = time.perf_counter()
         try:
             prompt = await self.engine.render(request.messages, tools)
         except LLMBackendError as exc:  # the check is an observer: the rollout goes on
             self.report.render_errors += 1
             if self.report.first_render_error is None:
                 self.report.first_render_error = str(exc).removeprefix("--token-check: ")
+        self.inner.times.observed(record.rollout_id, (time.perf_counter() - started) * 1000)
         reply = await self.inner.complete(request, record)
         turns = self._turns.setdefault(record.rollout_id, {})
         self.report.rollouts.add(record.rollout_id)

@@ -38,6 +38,8 @@ class TurnTimes:
     model_ms: list[float] = field(default_factory=list)
     #: The request's wall time of the same turns (ms), to set against ``model_ms``.
     timed_request_ms: list[float] = field(default_factory=list)
+    #: rollout id -> time spent by an observer of its turns (the token check's requests).
+    observer_ms: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def add(self, rollout_id: str, request_ms: float, model_ms: float | None) -> None:
         """One answered turn."""
@@ -46,12 +48,17 @@ class TurnTimes:
             self.model_ms.append(model_ms)
             self.timed_request_ms.append(request_ms)
 
+    def observed(self, rollout_id: str, ms: float) -> None:
+        """Time an observer (``--token-check``) spent inside one of the rollout's turns: its
+        own, neither the model's nor the toolkit's."""
+        self.observer_ms[rollout_id] += ms
+
     def split(self, rows: Iterable[Any]) -> dict[str, Any] | None:
         """Medians per turn (ms): ``model`` (the engine's timings), ``server_and_http`` (the
         request's wall time less the model's: queueing, templating, HTTP), and ``toolkit``
-        (each row's LLM time as the agent saw it, less its requests': the mock TrainGate, the
-        rollout server, the protocol), from ``rows`` (results with ``rollout_id``, ``llm_ms``,
-        ``turns``). None when no engine reported timings."""
+        (each row's LLM time as the agent saw it, less its requests' and an observer's: the
+        mock TrainGate, the rollout server, the protocol). ``rows`` are results with
+        ``rollout_id``, ``llm_ms`` and ``turns``. None when no engine reported timings."""
         if not self.model_ms:
             return None
         overhead = [w - m for w, m in zip(self.timed_request_ms, self.model_ms, strict=True)]
@@ -59,7 +66,8 @@ class TurnTimes:
         for row in rows:
             requests = self.request_ms.get(row.rollout_id)
             if requests and row.turns == len(requests):
-                toolkit.append(max(0.0, row.llm_ms - sum(requests)) / len(requests))
+                spent = sum(requests) + self.observer_ms.get(row.rollout_id, 0.0)
+                toolkit.append(max(0.0, row.llm_ms - spent) / len(requests))
         return {
             "turns_timed": len(self.model_ms),
             "model": round(statistics.median(self.model_ms), 1),
