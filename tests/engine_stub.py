@@ -75,16 +75,18 @@ def recorded_props(slots: int | None = None) -> dict[str, Any]:
 def timings(prompt_n: int, predicted_n: int) -> dict[str, Any]:
     """llama.cpp's ``timings`` block, its keys as recorded, for a reply of that size."""
     shape = RECORDED["bare_json_call"]["timings"]
+    # Small per-token figures: the stub answers at once, and the model's time must be part of
+    # the request's (a real server's timings are).
     values = {
         "cache_n": 0,
         "prompt_n": prompt_n,
-        "prompt_ms": 2.0 * prompt_n,
-        "prompt_per_token_ms": 2.0,
-        "prompt_per_second": 500.0,
+        "prompt_ms": 0.001 * prompt_n,
+        "prompt_per_token_ms": 0.001,
+        "prompt_per_second": 1e6,
         "predicted_n": predicted_n,
-        "predicted_ms": 20.0 * predicted_n,
-        "predicted_per_token_ms": 20.0,
-        "predicted_per_second": 50.0,
+        "predicted_ms": 0.01 * predicted_n,
+        "predicted_per_token_ms": 0.01,
+        "predicted_per_second": 1e5,
     }
     return {key: values[key] for key in shape}
 

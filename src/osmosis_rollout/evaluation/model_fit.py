@@ -86,11 +86,16 @@ def _sampling_note(params: dict[str, Any], facts: ServerFacts) -> str:
         repeatable = "" if temperature == 0 else ": replies vary between runs"
         return f"sampling: temperature {temperature:g} (--temperature){repeatable}"
     defaults = facts.sampling or {}
-    shown = ", ".join(
-        f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in defaults.items()
-    )
+    shown = ", ".join(_setting(key, value) for key, value in defaults.items())
     told = f" ({shown})" if shown else ""
     return (
         f"sampling: the server's defaults{told}: replies vary between runs; pass "
         "--temperature 0 for repeatable ones"
     )
+
+
+def _setting(key: str, value: Any) -> str:
+    """``temperature 0.8``; llama.cpp's "no seed" (-1, sent back as 2**32 - 1) as random."""
+    if key == "seed" and value in (-1, 0xFFFFFFFF):
+        return "seed random"
+    return f"{key} {value:.3g}" if isinstance(value, float) else f"{key} {value}"
