@@ -138,6 +138,21 @@ async def test_a_bare_json_call_re_rendered_in_tags_drifts_for_any_agent(engine:
     assert "'<tool_call>'" in finding.message
 
 
+async def test_single_turn_rollouts_say_why_nothing_was_compared() -> None:
+    """`0 turn(s) compared` used to stand alone; when each rollout made one turn, it says so."""
+    stub = EngineStub("llamacpp", ["The sum is 3."])
+    http = httpx2.AsyncClient(transport=stub.transport(), base_url="http://engine.test")
+    async with http:
+        backend = await TokenCheckBackend.connect(OpenAICompatibleBackend(URL, "m", http=http))
+        agent = load_asset("bad_agents").GoodAgent()
+        async with Harness(agent, backend=backend) as harness:
+            rows = [RowInput(1, QUESTION), RowInput(2, QUESTION)]
+            await run_batch(harness, rows, RunOptions(timeout_s=10))
+    lines = "\n".join(backend.report.lines())
+    assert "2 rollout(s) checked, 0 turn(s) compared" in lines
+    assert "2 (every one of the 2) rollout(s) made a single LLM turn: nothing to compare" in lines
+
+
 async def test_a_failing_tokenizer_endpoint_skips_the_comparison_not_the_rollout() -> None:
     """The check only observes: a tokenizer error mid-run is counted and shown, rows still pass."""
     stub = EngineStub("vllm", [TAGGED_CALL, "The sum is 3."], tokenize_fails_after=2)

@@ -210,6 +210,8 @@ class TokenCheckReport:
     #: Tokenizer-endpoint failures during the run (they skip a comparison, never a rollout).
     render_errors: int = 0
     first_render_error: str | None = None
+    #: Turns made by each rollout: a rollout of one turn has nothing to compare.
+    turns_seen: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for the ``--output`` and ``--json`` summaries."""
@@ -240,6 +242,13 @@ class TokenCheckReport:
                 "for `return_token_ids`, in recent versions; llama.cpp with `logprobs`)"
             )
             out.append(f"  {self.turns_skipped} turn(s) not compared: {why}")
+        single = sum(1 for turns in self.turns_seen.values() if turns == 1)
+        if single:
+            every = "every one of the" if single == len(self.rollouts) else "of the"
+            out.append(
+                f"  {single} ({every} {len(self.rollouts)}) rollout(s) made a single LLM turn: "
+                "nothing to compare (a turn's prompt is checked against the turn before it)"
+            )
         for cause, count in self.causes.most_common():
             out.append(f"  {count} x {cause}: {CAUSES[cause]}")
         return out
@@ -299,6 +308,7 @@ class TokenCheckBackend:
         reply = await self.inner.complete(request, record)
         turns = self._turns.setdefault(record.rollout_id, {})
         self.report.rollouts.add(record.rollout_id)
+        self.report.turns_seen[record.rollout_id] += 1
         previous = turns.get(index - 1)
         if previous is not None:
             await self._compare(record, index + 1, previous, prompt)
