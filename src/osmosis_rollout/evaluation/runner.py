@@ -100,6 +100,7 @@ class RowResult:
             "passed": self.passed,
             "finish_reason": self.finish_reason,
             "error_message": self.error_message,
+            "llm_error": self.llm_error,
             "reward": self.reward,
             "turns": self.turns,
             "tool_calls": self.tool_calls,
