@@ -8,7 +8,14 @@ tokenizer endpoints, field names as the engines document them:
   sampled ids in ``choices[0].token_ids`` when the request sets ``return_token_ids``.
 - ``engine="llamacpp"``: ``POST /apply-template`` (``messages`` -> ``prompt``), ``POST
   /tokenize`` (``content`` -> ``tokens``), ``POST /detokenize`` (``tokens`` -> ``content``);
-  sampled ids as the ``id`` of each ``choices[0].logprobs.content`` entry with ``logprobs``.
+  sampled ids as the ``id`` of each ``choices[0].logprobs.content`` entry with ``logprobs``;
+  ``GET /props`` as the real server answered it (``total_slots`` = ``slots``), ``timings`` in
+  every reply and ``"content": ""`` beside parsed tool calls, as the real server sends them.
+
+``RECORDED`` holds bodies recorded from the real llama.cpp server (``assets/
+llama_cpp_recorded.json``: its ``/props``, the bare-JSON and broken text calls, the
+``"content": ""`` tool call, the three deterministic HTTP 500 bodies); :func:`recorded` and
+:func:`recorded_error` replay them byte for byte through an :class:`OpenAIStub` script.
 
 The "model" writes ``sampled[turn]`` (the raw text, turn = assistant messages so far); the
 server parses ``<tool_call>`` blocks (or, with ``parse_bare_json``, a bare JSON call) into
@@ -18,8 +25,10 @@ server parses ``<tool_call>`` blocks (or, with ``parse_bare_json``, a bare JSON 
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -37,6 +46,49 @@ _CORPUS = [
     '"description": "Add two numbers", "parameters": {"type": "object", "properties":',
 ]
 _TAGGED = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
+RECORDED: dict[str, Any] = json.loads(
+    (Path(__file__).parent / "assets" / "llama_cpp_recorded.json").read_text()
+)
+
+
+def recorded(name: str) -> Reply:
+    """A whole chat completion the real llama.cpp server sent (``bare_json_call``,
+    ``broken_json_call``, ``empty_content_tool_call``), as it sent it."""
+    return Reply(raw=copy.deepcopy(RECORDED[name]))
+
+
+def recorded_error(kind: str) -> Reply:
+    """One of the real server's deterministic errors (``needs_jinja``, ``context_length``,
+    ``unparsable_reply``): its HTTP status and JSON body."""
+    error = RECORDED["errors"][kind]
+    return Reply(status=error["status"], raw=copy.deepcopy(error["body"]))
+
+
+def recorded_props(slots: int | None = None) -> dict[str, Any]:
+    """The real server's ``GET /props`` answer, with ``total_slots`` set to ``slots``."""
+    props = copy.deepcopy(RECORDED["props"])
+    if slots is not None:
+        props["total_slots"] = slots
+    return props
+
+
+def timings(prompt_n: int, predicted_n: int) -> dict[str, Any]:
+    """llama.cpp's ``timings`` block, its keys as recorded, for a reply of that size."""
+    shape = RECORDED["bare_json_call"]["timings"]
+    # Small per-token figures: the stub answers at once, and the model's time must be part of
+    # the request's (a real server's timings are).
+    values = {
+        "cache_n": 0,
+        "prompt_n": prompt_n,
+        "prompt_ms": 0.001 * prompt_n,
+        "prompt_per_token_ms": 0.001,
+        "prompt_per_second": 1e6,
+        "predicted_n": predicted_n,
+        "predicted_ms": 0.01 * predicted_n,
+        "predicted_per_token_ms": 0.01,
+        "predicted_per_second": 1e5,
+    }
+    return {key: values[key] for key in shape}
 
 
 def build_tokenizer() -> Tokenizer:
@@ -93,6 +145,7 @@ class EngineStub(OpenAIStub):
         parse_bare_json: bool = False,
         tokenize_fails_after: int | None = None,
         returns_ids: bool = True,
+        slots: int = 2,
     ) -> None:
         if engine not in ("vllm", "llamacpp"):
             raise ValueError(f"unknown engine {engine!r}: vllm or llamacpp")
@@ -104,6 +157,8 @@ class EngineStub(OpenAIStub):
         self.tokenized = 0
         #: False: an older engine that ignores the request for sampled ids.
         self.returns_ids = returns_ids
+        #: llama.cpp's ``total_slots`` in ``/props``.
+        self.slots = slots
         self.tokenizer = build_tokenizer()
         self.im_end = self.tokenizer.token_to_id("<|im_end|>")
         super().__init__(responder=self._reply)
@@ -117,6 +172,7 @@ class EngineStub(OpenAIStub):
         ]
         if self.engine == "llamacpp":
             routes.append(Route("/apply-template", self._apply_template, methods=["POST"]))
+            routes.append(Route("/props", self._props, methods=["GET"]))
         return routes
 
     def encode(self, text: str) -> list[int]:
@@ -150,7 +206,12 @@ class EngineStub(OpenAIStub):
             "completion_tokens": len(ids),
             "total_tokens": len(prompt) + len(ids),
         }
-        return Reply(message, usage=usage, choice_extra=choice_extra)
+        extra = {"timings": timings(len(prompt), len(ids))} if self.engine == "llamacpp" else {}
+        return Reply(message, usage=usage, choice_extra=choice_extra, extra=extra)
+
+    def parsed(self, raw: str) -> dict[str, Any]:
+        """The message this server answers when the model wrote ``raw`` (at turn 0)."""
+        return self._parse(raw, 0)
 
     def _parse(self, raw: str, turn: int) -> dict[str, Any]:
         blocks = _TAGGED.findall(raw)
@@ -165,18 +226,20 @@ class EngineStub(OpenAIStub):
             parsed = json.loads(block)
             calls.append(
                 {
-                    "id": f"call_{turn}_{index}",
                     "type": "function",
                     "function": {
                         "name": parsed["name"],
                         "arguments": json.dumps(parsed["arguments"], ensure_ascii=False),
                     },
+                    "id": f"call_{turn}_{index}",
                 }
             )
         if not calls:
             return {"role": "assistant", "content": raw}
         text = _TAGGED.sub("", raw).strip() if not self.parse_bare_json else ""
-        return {"role": "assistant", "content": text or None, "tool_calls": calls}
+        # llama.cpp answers a parsed call with "content": "", vLLM with null.
+        empty = "" if self.engine == "llamacpp" else None
+        return {"role": "assistant", "content": text or empty, "tool_calls": calls}
 
     # -- tokenizer endpoints --------------------------------------------------------------------
 
@@ -205,6 +268,10 @@ class EngineStub(OpenAIStub):
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         key = "prompt" if self.engine == "vllm" else "content"
         return JSONResponse({key: text})
+
+    async def _props(self, request: Request) -> Response:
+        await self.record(request)
+        return JSONResponse(recorded_props(self.slots))
 
     async def _apply_template(self, request: Request) -> Response:
         recorded = await self.record(request)

@@ -742,3 +742,22 @@ def test_skip_bad_rows_runs_the_others_and_counts_them(tmp_path: Path) -> None:
     # Without the option the summary has no such key: it is not a count of zero skipped.
     plain = json.loads(invoke(CALCULATOR, "-d", DATASET, "--limit", "1", "--json").stdout)
     assert "bad_rows_skipped" not in plain
+
+
+def test_a_replay_of_an_edited_row_says_its_error_once(tmp_path: Path) -> None:
+    """A dataset row changed after recording has no recorded row: its error and the
+    replay_diverged finding carry the same words, and the output says them once."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(Path(DATASET).read_text().splitlines()[0] + "\n")
+    cassette = tmp_path / "c.jsonl"
+    target = CALCULATOR
+    recording = CliRunner().invoke(
+        app, ["test", target, "-d", str(rows), "--record", str(cassette)]
+    )
+    assert recording.exit_code == 0, recording.stderr
+    rows.write_text(rows.read_text().replace("12 + 30", "12 + 31"))
+    result = CliRunner().invoke(app, ["test", target, "-d", str(rows), "--replay", str(cassette)])
+    assert result.exit_code == 1
+    output = " ".join((result.stdout + result.stderr).split())
+    assert output.count("no row of the cassette") == 1, output
+    assert "replay_diverged x1" in output

@@ -95,6 +95,38 @@ async def test_re_serialised_arguments_drift_though_the_messages_are_equivalent(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+async def test_null_content_where_the_server_sent_empty_is_neither_drift_nor_a_rewrite(
+    engine: str,
+) -> None:
+    """llama.cpp answers a parsed call with `"content": ""`; an agent rebuilding the reply
+    with `None` renders the same tokens, and both checks say so."""
+    stub = EngineStub(engine, [TAGGED_CALL, "The sum is 3."])
+    rows, backend = await check(stub, "NullContentToolReplyAgent")
+    assert rows[0].findings == []
+    assert backend.report.as_dict()["turns_compared"] == 1
+    assert stub.parsed(TAGGED_CALL)["content"] == ("" if engine == "llamacpp" else None)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_the_tokens_decide_over_a_difference_the_template_does_not_render(
+    engine: str,
+) -> None:
+    """A changed tool-call id is a different message, but the template renders no ids: the
+    prompt's tokens are the same, so TrainGate trains on what the model saw; no finding."""
+    stub = EngineStub(engine, [TAGGED_CALL, "The sum is 3."])
+    rows, backend = await check(stub, "RenamesCallIdAgent")
+    assert rows[0].findings == []
+    assert backend.report.as_dict()["turns_with_drift"] == 0
+
+
+async def test_without_sampled_ids_the_messages_decide() -> None:
+    """No token ids to compare: the history check's finding stands."""
+    stub = EngineStub("llamacpp", [TAGGED_CALL, "The sum is 3."], returns_ids=False)
+    rows, _ = await check(stub, "RenamesCallIdAgent")
+    assert [f.code for f in rows[0].findings] == ["history_rewritten"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 async def test_a_bare_json_call_re_rendered_in_tags_drifts_for_any_agent(engine: str) -> None:
     """The model sampled `{"`, the template renders `<tool_call>`: drift at the reply's start."""
     stub = EngineStub(engine, [BARE_CALL, "The sum is 3."], parse_bare_json=True)
@@ -104,6 +136,21 @@ async def test_a_bare_json_call_re_rendered_in_tags_drifts_for_any_agent(engine:
     assert "at token 1 of turn 1's sampled reply" in finding.message
     assert "'{\"'" in finding.message or "'{'" in finding.message
     assert "'<tool_call>'" in finding.message
+
+
+async def test_single_turn_rollouts_say_why_nothing_was_compared() -> None:
+    """`0 turn(s) compared` used to stand alone; when each rollout made one turn, it says so."""
+    stub = EngineStub("llamacpp", ["The sum is 3."])
+    http = httpx2.AsyncClient(transport=stub.transport(), base_url="http://engine.test")
+    async with http:
+        backend = await TokenCheckBackend.connect(OpenAICompatibleBackend(URL, "m", http=http))
+        agent = load_asset("bad_agents").GoodAgent()
+        async with Harness(agent, backend=backend) as harness:
+            rows = [RowInput(1, QUESTION), RowInput(2, QUESTION)]
+            await run_batch(harness, rows, RunOptions(timeout_s=10))
+    lines = "\n".join(backend.report.lines())
+    assert "2 rollout(s) checked, 0 turn(s) compared" in lines
+    assert "2 (every one of the 2) rollout(s) made a single LLM turn: nothing to compare" in lines
 
 
 async def test_a_failing_tokenizer_endpoint_skips_the_comparison_not_the_rollout() -> None:

@@ -32,9 +32,11 @@ def same_message(a: Any, b: Any) -> bool:
     """Whether two chat messages render alike, so TrainGate would tokenise them the same.
 
     Differences that vanish in rendering are ignored: key order, a key set to ``null`` versus
-    absent (servers send ``"content": null`` beside tool calls; our replies omit it), and
-    tool-call ``arguments`` that are the same JSON written differently (spacing, key order, or
-    an object instead of its JSON text; trainers parse arguments before templating).
+    absent (vLLM sends ``"content": null`` beside tool calls; our replies omit it), an empty
+    ``content`` beside tool calls (llama.cpp sends ``"content": ""``; templates render ``""``,
+    ``null`` and no content alike), and tool-call ``arguments`` that are the same JSON written
+    differently (spacing, key order, or an object instead of its JSON text; trainers parse
+    arguments before templating).
     """
     return bool(a == b or _comparable(a) == _comparable(b))
 
@@ -46,6 +48,8 @@ def _comparable(message: Any) -> Any:
     calls = out.get("tool_calls")
     if isinstance(calls, list):
         out["tool_calls"] = [_comparable_call(call) for call in calls]
+        if calls and out.get("content") == "":
+            del out["content"]
     return out
 
 

@@ -235,7 +235,8 @@ class LLMBackendError(OsmosisError):
     """An LLM backend answering for the mock TrainGate failed.
 
     ``kind`` is one of ``auth``, ``rate_limit``, ``context_length``, ``unreachable``,
-    ``timeout``, ``not_found``, ``bad_response``, ``tool_schema`` or ``http``. ``systemic`` is
+    ``timeout``, ``not_found``, ``bad_response``, ``tool_schema``, ``needs_jinja``,
+    ``unparsable_reply`` or ``http``. ``systemic`` is
     True when every other row would fail the same way (bad key, server down, wrong URL or
     model), so a batch should stop early. Messages never contain the API key.
     """

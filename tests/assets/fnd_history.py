@@ -216,3 +216,23 @@ class DropsToolCallsAgent(_ToolTurn):
 
     def reply_message(self, result) -> dict:
         return {"role": "assistant", "content": result.content or ""}
+
+
+class NullContentToolReplyAgent(_ToolTurn):
+    """Rebuilds the reply with ``"content": None``, whatever the server sent (llama.cpp: "")."""
+
+    name = "fnd-null-content-tool-reply"
+
+    def reply_message(self, result) -> dict:
+        return {"role": "assistant", "content": None, "tool_calls": result.tool_calls}
+
+
+class RenamesCallIdAgent(_ToolTurn):
+    """Changes the reply's tool-call ids, which a Qwen2.5-like template does not render."""
+
+    name = "fnd-renames-call-id"
+    expected_index = 1
+
+    def reply_message(self, result) -> dict:
+        calls = [{**call, "id": f"renamed-{call['id']}"} for call in result.tool_calls]
+        return {"role": "assistant", "content": result.content, "tool_calls": calls}

@@ -56,8 +56,8 @@ def print_divergences(console: Console, rows: list[RowResult], *, limit: int = 1
     shown = 0
     for row in rows:
         for finding in row.findings:
-            if finding.code != REPLAY_DIVERGED:
-                continue
+            if finding.code != REPLAY_DIVERGED or finding.message in (row.error_message or ""):
+                continue  # another code, or said already with the row's error
             if shown == limit:
                 console.print("[dim]... more divergences in the results (--output FILE)[/]")
                 return

@@ -119,9 +119,10 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
             else "or --debug-dir DIR to keep a trace of every rollout"
         )
         err.print(f"[dim]Rerun with --verbose to see the agents' tracebacks, {traces}.[/]")
-    for line in report.token_check_lines:
+    for line in [*report.token_check_lines, *report.model_lines]:
         err.print(line, markup=False, highlight=False)
-    if report.max_in_flight > 1:
+    slots = (report.summary.get("concurrency") or {}).get("server_slots")
+    if report.max_in_flight > max(1, slots or 1):
         err.print(
             f"[dim]llm time includes queueing: up to {report.max_in_flight} turns were with the "
             "model server at once; one that serves fewer in parallel (llama.cpp --parallel, vLLM "

@@ -55,8 +55,14 @@ def command_test(
         ),
     ] = False,
     concurrency: Annotated[
-        int, typer.Option(min=1, help="Rollouts run at once (per worker with --jobs).")
-    ] = 8,
+        int | None,
+        typer.Option(
+            min=1,
+            help="Rollouts run at once (per worker with --jobs). Default: 8, or with --llm-url "
+            "the slots the model server reports (llama.cpp /props).",
+            show_default=False,
+        ),
+    ] = None,
     jobs: Annotated[
         str,
         typer.Option(

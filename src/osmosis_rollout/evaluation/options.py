@@ -14,6 +14,8 @@ class TestOptions:
     a ``dataset`` file, or a ``replay`` cassette whose recorded rows run. ``max_turns``,
     ``temperature`` and ``max_tokens`` left at None take the cassette's values in a replay
     (``max_turns`` is 10 otherwise). ``jobs`` is a number of worker processes (1: none).
+    ``concurrency`` None is 8 rollouts at once, or as many as a real model server reports
+    slots (llama.cpp's ``/props``).
     ``skip_bad_rows`` runs a dataset's good rows when some are malformed, and counts the others
     in the summary (``bad_rows_skipped``); without it, bad rows are a ``DatasetError``.
     """
@@ -25,7 +27,7 @@ class TestOptions:
     limit: int | None = None
     offset: int = 0
     skip_bad_rows: bool = False
-    concurrency: int = 8
+    concurrency: int | None = None
     jobs: int = 1
     server: str | None = None
     api_key: str | None = None

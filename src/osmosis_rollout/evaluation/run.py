@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .assembly import Setup, closing, prepare, with_token_check
+from .model_fit import fit_to_server
 from .options import TestOptions
 from .results_file import OrderedRows, open_output
 
@@ -48,6 +49,8 @@ class TestReport:
     token_check_lines: list[str] = field(default_factory=list)
     #: The most LLM turns that were with the model at once (all workers together).
     max_in_flight: int = 0
+    #: With a real model: where the turns' time went, one hint per kind of lasting error.
+    model_lines: list[str] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -117,11 +120,14 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     if options.token_check:
         backend = await with_token_check(backend)
         observer.info(f"token check: using {backend.engine.name}'s tokenizer endpoints")
+    fit = await fit_to_server(backend, options.concurrency, setup.completion_params)
+    for line in fit.opening:
+        observer.info(line)
     run_options = RunOptions(
         max_turns=setup.max_turns,
         completion_params=setup.completion_params,
         timeout_s=options.timeout,
-        concurrency=options.concurrency,
+        concurrency=fit.concurrency,
     )
     gate = MockTrainGate(backend)
     recorder = None
@@ -144,7 +150,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     started = time.perf_counter()
     writer = OrderedRows(sink, [r.index for r in rows], options.output, secrets=secrets)
     progress = observer.batch(
-        len(rows), workers=pool.jobs if pool else None, concurrency=options.concurrency
+        len(rows), workers=pool.jobs if pool else None, concurrency=fit.concurrency
     )
 
     shown: list[Callable[[RowResult], None]] = []
@@ -176,7 +182,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     server_url=options.server,
                     server_key=server_key,
                     rollout_timeout_s=options.timeout,
-                    max_concurrent=options.concurrency,
+                    max_concurrent=fit.concurrency,
                     debug_dir=options.debug_dir,
                     secrets=secrets,
                 ) as harness:
@@ -184,6 +190,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                         shown.append(show)
                         report = await run_batch(harness, rows, run_options, on_result=on_result)
         summary = _summary(report, options, setup)
+        model_lines = fit.summary(report.rows, summary)
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
         if sink is not None:
@@ -217,6 +224,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         cassette_rows=recorder.rows_written if recorder is not None else 0,
         token_check_lines=list(backend.report.lines()) if options.token_check else [],
         max_in_flight=pool.max_in_flight if pool else getattr(backend, "max_in_flight", 0),
+        model_lines=model_lines,
     )
 
 

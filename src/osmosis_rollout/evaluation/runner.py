@@ -72,6 +72,8 @@ class RowResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: The rollout's debug trace, when the server wrote one (``--debug-dir``).
     trace: str | None = None
+    #: The ``kind`` of the LLM backend error that failed the row, if one did.
+    llm_error: str | None = None
 
     @property
     def ground_truth(self) -> Any:
@@ -98,6 +100,7 @@ class RowResult:
             "passed": self.passed,
             "finish_reason": self.finish_reason,
             "error_message": self.error_message,
+            "llm_error": self.llm_error,
             "reward": self.reward,
             "turns": self.turns,
             "tool_calls": self.tool_calls,
@@ -150,6 +153,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
     row.error_message = name_gate_urls(result.error_message, gate_url)
     if backend_error is not None:
         row.error_message = f"LLM backend ({backend_error.kind}): {backend_error}"
+        row.llm_error = backend_error.kind
     row.reward = result.reward
     row.final_messages = result.final_messages
     if result.metrics is not None:
@@ -263,6 +267,10 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         for f in r.findings:
             findings[f.code] = findings.get(f.code, 0) + 1
     rewards = [r.reward for r in rows if r.reward is not None]
+    llm_errors: dict[str, int] = {}
+    for r in rows:
+        if r.llm_error is not None:
+            llm_errors[r.llm_error] = llm_errors.get(r.llm_error, 0) + 1
     return {
         "type": "summary",
         "rows": len(rows),
@@ -272,6 +280,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "errors": sum(1 for r in rows if r.status in ("ERROR", "NO_RESULT", "REFUSED")),
         "skipped": len(rows) - len(ran),
         "findings": findings,
+        "llm_errors": llm_errors,
         "latency_ms_p50": round(_percentile(latencies, 0.50), 3),
         "latency_ms_p95": round(_percentile(latencies, 0.95), 3),
         "prompt_tokens": sum(r.prompt_tokens for r in rows),

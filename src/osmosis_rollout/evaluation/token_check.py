@@ -13,6 +13,7 @@ wraps the OpenAI-compatible backend and compares consecutive turns of each rollo
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import httpx2
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, wire
 from ..testing.openai_backend import OpenAICompatibleBackend
-from ..testing.records import RolloutRecord
+from ..testing.records import HISTORY_REWRITTEN, RolloutRecord
 
 __all__ = [
     "TOKEN_DRIFT",
@@ -126,7 +127,9 @@ class _VLLM(EngineTokenizer):
 
 class _LlamaCpp(EngineTokenizer):
     name = "llama.cpp"
-    request_extras: ClassVar[Mapping[str, Any]] = {"logprobs": True}
+    # One alternative per token, not the default 20: the ids are all the check needs, and a
+    # reply with 20 alternatives per token is about five times the bytes to send and parse.
+    request_extras: ClassVar[Mapping[str, Any]] = {"logprobs": True, "top_logprobs": 1}
 
     async def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
         body: dict[str, Any] = {"messages": messages}
@@ -207,6 +210,8 @@ class TokenCheckReport:
     #: Tokenizer-endpoint failures during the run (they skip a comparison, never a rollout).
     render_errors: int = 0
     first_render_error: str | None = None
+    #: Turns made by each rollout: a rollout of one turn has nothing to compare.
+    turns_seen: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for the ``--output`` and ``--json`` summaries."""
@@ -237,6 +242,13 @@ class TokenCheckReport:
                 "for `return_token_ids`, in recent versions; llama.cpp with `logprobs`)"
             )
             out.append(f"  {self.turns_skipped} turn(s) not compared: {why}")
+        single = sum(1 for turns in self.turns_seen.values() if turns == 1)
+        if single:
+            every = "every one of the" if single == len(self.rollouts) else "of the"
+            out.append(
+                f"  {single} ({every} {len(self.rollouts)}) rollout(s) made a single LLM turn: "
+                "nothing to compare (a turn's prompt is checked against the turn before it)"
+            )
         for cause, count in self.causes.most_common():
             out.append(f"  {count} x {cause}: {CAUSES[cause]}")
         return out
@@ -285,15 +297,18 @@ class TokenCheckBackend:
         index = len(record.replies)
         tools = [wire(tool) for tool in record.tools]
         prompt: list[int] | None = None
+        started = time.perf_counter()
         try:
             prompt = await self.engine.render(request.messages, tools)
         except LLMBackendError as exc:  # the check is an observer: the rollout goes on
             self.report.render_errors += 1
             if self.report.first_render_error is None:
                 self.report.first_render_error = str(exc).removeprefix("--token-check: ")
+        self.inner.times.observed(record.rollout_id, (time.perf_counter() - started) * 1000)
         reply = await self.inner.complete(request, record)
         turns = self._turns.setdefault(record.rollout_id, {})
         self.report.rollouts.add(record.rollout_id)
+        self.report.turns_seen[record.rollout_id] += 1
         previous = turns.get(index - 1)
         if previous is not None:
             await self._compare(record, index + 1, previous, prompt)
@@ -310,6 +325,7 @@ class TokenCheckBackend:
         expected = previous.prompt + previous.sampled
         at = _first_difference(expected, prompt)
         if at is None:
+            _tokens_decide(record, turn)
             return
         reply_start = len(previous.prompt)
         if at < reply_start:
@@ -343,6 +359,15 @@ class TokenCheckBackend:
                 text = f"<id {token}>"
             pieces.append(repr(text))
         return "[" + " ".join(pieces) + "]"
+
+
+def _tokens_decide(record: RolloutRecord, turn: int) -> None:
+    """The tokens show ``turn``'s prompt continues the last one exactly: whatever the messages
+    look like, TrainGate trains on what the model saw, so a ``history_rewritten`` finding of
+    that turn (a difference no template renders) is withdrawn."""
+    record.findings[:] = [
+        f for f in record.findings if not (f.code == HISTORY_REWRITTEN and f.turn == turn)
+    ]
 
 
 def _first_difference(expected: list[int], actual: list[int]) -> int | None:

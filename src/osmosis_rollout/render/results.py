@@ -39,7 +39,14 @@ def _status(row: RowResult) -> Text:
 
 
 def _notes(row: RowResult) -> str:
-    parts = [f"[yellow]{escape(f.code)}[/]: {escape(f.message)}" for f in row.findings]
+    """The row's error, then its findings; a finding that only repeats the error (a replay of
+    a row the cassette lacks fails and diverges with the same words) is not said twice."""
+    error = row.error_message or ""
+    parts = [
+        f"[yellow]{escape(f.code)}[/]: {escape(f.message)}"
+        for f in row.findings
+        if not (f.message and f.message in error)
+    ]
     if row.error_message:
         parts.insert(0, f"[red]{escape(row.error_message[:300])}[/]")
     return "; ".join(parts)

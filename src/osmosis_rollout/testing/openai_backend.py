@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +27,10 @@ from ..protocol import (
     wire,
 )
 from ..redaction import scrub
+from .llm_errors import deterministic_error
 from .records import RolloutRecord, estimate_tokens
+from .server_facts import ServerFacts, probe_server
+from .turn_times import TurnTimes, engine_ms
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_OPENAI_BASE_URL", "OpenAICompatibleBackend"]
 
@@ -36,14 +40,6 @@ DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 #: context is full (minutes on a CPU) before answering.
 DEFAULT_MAX_TOKENS = 1024
 _BODY_EXCERPT = 300
-_CONTEXT_HINTS = (
-    "context length",
-    "context_length",
-    "maximum context",
-    "context window",
-    "context size",
-    "too many tokens",
-)
 
 
 def _sampled_ids(choice: dict[str, Any]) -> list[int] | None:
@@ -80,9 +76,10 @@ class OpenAICompatibleBackend:
     (``None`` sends none).
 
     429 and 5xx answers and transport errors are retried with backoff (``retry``; ``sleep`` is
-    injectable for tests), except a reply that timed out: the server may still be generating
-    it, so a retry would only queue behind the abandoned generation. It fails at once and says
-    so. Failures raise :class:`~osmosis_rollout.errors.LLMBackendError`
+    injectable for tests), except a reply that timed out (the server may still be generating
+    it, so a retry would only queue behind the abandoned generation) and an error a retry
+    cannot change (:mod:`.llm_errors`: no ``--jinja``, a full context, an unparsable reply):
+    those fail at once and say so. Failures raise :class:`~osmosis_rollout.errors.LLMBackendError`
     whose ``kind`` and ``systemic`` flag let a batch stop early on a bad key or a dead server.
     A reply without ``usage`` gets an estimate, since the protocol requires one. The API key is
     never part of an error message or ``repr``.
@@ -126,6 +123,10 @@ class OpenAICompatibleBackend:
         #: part of the measured LLM time is queueing there, not generation.
         self.max_in_flight = 0
         self._in_flight = 0
+        #: Each turn's request time and the engine's own (llama.cpp ``timings``).
+        self.times = TurnTimes()
+        #: What the server reported about itself (:meth:`probe`), once asked.
+        self.facts: ServerFacts | None = None
         self._sleep = sleep
         self._http = http
         self._owns_http = http is None
@@ -183,13 +184,25 @@ class OpenAICompatibleBackend:
         self, request: CompletionsRequest, record: RolloutRecord
     ) -> CompletionsResponse:
         """Send one turn to the LLM server and map its reply (or failure)."""
+        if self.facts is not None and self.facts.template_tool_format is not None:
+            record.template_tool_format = self.facts.template_tool_format
         self._in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        started = time.perf_counter()
         try:
             response = await self._post(json.dumps(self.body(request, record)).encode())
         finally:
             self._in_flight -= 1
-        return self._parse(response, request)
+        wall_ms = (time.perf_counter() - started) * 1000
+        reply, model_ms = self._parse(response, request)
+        self.times.add(record.rollout_id, wall_ms, model_ms)
+        return reply
+
+    async def probe(self) -> ServerFacts:
+        """Ask the server what it reports about itself (slots, context, sampling, template);
+        kept in :attr:`facts`. A server that says nothing gives empty facts, never an error."""
+        self.facts = await probe_server(self.http, self.base_url)
+        return self.facts
 
     def body(self, request: CompletionsRequest, record: RolloutRecord) -> dict[str, Any]:
         """The JSON body for one turn: the OpenAI SDK's shape, with the declared tools."""
@@ -229,7 +242,7 @@ class OpenAICompatibleBackend:
                 status = response.status_code
                 if 200 <= status < 300:
                     return response
-                if last or not (status == 429 or status >= 500):
+                if last or not (status == 429 or status >= 500) or self._repeats(response):
                     raise self._status_error(response, attempt + 1)
                 retry_after = parse_retry_after(response.headers.get("retry-after"))
                 delay = (
@@ -239,6 +252,10 @@ class OpenAICompatibleBackend:
                 )
             await self._sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _repeats(self, response: httpx2.Response) -> bool:
+        """Whether the error would come back the same on a retry."""
+        return deterministic_error(response.status_code, self._excerpt(response)) is not None
 
     def _transport_error(self, exc: httpx2.TransportError, attempts: int) -> LLMBackendError:
         detail = self._scrub(str(exc))[:200]
@@ -299,18 +316,29 @@ class OpenAICompatibleBackend:
                 kind="rate_limit",
                 status_code=status,
             )
-        if status in (400, 413, 422) and any(h in body.lower() for h in _CONTEXT_HINTS):
+        known = deterministic_error(status, body)
+        if known is not None and known.kind == "context_length":
             return LLMBackendError(
                 f"{where}: the conversation is longer than the model's context window; lower "
                 f"--max-tokens or --max-turns, or shorten the prompts ({body})",
                 kind="context_length",
                 status_code=status,
             )
+        if known is not None:
+            return LLMBackendError(
+                f"{where}{tried}: {body} (not retried: it would fail the same way)",
+                kind=known.kind,
+                systemic=known.systemic,
+                status_code=status,
+            )
         return LLMBackendError(
             f"{where}{tried}" + (f": {body}" if body else ""), kind="http", status_code=status
         )
 
-    def _parse(self, response: httpx2.Response, request: CompletionsRequest) -> CompletionsResponse:
+    def _parse(
+        self, response: httpx2.Response, request: CompletionsRequest
+    ) -> tuple[CompletionsResponse, float | None]:
+        """The reply as a chat completion, and the engine's own time for it (ms) if it says."""
         try:
             data = response.json()
         except ValueError:
@@ -334,7 +362,7 @@ class OpenAICompatibleBackend:
                 completion = estimate_tokens([first["message"]])
                 data["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion}
         try:
-            return CompletionsResponse.model_validate(data)
+            return CompletionsResponse.model_validate(data), engine_ms(data)
         except ValidationError as exc:
             raise LLMBackendError(
                 f"the LLM server at {self.url} sent a reply that is not a chat completion "

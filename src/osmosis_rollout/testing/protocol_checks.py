@@ -20,7 +20,7 @@ from .records import (
     UNKNOWN_TOOL,
     RolloutRecord,
 )
-from .text_tool_calls import find_text_tool_call
+from .text_tool_calls import advice, find_text_tool_call
 
 __all__ = ["check_chat", "check_completion"]
 
@@ -85,12 +85,12 @@ def _check_replies(record: RolloutRecord, final: list[dict[str, Any]]) -> None:
             continue
         found = find_text_tool_call(reply.message.content, record.tool_names)
         if found is not None and not _answered_by_tool(record, turn, final):
+            broken = f" whose JSON is broken ({found.broken})" if found.broken else ""
+            hint = advice(found, template_tool_format=record.template_tool_format)
             record.add(
                 TOOL_CALL_IN_TEXT,
-                f"turn {turn} wrote a call to tool {found.name!r} as text ({found.style}) "
-                "instead of tool_calls, so it was never run: enable the server's tool-call "
-                "parser (vLLM: --enable-auto-tool-choice --tool-call-parser; llama.cpp: "
-                "--jinja) or parse such text in the agent",
+                f"turn {turn} wrote a call to tool {found.name!r} as text ({found.style}){broken} "
+                f"instead of tool_calls, so it was never run: {hint}",
             )
             return
 

@@ -90,6 +90,9 @@ class RolloutRecord:
     findings: list[Finding] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)
     backend_error: LLMBackendError | None = None
+    #: How the served chat template renders tool calls, when the backend learnt it (llama.cpp's
+    #: ``/props``): ``text_tool_calls.TAGS``, else None. It decides a text call's advice.
+    template_tool_format: str | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     #: Set once ``tools`` is final: at once for :meth:`MockTrainGate.expect`, and when the init
     #: answer arrived for :meth:`MockTrainGate.init_rollout`. A chat call waits for it, since a
