@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import results
 from ..append_only import first_divergence
 from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
 from .records import (
@@ -106,4 +107,4 @@ def _answered_by_tool(record: RolloutRecord, turn: int, final: list[dict[str, An
 
 
 def _reply_message(reply: CompletionsResponse) -> dict[str, Any]:
-    return reply.message.model_dump(mode="json", exclude_none=True)
+    return results.reply_message(reply.message)
