@@ -8,6 +8,7 @@ the reply dict as TrainGate sent it, ``content: null`` beside tool calls include
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,14 @@ from osmosis_rollout.compat import (
     RolloutRequest,
     RolloutResult,
 )
+from osmosis_rollout.errors import ConfigError
+from osmosis_rollout.evaluation import TestOptions
+from osmosis_rollout.evaluation.assembly import make_backend
 from osmosis_rollout.testing import Harness, ScriptedBackend
+
+from .commands import assert_one_clear_error, run_cli
+from .openai_stub import OpenAIStub, text
+from .support import ASSETS
 
 pytestmark = pytest.mark.anyio
 
@@ -103,3 +111,102 @@ async def test_a_tool_call_reply_keeps_content_none_as_v1_did() -> None:
     second_turn = outcome.record.chats[1].messages
     assert second_turn[1] == {"role": "assistant", "content": None, "tool_calls": [CALL]}
     assert outcome.findings == []
+
+
+# -- item 2: osmosis test keeps v1's meanings ------------------------------------------------------
+
+V1_ROWS = [
+    {"system_prompt": "You add.", "user_prompt": f"{a} + {b}?", "ground_truth": str(a + b)}
+    for a, b in ((1, 2), (3, 4), (5, 6))
+]
+AGENT = f"{ASSETS}/v1_calculator.py:agent_loop"
+V1_DATA = ASSETS / "datasets" / "arithmetic.jsonl"
+
+
+def v1_dataset(tmp_path: Path) -> Path:
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in V1_ROWS))
+    return path
+
+
+def no_llm_env(**extra: str) -> dict[str, str | None]:
+    env: dict[str, str | None] = {"OPENAI_API_KEY": None, "OPENAI_BASE_URL": None}
+    env.update({"OPENAI_MODEL": None, "OSMOSIS_API_KEY": None, "COLUMNS": "200", **extra})
+    return env
+
+
+def test_model_and_api_key_reach_a_real_endpoint_not_the_mock(tmp_path: Path) -> None:
+    """v1's ``--model gpt-4o --api-key sk-...``: the endpoint of OPENAI_BASE_URL gets every
+    turn with that model and key (v1's ``openai/`` prefix dropped), and answers them."""
+    stub = OpenAIStub(default=text("done"))
+    with stub.serve() as url:
+        result = run_cli(
+            "test", "-d", str(v1_dataset(tmp_path)), AGENT, "--model", "openai/gpt-4o",
+            "--api-key", "sk-v1-key",
+            env=no_llm_env(OPENAI_BASE_URL=url),
+        )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert len(stub.requests) == 3
+    assert {r.body["model"] for r in stub.requests} == {"gpt-4o"}
+    assert {r.headers["authorization"] for r in stub.requests} == {"Bearer sk-v1-key"}
+    assert "sk-v1-key" not in result.stdout + result.stderr
+
+
+def test_a_model_without_a_key_is_a_usage_error_never_the_mock(tmp_path: Path) -> None:
+    result = run_cli(
+        "test", AGENT, "-d", str(v1_dataset(tmp_path)), "--model", "gpt-4o", env=no_llm_env()
+    )
+    assert_one_clear_error(result, "OPENAI_API_KEY")
+    assert "passed" not in result.stdout
+
+
+def test_another_providers_model_names_the_fix(tmp_path: Path) -> None:
+    result = run_cli(
+        "test", AGENT, "-d", str(v1_dataset(tmp_path)), "--model", "anthropic/claude-3",
+        env=no_llm_env(OPENAI_API_KEY="sk-x"),
+    )  # fmt: skip
+    assert_one_clear_error(result, "--llm-url")
+
+
+def test_the_mock_with_a_model_is_refused() -> None:
+    """The Python twin: a model with the mock LLM is an error, never ignored."""
+    options = TestOptions(target=AGENT, dataset=V1_DATA, model="gpt-4o")
+    with pytest.raises(ConfigError, match="--model 'gpt-4o'"):
+        make_backend(options)
+
+
+def test_dash_o_json_writes_v1s_one_object(tmp_path: Path) -> None:
+    """``-o results.json`` is v1's shape for ``json.load``; each key with v1's meaning."""
+    out = tmp_path / "results.json"
+    result = run_cli("test", AGENT, "-d", str(v1_dataset(tmp_path)), "-o", str(out))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert set(data) == {"summary", "results"}
+    summary = data["summary"]
+    assert (summary["total"], summary["passed"], summary["failed"]) == (3, 3, 0)
+    assert summary["total_duration_ms"] > 0
+    rows = data["results"]
+    assert [r["row_index"] for r in rows] == [0, 1, 2]  # v1 counted from 0
+    assert [r["row"] for r in rows] == [1, 2, 3]
+    first = rows[0]
+    for key in ("success", "error", "duration_ms", "token_usage", "reward", "finish_reason"):
+        assert key in first, key
+    assert first["success"] is True
+    assert first["error"] is None
+    usage = first["token_usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+    assert usage["num_llm_calls"] >= 1
+    assert summary["total_tokens"] == sum(r["token_usage"]["total_tokens"] for r in rows)
+
+
+def test_dash_o_jsonl_stays_json_lines(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    result = run_cli("test", AGENT, "-d", str(v1_dataset(tmp_path)), "-o", str(out))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["type"] for line in lines] == ["row", "row", "row", "summary"]
+
+
+def test_row_counts_from_1_and_says_so(tmp_path: Path) -> None:
+    result = run_cli("test", AGENT, "-d", str(v1_dataset(tmp_path)), "-i", "--row", "0")
+    assert_one_clear_error(result, "rows count from 1")

@@ -9,7 +9,6 @@ report carries what the command exits with.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -128,7 +127,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     if options.record is not None:
         from .recording import CassetteRecorder, describe_llm
 
-        secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), server_key) if s]
+        secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), options.api_key, server_key) if s]
         recorder = CassetteRecorder(
             options.record,
             gate,
@@ -183,8 +182,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         summary = _summary(report, options, setup)
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
-        if sink is not None:
-            sink.write(json.dumps(summary) + "\n")
+        writer.finish(summary)
         if recorder is not None:
             recorder.close(complete=True)
     except asyncio.CancelledError:
@@ -198,7 +196,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         )
         if sink is not None:
             writer.flush_all()
-            sink.write(json.dumps(_summary(partial, options, setup)) + "\n")
+            writer.finish(_summary(partial, options, setup))
         observer.interrupted(TestReport(partial.rows, _summary(partial, options, setup)), len(rows))
         raise
     finally:
