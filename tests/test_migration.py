@@ -22,10 +22,11 @@ from osmosis_rollout.compat import (
 from osmosis_rollout.errors import ConfigError
 from osmosis_rollout.evaluation import TestOptions
 from osmosis_rollout.evaluation.assembly import make_backend
-from osmosis_rollout.testing import Harness, ScriptedBackend
+from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
 
 from .commands import assert_one_clear_error, run_cli
 from .openai_stub import OpenAIStub, text
+from .processes import osmosis_serve
 from .support import ASSETS
 
 pytestmark = pytest.mark.anyio
@@ -36,6 +37,19 @@ CALL = {
     "function": {"name": "add", "arguments": '{"a": 3, "b": 4}'},
 }
 QUESTION = [{"role": "user", "content": "3 + 4?"}]
+CALC_QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
+CALCULATE: dict[str, Any] = {
+    "tool_calls": [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {
+                "name": "calculate",
+                "arguments": '{"operation": "multiply", "a": 6, "b": 7}',
+            },
+        }
+    ]
+}
 
 
 class ContentReader(RolloutAgentLoop):
@@ -210,3 +224,93 @@ def test_dash_o_jsonl_stays_json_lines(tmp_path: Path) -> None:
 def test_row_counts_from_1_and_says_so(tmp_path: Path) -> None:
     result = run_cli("test", AGENT, "-d", str(v1_dataset(tmp_path)), "-i", "--row", "0")
     assert_one_clear_error(result, "rows count from 1")
+
+
+# -- item 3: v1's command lines ------------------------------------------------------------------
+
+
+async def test_the_v1_dockerfile_line_serves_and_names_todays_spellings(tmp_path: Path) -> None:
+    """``osmosis serve -m main:agent_loop -p 9000 --skip-register`` (here with ``--local`` and
+    ``--log``): it serves, says each spelling's today's name and the container case, and a
+    rollout through it ends in v1's callback, its trace in ``--log``'s session folder."""
+    calculator = f"{ASSETS}/v1_calculator.py:agent_loop"
+    logs = tmp_path / "logs"
+    args = ("-m", calculator, "-p", "0", "--skip-register", "--local", "--log", str(logs))
+    with osmosis_serve(tmp_path / "serve.log", *args) as served:
+        gate = MockTrainGate(ScriptedBackend([CALCULATE, {"content": "42"}]))
+        async with Harness(server_url=served.url, gate=gate) as harness:
+            outcome = await harness.run(CALC_QUESTION, rollout_id="docker-1")
+        output = served.output()
+    for note in ("-p is --port", "--skip-register does nothing", "--local is --no-auth"):
+        assert note in output, note
+    assert "--log DIR is --debug-dir DIR/<timestamp>" in output
+    assert "in a container pass --host 0.0.0.0" in output
+    assert "auth          off" in output
+    assert outcome.result is not None
+    sent = outcome.result.model_dump(mode="json")
+    assert sent["status"] == "COMPLETED"
+    assert sent["finish_reason"] == "stop"
+    assert sent["final_messages"] == [
+        *CALC_QUESTION,
+        {"role": "assistant", "content": None, "tool_calls": CALCULATE["tool_calls"]},
+        {"role": "tool", "content": "42", "tool_call_id": "call_1"},
+        {"role": "assistant", "content": "42"},
+    ]
+    [session] = list(logs.iterdir())
+    assert session.name.isdigit()  # v1's int(time.time()) folder
+    assert (session / "docker-1.jsonl").is_file()
+
+
+def test_local_with_an_api_key_is_refused_as_v1_did() -> None:
+    result = run_cli("serve", "-m", AGENT, "--local", "--api-key", "k", env=no_llm_env())
+    assert_one_clear_error(result, "--local disables API key authentication")
+
+
+def test_v1_validate_command_line_works() -> None:
+    result = run_cli("validate", "-m", AGENT, "-v", env=no_llm_env())
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "-m X is the TARGET argument" in result.stderr
+    assert "Valid" in result.stdout
+
+
+def test_v1_test_command_line_works_quietly(tmp_path: Path) -> None:
+    """``osmosis test --agent X -d data.jsonl -q --debug``: runs, prints nothing on stdout."""
+    result = run_cli(
+        "test", "--agent", AGENT, "-d", str(v1_dataset(tmp_path)), "-q", "--debug",
+        env=no_llm_env(),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert "-m/--agent X is the TARGET argument" in result.stderr
+    assert "--debug is --verbose" in result.stderr
+
+
+def test_v1_base_url_is_llm_url_with_v1s_model_names(tmp_path: Path) -> None:
+    stub = OpenAIStub(default=text("done"))
+    with stub.serve() as url:
+        result = run_cli(
+            "test", "-m", AGENT, "-d", str(v1_dataset(tmp_path)), "--model", "openai/served",
+            "--base-url", url, env=no_llm_env(),
+        )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert {r.body["model"] for r in stub.requests} == {"served"}
+    assert "--base-url is --llm-url" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "hidden"),
+    [
+        ("serve", ("-p", "-H", "--skip-register", "--local", "--log ")),
+        ("test", ("--agent", "--base-url", "--quiet", "--debug ")),
+        ("validate", ("--module",)),
+    ],
+)
+def test_v1_spellings_stay_out_of_help(command: str, hidden: tuple[str, ...]) -> None:
+    result = run_cli(command, "--help", env={"COLUMNS": "200"})
+    for option in hidden:
+        assert f" {option}" not in result.stdout, option
+
+
+def test_a_v1_option_given_twice_is_one_clear_error() -> None:
+    result = run_cli("serve", AGENT, "-p", "9000", "--port", "9001", env=no_llm_env())
+    assert_one_clear_error(result, "--port is given twice")
