@@ -8,6 +8,7 @@ the reply dict as TrainGate sent it, ``content: null`` beside tool calls include
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,9 @@ from osmosis_rollout.evaluation.assembly import make_backend
 from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
 
 from .commands import assert_one_clear_error, run_cli
-from .openai_stub import OpenAIStub, text
+from .openai_stub import OpenAIStub, text, tool_call
 from .processes import osmosis_serve
-from .support import ASSETS
+from .support import ASSETS, load_asset
 
 pytestmark = pytest.mark.anyio
 
@@ -314,3 +315,85 @@ def test_v1_spellings_stay_out_of_help(command: str, hidden: tuple[str, ...]) ->
 def test_a_v1_option_given_twice_is_one_clear_error() -> None:
     result = run_cli("serve", AGENT, "-p", "9000", "--port", "9001", env=no_llm_env())
     assert_one_clear_error(result, "--port is given twice")
+
+
+# -- item 4: v1's test-mode Python API -----------------------------------------------------------
+
+
+async def test_the_v1_programmatic_test_mode_sample_prints_passed_3_of_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """v1's "Programmatic Usage" sample, imports changed, against an OpenAI-compatible stub
+    named by OPENAI_BASE_URL: each row is a real rollout, the output is v1's."""
+    from osmosis_rollout.compat import DatasetReader, ExternalLLMClient, LocalTestRunner
+
+    calculator = load_asset("v1_calculator")
+    args = {"operation": "add", "a": 1, "b": 2}
+    stub = OpenAIStub([tool_call("calculate", args), text("3")], default=text("done"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with stub.serve() as url:
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+
+        # --- v1's sample, as written ---
+        reader = DatasetReader(str(v1_dataset(tmp_path)))
+        rows = reader.read(limit=10)
+        client = ExternalLLMClient("gpt-4o")
+        runner = LocalTestRunner(agent_loop=calculator.CalculatorAgent(), llm_client=client)
+        async with client:
+            results = await runner.run_batch(
+                rows=rows, max_turns=10, completion_params={"temperature": 0.7}
+            )
+        print(f"Passed: {results.passed}/{results.total}")
+        print(f"Total tokens: {results.total_tokens}")
+        # --- end of the sample ---
+
+    out = capsys.readouterr().out
+    assert "Passed: 3/3" in out
+    assert f"Total tokens: {results.total_tokens}" in out
+    assert results.total_tokens > 0
+    assert {r.body["model"] for r in stub.requests} == {"gpt-4o"}
+    assert {r.body["temperature"] for r in stub.requests} == {0.7}
+    assert stub.requests[0].body["tools"][0]["function"]["name"] == "calculate"
+    first = results.results[0]
+    assert (first.row_index, first.success, first.error) == (0, True, None)
+    assert first.result is not None
+    assert first.result.status == "COMPLETED"
+    assert first.result.final_messages[3] == {
+        "role": "tool",
+        "content": "3",
+        "tool_call_id": "call_1",
+    }
+    assert first.token_usage["num_llm_calls"] == 2
+    assert rows[0] == V1_ROWS[0]
+    assert len(reader) == 3
+    assert os.listdir(tmp_path) == ["data.jsonl"]  # the working directory: nothing written
+
+
+async def test_run_single_and_on_progress_keep_v1s_signatures(tmp_path: Path) -> None:
+    """``run_single(row, row_index=...)``, and ``on_progress(done, total, result)`` in order;
+    the client is any LLM backend (here the offline scripted one)."""
+    from osmosis_rollout.compat import DatasetReader, LocalTestRunner
+
+    rows = DatasetReader(v1_dataset(tmp_path)).read(offset=1)
+    runner = LocalTestRunner(agent_loop=ContentReader(), llm_client=ScriptedBackend([]))
+    seen: list[tuple[int, int, int]] = []
+    batch = await runner.run_batch(
+        rows, on_progress=lambda i, n, r: seen.append((i, n, r.row_index)), start_index=1
+    )
+    assert seen == [(1, 2, 1), (2, 2, 2)]
+    assert (batch.total, batch.passed, batch.failed) == (2, 2, 0)
+    single = await runner.run_single(rows[0], row_index=5)
+    assert single.row_index == 5
+    assert single.success
+
+
+def test_external_llm_client_without_a_key_says_how_to_give_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from osmosis_rollout.compat import ExternalLLMClient
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        ExternalLLMClient("gpt-4o")

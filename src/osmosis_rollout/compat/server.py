@@ -33,6 +33,7 @@ __all__ = [
     "create_app",
     "generate_api_key",
     "serve_agent_loop",
+    "validate_and_report",
     "validate_api_key",
 ]
 
@@ -198,6 +199,19 @@ def serve_agent_loop(
     )
     _print_banner(console, agent_loop.name, resolved, key, given=api_key is not None)
     serve(agent_loop, settings=resolved)
+
+
+def validate_and_report(agent_loop: RolloutAgentLoop, *, verbose: bool = False) -> Any:
+    """Validate ``agent_loop`` (v1's sync checks and ours) and print the report; the
+    ``ValidationResult`` is returned. ``verbose`` is v1's: the report lists warnings always."""
+    from rich.console import Console
+
+    from ..render.validation import validation_report
+    from .validation import validate_agent_loop
+
+    result = validate_agent_loop(agent_loop)
+    Console().print(validation_report(result))
+    return result
 
 
 def _print_banner(
