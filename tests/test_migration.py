@@ -12,13 +12,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from osmosis_rollout.compat import (
+    OsmosisLLMClient,
     RolloutAgentLoop,
     RolloutContext,
     RolloutRequest,
     RolloutResult,
+    create_app,
 )
 from osmosis_rollout.errors import ConfigError
 from osmosis_rollout.evaluation import TestOptions
@@ -27,8 +30,8 @@ from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
 
 from .commands import assert_one_clear_error, run_cli
 from .openai_stub import OpenAIStub, text, tool_call
-from .processes import osmosis_serve
-from .support import ASSETS, load_asset
+from .processes import clean_env, osmosis_serve
+from .support import ASSETS, load_asset, serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -397,3 +400,90 @@ def test_external_llm_client_without_a_key_says_how_to_give_one(
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
         ExternalLLMClient("gpt-4o")
+
+
+# -- item 5: v1's settings -----------------------------------------------------------------------
+
+
+class OneAtATime(RolloutAgentLoop):
+    """Counts how many of its rollouts run at once."""
+
+    name = "one_at_a_time"
+    running = 0
+    most = 0
+
+    def get_tools(self, request: RolloutRequest) -> list[Any]:
+        return []
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        cls = type(self)
+        cls.running += 1
+        cls.most = max(cls.most, cls.running)
+        try:
+            await anyio.sleep(0.1)
+        finally:
+            cls.running -= 1
+        return ctx.complete(list(ctx.request.messages))
+
+
+async def test_v1s_max_concurrent_rollouts_variable_is_honoured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS=1`` and v1's ``create_app(agent)``: three
+    rollouts run one after another, as in v1."""
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS", "1")
+    app = create_app(OneAtATime())
+    gate = MockTrainGate(ScriptedBackend([]))
+    outcomes = []
+
+    async def one(harness: Harness, n: int) -> None:
+        outcomes.append(await harness.run(QUESTION, rollout_id=f"one-{n}"))
+
+    with serve_in_thread(app, lifespan="on") as url:
+        async with Harness(server_url=url, gate=gate) as harness, anyio.create_task_group() as tg:
+            for n in range(3):
+                tg.start_soon(one, harness, n)
+    assert [o.result.status for o in outcomes if o.result] == ["COMPLETED"] * 3
+    assert OneAtATime.most == 1
+
+
+def test_dot_env_is_read_as_v1_read_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``.env`` in the working directory, under the environment (which wins)."""
+    (tmp_path / ".env").write_text(
+        "OSMOSIS_ROLLOUT_SERVER_RECORD_TTL_SECONDS=120\n"
+        "OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS=5\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS", "7")
+    settings = create_app(OneAtATime()).state.rollout_server.settings
+    assert (settings.record_ttl_s, settings.max_concurrent) == (120.0, 7)
+
+
+def test_osmosis_serve_honours_v1_variables_and_names_the_ignored(tmp_path: Path) -> None:
+    env = clean_env(
+        OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS="1",
+        OSMOSIS_ROLLOUT_SERVER_CLEANUP_INTERVAL_SECONDS="5",
+        OSMOSIS_ROLLOUT_CLIENT_MAX_RETRIES="5",
+    )
+    with osmosis_serve(tmp_path / "serve.log", AGENT, "--port", "0", env=env) as served:
+        output = served.output()
+    assert "limits        1 concurrent" in output
+    assert "OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS (v1's) is read as max_concurrent" in (
+        output
+    )
+    for name in ("SERVER_CLEANUP_INTERVAL_SECONDS", "CLIENT_MAX_RETRIES"):
+        assert f"OSMOSIS_ROLLOUT_{name}" in output, name
+    assert output.count("is set but has no effect") == 2
+
+
+def test_a_bad_v1_value_names_its_variable() -> None:
+    result = run_cli("serve", AGENT, env={"OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS": "many"})
+    assert_one_clear_error(result, "OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS='many'")
+
+
+def test_osmosis_llm_client_reads_v1s_client_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_TIMEOUT_SECONDS", "12")
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_CLIENT_MAX_RETRIES", "5")
+    client = OsmosisLLMClient("http://127.0.0.1:1", "r-1")
+    assert (client.timeout_seconds, client.max_retries) == (12.0, 5)
+    assert OsmosisLLMClient("http://127.0.0.1:1", "r-1", max_retries=1).max_retries == 1

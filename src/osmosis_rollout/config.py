@@ -91,15 +91,19 @@ class ServerSettings(BaseModel):
         pyproject: Path | None = None,
         section: str = "serve",
         flags: Mapping[str, str] | None = None,
+        fallback: Mapping[str, Any] | None = None,
     ) -> Self:
         """Merge the sources in precedence order; ``None`` CLI values mean "not given".
 
         ``flags`` maps field names to the command-line flags that set them, so that an error
-        names every place the user may have set the value.
+        names every place the user may have set the value. ``fallback`` sits between
+        ``[tool.osmosis]`` and the environment (the original SDK's ``OSMOSIS_ROLLOUT_*``
+        variables, read by ``compat.settings``).
         """
         merged: dict[str, Any] = {}
         if pyproject is not None:
             merged.update(read_pyproject_table(pyproject, section, allowed=cls.model_fields))
+        merged.update(fallback or {})
         merged.update(_from_environ(environ or {}, cls.model_fields))
         merged.update({k: v for k, v in (cli or {}).items() if v is not None})
         try:

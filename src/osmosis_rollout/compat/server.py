@@ -9,6 +9,7 @@ it serves all the same.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 import warnings
@@ -77,8 +78,18 @@ def _v1_settings(
     **more: Any,
 ) -> ServerSettings:
     """One ``ServerSettings`` from v1's arguments: ours, or v1's ``RolloutSettings`` (only its
-    ``server`` part is used), with explicit arguments winning; 0 or None mean the default."""
+    ``server`` part is used), with explicit arguments winning; 0 or None mean the default.
+    Without ``settings``, v1's ``OSMOSIS_ROLLOUT_*`` variables (and ``.env``) apply, as v1's
+    ``get_settings()`` read them; each one set and not honoured is logged as a warning."""
     server = getattr(settings, "server", None)
+    from_env: dict[str, Any] = {}
+    if settings is None:
+        from .settings import unsaid, v1_settings
+
+        found = v1_settings(os.environ)
+        from_env = found.values
+        for line in unsaid(found.ignored):
+            logger.warning("%s", line)
     updates: dict[str, Any] = {
         "max_concurrent": max_concurrent or getattr(server, "max_concurrent_rollouts", None),
         "record_ttl_s": record_ttl_seconds or getattr(server, "record_ttl_seconds", None),
@@ -86,7 +97,7 @@ def _v1_settings(
         "debug_dir": Path(debug_dir) if debug_dir is not None else None,
         **more,
     }
-    updates = {k: v for k, v in updates.items() if v is not None}
+    updates = {**from_env, **{k: v for k, v in updates.items() if v is not None}}
     if isinstance(settings, ServerSettings):
         return ServerSettings.model_validate({**dict(settings), **updates})
     return ServerSettings.model_validate(updates)
