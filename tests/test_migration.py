@@ -14,6 +14,8 @@ from typing import Any
 
 import anyio
 import pytest
+from starlette.requests import Request
+from starlette.testclient import TestClient
 
 from osmosis_rollout.compat import (
     OsmosisLLMClient,
@@ -487,3 +489,75 @@ def test_osmosis_llm_client_reads_v1s_client_variables(monkeypatch: pytest.Monke
     client = OsmosisLLMClient("http://127.0.0.1:1", "r-1")
     assert (client.timeout_seconds, client.max_retries) == (12.0, 5)
     assert OsmosisLLMClient("http://127.0.0.1:1", "r-1", max_retries=1).max_retries == 1
+
+
+# -- item 6: the app type ------------------------------------------------------------------------
+
+
+def v1_deployment_app() -> Any:
+    """v1's deployment guide: ``create_app`` and its health-check routes, imports changed."""
+    calculator = load_asset("v1_calculator")
+    agent_loop = calculator.agent_loop
+    app = create_app(agent_loop)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "healthy", "agent_loop": agent_loop.name}
+
+    @app.get("/ready")
+    async def ready() -> dict[str, Any]:
+        # Add any readiness checks here
+        return {"ready": True}
+
+    @app.get("/items/{item}")
+    def item(item: str, request: Request) -> dict[str, Any]:
+        return {"item": item, "q": request.query_params.get("q")}
+
+    return app
+
+
+def test_v1s_custom_routes_work_on_the_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    app = v1_deployment_app()
+    assert app.title == "Osmosis RolloutServer (calculator)"
+    with TestClient(app) as client:
+        assert client.get("/ready").json() == {"ready": True}
+        assert client.get("/items/7?q=x").json() == {"item": "7", "q": "x"}
+        health = client.get("/health").json()  # the server's own /health comes first, as in v1
+        assert health["status"] == "healthy"
+        assert "active_rollouts" in health
+
+
+def test_v1s_test_client_sample_tears_down_at_once_and_writes_nothing_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v1's "Example Test Using FastAPI TestClient", with the documented one-line fix
+    (``starlette.testclient``): the rollout it starts cannot reach its TrainGate, so shutdown
+    cancels it and its one ERROR result goes to the outbox in the user's state directory, not
+    into the working directory."""
+    work, state = tmp_path / "project", tmp_path / "state"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    app = create_app(load_asset("v1_calculator").CalculatorAgent())
+    with TestClient(app) as client:
+        response = client.get("/health")
+        assert response.status_code == 200
+        assert response.json()["status"] == "healthy"
+        response = client.post(
+            "/v1/rollout/init",
+            json={
+                "rollout_id": "test-123",
+                "server_url": "http://localhost:8080",
+                "messages": [{"role": "user", "content": "Hello"}],
+                "completion_params": {"temperature": 0.7},
+            },
+        )
+        assert response.status_code == 202
+        data = response.json()
+        assert "tools" in data
+    assert os.listdir(work) == []
+    [entry] = list((state / "osmosis-rollout" / "outbox").iterdir())
+    kept = json.loads(entry.read_text())
+    assert kept["response"]["rollout_id"] == "test-123"
+    assert kept["response"]["status"] == "ERROR"

@@ -31,7 +31,7 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult
+from .results import CompletionsResult, RolloutResult, reply_message
 
 __all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
 
@@ -282,7 +282,7 @@ class RolloutContext:
         }
         if response is not None:
             choice = response.choices[0]
-            event["reply"] = choice.message.model_dump(mode="json", exclude_none=True)
+            event["reply"] = reply_message(choice.message)
             event["finish_reason"] = choice.finish_reason
             event["usage"] = response.usage.model_dump()
         if error is not None:

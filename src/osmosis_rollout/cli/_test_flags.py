@@ -190,7 +190,5 @@ def check_row(row: int | None, *, interactive: bool) -> None:
     from ._common import stderr_console
 
     stderr_console().print(
-        f"[dim]note: --row {row} is the dataset's row {row} counting from 1 (the original "
-        f"SDK's --row counted from 0: its --row {row} is --row {row + 1} here)[/]",
-        soft_wrap=True,
+        "[dim]note: --row counts from 1 (the original SDK's counted from 0)[/]", soft_wrap=True
     )

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
-from starlette.applications import Starlette
 
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
@@ -25,6 +24,7 @@ from ..errors import ServeError
 from ..server.app import Hook
 from ..server.app import create_app as _create_app
 from ..server.auth import key_matches
+from .app import V1App, as_v1_app
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -100,7 +100,23 @@ def _v1_settings(
     updates = {**from_env, **{k: v for k, v in updates.items() if v is not None}}
     if isinstance(settings, ServerSettings):
         return ServerSettings.model_validate({**dict(settings), **updates})
-    return ServerSettings.model_validate(updates)
+    return ServerSettings.model_validate({**V1_DEFAULTS, **updates, **_outbox(updates)})
+
+
+#: Where v1 and we differ by default: v1 cancelled running rollouts at shutdown (no drain).
+V1_DEFAULTS: dict[str, Any] = {"shutdown_grace_s": 0.0}
+#: How long a v1 app's shutdown waits for the ERROR callbacks of the rollouts it cancelled
+#: before the rest go to the outbox: a test client's teardown stays well under a second.
+V1_DELIVERY_GRACE_S = 0.25
+
+
+def _outbox(updates: dict[str, Any]) -> dict[str, Any]:
+    """A v1 app's outbox, unless given: the user's state directory, not the working directory
+    (a test suite's ``TestClient(create_app(agent))`` must leave no files in the project)."""
+    if updates.get("outbox_dir") is not None or updates.get("state", "memory") != "memory":
+        return {}
+    home = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return {"outbox_dir": Path(home) / "osmosis-rollout" / "outbox"}
 
 
 def create_app(
@@ -116,13 +132,17 @@ def create_app(
     on_startup: Hook | None = None,
     on_shutdown: Hook | None = None,
     **options: Any,
-) -> Starlette:
+) -> V1App:
     """The rollout server for ``agent_loop``, taking v1's arguments (in v1's order).
 
     ``settings`` is our ``ServerSettings`` or v1's ``RolloutSettings``; ``api_key`` None means
-    no auth; ``on_startup`` is awaited before serving, ``on_shutdown`` after running rollouts
-    have drained. Other keywords (``rollout_timeout_s``, ``outbox_dir``, ``client``...) are
-    ``osmosis_rollout.server.create_app``'s.
+    no auth; ``on_startup`` is awaited before serving, ``on_shutdown`` after the drain. As in
+    v1, shutdown cancels running rollouts at once (``shutdown_grace_s`` gives them time); their
+    ERROR callbacks get a quarter of a second, then the outbox (by default in the user's state
+    directory, ``~/.local/state/osmosis-rollout/outbox``). Other keywords
+    (``rollout_timeout_s``, ``outbox_dir``, ``client``...) are
+    ``osmosis_rollout.server.create_app``'s. The app takes FastAPI's route decorators
+    (``@app.get("/ready")``, see ``compat.app``).
     """
     if credentials is not None or server_host is not None or server_port is not None:
         given = [
@@ -144,9 +164,12 @@ def create_app(
         debug_dir=debug_dir,
         **options,
     )
-    return _create_app(
+    app = _create_app(
         agent_loop, settings=resolved, client=client, on_startup=on_startup, on_shutdown=on_shutdown
     )
+    server = app.state.rollout_server
+    server.delivery_grace_s = min(server.delivery_grace_s, V1_DELIVERY_GRACE_S)
+    return as_v1_app(app, agent_loop.name)
 
 
 def serve_agent_loop(
