@@ -561,3 +561,69 @@ def test_v1s_test_client_sample_tears_down_at_once_and_writes_nothing_here(
     kept = json.loads(entry.read_text())
     assert kept["response"]["rollout_id"] == "test-123"
     assert kept["response"]["status"] == "ERROR"
+
+
+# -- item 7: the smaller differences ---------------------------------------------------------------
+
+
+class PassesATimeout(RolloutAgentLoop):
+    """A v1 agent that passes a keyword TrainGate has no field for, and one it was sent."""
+
+    name = "passes_a_timeout"
+
+    def get_tools(self, request: RolloutRequest) -> list[Any]:
+        return []
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages, request_timeout=30, **ctx.request.completion_params)
+        reply = await ctx.llm.chat_completions([*messages, result.message], foo="bar")
+        return ctx.complete([*messages, result.message, reply.message])
+
+
+async def test_unknown_chat_keywords_are_dropped_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with Harness(PassesATimeout(), backend=ScriptedBackend([])) as harness:
+        outcome = await harness.run(QUESTION, completion_params={"top_k": 5, "temperature": 0.3})
+    assert outcome.result is not None
+    assert outcome.result.status == "COMPLETED"
+    first, second = (chat.model_dump() for chat in outcome.record.chats)
+    assert "request_timeout" not in first
+    assert "foo" not in second
+    assert (first["temperature"], first["top_k"]) == (0.3, 5)  # what TrainGate asked for stays
+    dropped = [r.getMessage() for r in caplog.records if "is not sent to TrainGate" in r.message]
+    assert any("'request_timeout'" in line for line in dropped)
+    assert any("'foo'" in line for line in dropped)
+
+
+async def test_osmosis_llm_client_drops_unknown_keywords() -> None:
+    gate = MockTrainGate(ScriptedBackend([]))
+    with serve_in_thread(gate.app) as url:
+        gate.expect("direct-1")
+        async with OsmosisLLMClient(url, "direct-1") as client:
+            result = await client.chat_completions(QUESTION, foo=1, max_tokens=20)
+    assert result.message["role"] == "assistant"
+    [chat] = gate.records["direct-1"].chats
+    assert "foo" not in chat.model_dump()
+    assert chat.max_tokens == 20
+
+
+@pytest.mark.parametrize(
+    "name", ["ValidationError", "validate_and_report", "DEFAULT_HOST", "DEFAULT_PORT"]
+)
+def test_v1s_all_names_import_from_compat(name: str) -> None:
+    """In v1's ``__all__``; the migration page says every v1 name is in osmosis_rollout.compat."""
+    import osmosis_rollout.compat as compat
+
+    assert name in compat.__all__
+    assert getattr(compat, name) is not None
+
+
+def test_v1_defaults_and_validate_and_report(capsys: pytest.CaptureFixture[str]) -> None:
+    from osmosis_rollout.compat import DEFAULT_HOST, DEFAULT_PORT, validate_and_report
+
+    assert (DEFAULT_HOST, DEFAULT_PORT) == ("0.0.0.0", 9000)
+    result = validate_and_report(load_asset("v1_calculator").agent_loop, verbose=True)
+    assert result.valid
+    assert "Valid" in capsys.readouterr().out

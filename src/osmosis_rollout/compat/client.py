@@ -119,6 +119,8 @@ class OsmosisLLMClient:
         """One LLM turn; raises our ``TrainGateError`` subclasses (catchable as v1's
         ``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
         ``OsmosisTimeoutError``)."""
+        from .context import known_params
+
         body = CompletionsRequest(
             rollout_id=self.rollout_id,
             messages=list(messages),
@@ -127,7 +129,7 @@ class OsmosisLLMClient:
             max_tokens=max_tokens,
             stop=stop,  # a str becomes [str]
             logprobs=logprobs,
-            **kwargs,
+            **known_params(kwargs, "OsmosisLLMClient.chat_completions"),
         )
         self._turns += 1
         client = await self._traingate(self.max_retries)
