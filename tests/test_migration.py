@@ -627,3 +627,11 @@ def test_v1_defaults_and_validate_and_report(capsys: pytest.CaptureFixture[str])
     result = validate_and_report(load_asset("v1_calculator").agent_loop, verbose=True)
     assert result.valid
     assert "Valid" in capsys.readouterr().out
+
+
+def test_v1s_docker_compose_log_level_is_read(tmp_path: Path) -> None:
+    from osmosis_rollout.compat.settings import v1_settings
+
+    found = v1_settings({"OSMOSIS_ROLLOUT_LOG_LEVEL": "INFO"}, cwd=tmp_path)
+    assert found.values == {"log_level": "info"}
+    assert found.ignored == []

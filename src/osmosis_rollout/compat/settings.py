@@ -36,6 +36,8 @@ _SERVER: dict[str, tuple[str, str, Callable[[str], Any]]] = {
         "OSMOSIS_MAX_METADATA_BYTES",
         int,
     ),
+    # In v1's deployment guide (docker-compose), though v1's settings had no such field.
+    "OSMOSIS_ROLLOUT_LOG_LEVEL": ("log_level", "OSMOSIS_LOG_LEVEL", str.lower),
 }
 #: v1's client variables, read by ``OsmosisLLMClient`` (v1's ``settings.client`` fields).
 _CLIENT: dict[str, Callable[[str], Any]] = {
