@@ -63,6 +63,9 @@ class ContentReader(RolloutAgentLoop):
 
     name = "content_reader"
 
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
     def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
         return [
             {
@@ -84,6 +87,7 @@ class ContentReader(RolloutAgentLoop):
         for _ in range(ctx.request.max_turns):
             result = await ctx.chat(messages, **ctx.request.completion_params)
             msg = result.message
+            self.seen.append(dict(msg))
             messages.append(msg)
             if msg["content"] and not result.has_tool_calls:  # v1: the key is always there
                 return ctx.complete(messages, reward=1.0)
@@ -118,18 +122,31 @@ V1_TOOL_CALL_CALLBACK = {
 # -- item 1: result.message keeps "content": None ------------------------------------------------
 
 
+def on_the_wire(value: Any) -> Any:
+    """``value`` as protocol.md sends it (the one documented difference here): null fields
+    omitted, ``content: null`` beside tool calls included; TrainGate reads absent as null."""
+    if isinstance(value, dict):
+        return {k: on_the_wire(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [on_the_wire(v) for v in value]
+    return value
+
+
 async def test_a_tool_call_reply_keeps_content_none_as_v1_did() -> None:
-    """``msg["content"]`` on a tool-call reply is None, not a KeyError: the rollout completes
-    with v1's callback, and the next chat request carries the message as the agent kept it."""
+    """``msg["content"]`` on a tool-call reply is None, not a KeyError: the agent sees v1's
+    message, the rollout completes with v1's callback (nulls omitted on the wire), and the next
+    chat request carries the message as the agent kept it."""
     backend = ScriptedBackend([{"tool_calls": [CALL]}, {"content": "7"}])
-    async with Harness(ContentReader(), backend=backend) as harness:
+    agent = ContentReader()
+    async with Harness(agent, backend=backend) as harness:
         outcome = await harness.run(QUESTION, rollout_id="content-1")
+    assert agent.seen[0] == {"role": "assistant", "content": None, "tool_calls": [CALL]}
     assert outcome.result is not None
     sent = outcome.result.model_dump(mode="json")
     for key, expected in V1_TOOL_CALL_CALLBACK.items():
-        assert sent[key] == expected, key
+        assert sent[key] == on_the_wire(expected), key
     second_turn = outcome.record.chats[1].messages
-    assert second_turn[1] == {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    assert second_turn[1] == on_the_wire(agent.seen[0])
     assert outcome.findings == []
 
 
@@ -258,7 +275,7 @@ async def test_the_v1_dockerfile_line_serves_and_names_todays_spellings(tmp_path
     assert sent["finish_reason"] == "stop"
     assert sent["final_messages"] == [
         *CALC_QUESTION,
-        {"role": "assistant", "content": None, "tool_calls": CALCULATE["tool_calls"]},
+        {"role": "assistant", "tool_calls": CALCULATE["tool_calls"]},  # null omitted (protocol)
         {"role": "tool", "content": "42", "tool_call_id": "call_1"},
         {"role": "assistant", "content": "42"},
     ]

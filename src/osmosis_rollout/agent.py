@@ -116,11 +116,20 @@ class RolloutAgentLoop(ABC):
 
 
 def _as_message(item: Any) -> Message:
+    """A message as sent to TrainGate: a dict, its null fields left out (protocol.md: "omit
+    null fields when sending"; ``content: None`` beside tool calls reads as absent there)."""
     if isinstance(item, BaseModel):
         return item.model_dump(mode="json", exclude_none=True)
     if isinstance(item, dict):
-        return item
+        return without_nulls(item)
     raise TypeError(f"messages must be dicts (OpenAI chat messages), got {type(item).__name__}")
+
+
+def without_nulls(message: Message) -> Message:
+    """``message`` without its ``None`` fields (the same dict when it has none)."""
+    if any(value is None for value in message.values()):
+        return {key: value for key, value in message.items() if value is not None}
+    return message
 
 
 _ATOMS = (str, int, float, bool, type(None))
@@ -257,7 +266,7 @@ class RolloutContext:
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
         self._sent = [*kept, *_snapshot(history[len(kept) :]), _snapshot(reply)]
-        self._last_messages = [*history, reply]
+        self._last_messages = [*history, without_nulls(reply)]
         self.finish_reasons.append(result.finish_reason)
         return result
 

@@ -37,9 +37,10 @@ def _set(name: str, flag: str, convert: Callable[[Any], Any] = lambda v: v) -> A
     """Set parameter ``name`` from the v1 value, refusing it given twice."""
 
     def apply(kwargs: Kwargs, value: Any) -> None:
-        if kwargs.get(name) not in (None, False):
+        given, wanted = kwargs.get(name), convert(value)
+        if given is not None and given is not False and given != wanted:
             fail(f"{flag} is given twice (once in the original SDK's spelling): keep one")
-        kwargs[name] = convert(value)
+        kwargs[name] = wanted
 
     return apply
 

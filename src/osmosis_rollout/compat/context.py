@@ -166,7 +166,7 @@ class RolloutContext(core.RolloutContext):
             self._llm_calls += 1
         reply = getattr(result, "message", None)
         if isinstance(reply, dict):
-            self._last_messages = [*self._last_messages, reply]
+            self._last_messages = [*self._last_messages, core._as_message(reply)]
         reason = getattr(result, "finish_reason", None)
         self.finish_reasons.append(reason if isinstance(reason, str) else None)
         return result
