@@ -31,7 +31,7 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult, reply_message
+from .results import CompletionsResult, RolloutResult
 
 __all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
 
@@ -291,7 +291,7 @@ class RolloutContext:
         }
         if response is not None:
             choice = response.choices[0]
-            event["reply"] = reply_message(choice.message)
+            event["reply"] = choice.message.model_dump(mode="json", exclude_none=True)
             event["finish_reason"] = choice.finish_reason
             event["usage"] = response.usage.model_dump()
         if error is not None:

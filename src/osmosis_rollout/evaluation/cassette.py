@@ -33,7 +33,6 @@ from typing import IO, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .. import results
 from .._version import __version__
 from ..errors import ConfigError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, describe_validation_error
@@ -196,7 +195,7 @@ class Cassette:
 
 def reply_message(reply: CompletionsResponse) -> Message:
     """The assistant message of a reply, as an agent appends it to its history."""
-    return results.reply_message(reply.message)
+    return reply.message.model_dump(mode="json", exclude_none=True)
 
 
 def encode_history(previous: Sequence[Message], current: list[Message]) -> dict[str, Any]:

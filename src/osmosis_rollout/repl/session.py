@@ -20,7 +20,6 @@ from prompt_toolkit.history import InMemoryHistory
 from rich.console import Console
 from rich.markup import escape
 
-from .. import results
 from ..agent import RolloutAgentLoop
 from ..errors import ToolError
 from ..evaluation.runner import RowInput
@@ -377,4 +376,4 @@ def _show_when_numbered(cmd: Command) -> Command:
 
 
 def _message(turn: Turn) -> Message:
-    return results.reply_message(turn.reply.message)
+    return turn.reply.message.model_dump(mode="json", exclude_none=True)

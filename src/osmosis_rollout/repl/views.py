@@ -17,7 +17,6 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from .. import results
 from ..evaluation.runner import RowInput, RowResult, tool_wall_ms
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..render import format_ms
@@ -144,7 +143,7 @@ def full_message_view(
 
 
 def _reply_message(reply: CompletionsResponse) -> Message:
-    return results.reply_message(reply.message)
+    return reply.message.model_dump(mode="json", exclude_none=True)
 
 
 def turn_summary(turn: Turn) -> Text:

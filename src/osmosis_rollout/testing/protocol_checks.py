@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import results
 from ..append_only import first_divergence
 from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
 from .records import (
@@ -107,4 +106,4 @@ def _answered_by_tool(record: RolloutRecord, turn: int, final: list[dict[str, An
 
 
 def _reply_message(reply: CompletionsResponse) -> dict[str, Any]:
-    return results.reply_message(reply.message)
+    return reply.message.model_dump(mode="json", exclude_none=True)
