@@ -652,3 +652,13 @@ def test_v1s_docker_compose_log_level_is_read(tmp_path: Path) -> None:
     found = v1_settings({"OSMOSIS_ROLLOUT_LOG_LEVEL": "INFO"}, cwd=tmp_path)
     assert found.values == {"log_level": "info"}
     assert found.ignored == []
+
+
+def test_the_models_key_with_jobs_names_the_environment(tmp_path: Path) -> None:
+    """``--jobs`` workers read OPENAI_API_KEY only: v1's ``--api-key`` there is refused."""
+    result = run_cli(
+        "test", AGENT, "-d", str(v1_dataset(tmp_path)), "--model", "gpt-4o", "--api-key", "sk-x",
+        "--jobs", "2", env=no_llm_env(),
+    )  # fmt: skip
+    assert_one_clear_error(result, "set OPENAI_API_KEY instead")
+    assert "sk-x" not in result.stdout + result.stderr

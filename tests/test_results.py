@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from osmosis_rollout.protocol import ChatMessage, CompletionsResponse
-from osmosis_rollout.results import CompletionsResult, reply_message
+from osmosis_rollout.results import CompletionsResult, reply_message, without_nulls
 
 
 def test_a_tool_call_reply_has_content_none() -> None:
@@ -25,3 +25,10 @@ def test_the_reply_keeps_the_nulls_it_was_sent_and_adds_no_others() -> None:
     )
     message = CompletionsResult.from_response(response).message
     assert message == {"role": "assistant", "content": "hi", "refusal": None}
+
+
+def test_without_nulls_leaves_out_none_fields_only() -> None:
+    message = {"role": "assistant", "content": None, "tool_calls": []}
+    assert without_nulls(message) == {"role": "assistant", "tool_calls": []}
+    clean = {"role": "user", "content": "hi"}
+    assert without_nulls(clean) is clean

@@ -31,7 +31,7 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult
+from .results import CompletionsResult, RolloutResult, without_nulls
 
 __all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
 
@@ -123,13 +123,6 @@ def _as_message(item: Any) -> Message:
     if isinstance(item, dict):
         return without_nulls(item)
     raise TypeError(f"messages must be dicts (OpenAI chat messages), got {type(item).__name__}")
-
-
-def without_nulls(message: Message) -> Message:
-    """``message`` without its ``None`` fields (the same dict when it has none)."""
-    if any(value is None for value in message.values()):
-        return {key: value for key, value in message.items() if value is not None}
-    return message
 
 
 _ATOMS = (str, int, float, bool, type(None))

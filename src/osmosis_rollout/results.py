@@ -8,7 +8,7 @@ from typing import Any
 
 from .protocol import ChatMessage, CompletionsResponse, Message, RolloutMetrics, RolloutStatus
 
-__all__ = ["CompletionsResult", "RolloutResult", "reply_message"]
+__all__ = ["CompletionsResult", "RolloutResult", "reply_message", "without_nulls"]
 
 
 def reply_message(message: ChatMessage) -> Message:
@@ -20,6 +20,14 @@ def reply_message(message: ChatMessage) -> Message:
     reply = {"role": data.pop("role"), "content": data.pop("content")}
     reply.update((key, value) for key, value in data.items() if value is not None or key in sent)
     return reply
+
+
+def without_nulls(message: Message) -> Message:
+    """``message`` as sent (protocol.md omits null fields): without its ``None`` fields, the
+    same dict when it has none."""
+    if any(value is None for value in message.values()):
+        return {key: value for key, value in message.items() if value is not None}
+    return message
 
 
 @dataclass

@@ -9,6 +9,7 @@ no effect, so no v1 setting is dropped silently.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+
+logger = logging.getLogger("osmosis_rollout.compat")
 
 __all__ = ["V1Settings", "client_setting", "unsaid", "v1_settings"]
 
@@ -73,13 +76,22 @@ def v1_environ(environ: Mapping[str, str], cwd: Path | None = None) -> dict[str,
     found: dict[str, str] = {}
     dotenv = (cwd or Path.cwd()) / ".env"
     if dotenv.is_file():
-        from dotenv import dotenv_values
-
-        for key, value in dotenv_values(dotenv).items():
+        for key, value in _read_dotenv(dotenv).items():
             if key.upper().startswith(_PREFIX) and value is not None:
                 found[key.upper()] = value
     found.update((k.upper(), v) for k, v in environ.items() if k.upper().startswith(_PREFIX))
     return {k: v for k, v in found.items() if k not in _OURS and v != ""}
+
+
+def _read_dotenv(path: Path) -> dict[str, str | None]:
+    """``.env``'s variables, read by python-dotenv (uvicorn[standard] brings it), as v1's
+    pydantic-settings read them."""
+    try:
+        from dotenv import dotenv_values
+    except ImportError:  # pragma: no cover - a core dependency brings it
+        logger.warning("%s is not read: python-dotenv is not installed", path)
+        return {}
+    return dict(dotenv_values(path))
 
 
 def v1_settings(environ: Mapping[str, str], cwd: Path | None = None) -> V1Settings:
