@@ -32,7 +32,7 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult
+from .results import CompletionsResult, RolloutResult, without_nulls
 
 __all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
 
@@ -117,10 +117,12 @@ class RolloutAgentLoop(ABC):
 
 
 def _as_message(item: Any) -> Message:
+    """A message as sent to TrainGate: a dict, its null fields left out (protocol.md: "omit
+    null fields when sending"; ``content: None`` beside tool calls reads as absent there)."""
     if isinstance(item, BaseModel):
         return item.model_dump(mode="json", exclude_none=True)
     if isinstance(item, dict):
-        return item
+        return without_nulls(item)
     raise TypeError(f"messages must be dicts (OpenAI chat messages), got {type(item).__name__}")
 
 
@@ -262,7 +264,7 @@ class RolloutContext:
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
         self._sent = [*kept, *_snapshot(history[len(kept) :]), _snapshot(reply)]
-        self._last_messages = [*history, reply]
+        self._last_messages = [*history, without_nulls(reply)]
         self.finish_reasons.append(result.finish_reason)
         return result
 

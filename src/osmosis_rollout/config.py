@@ -142,17 +142,21 @@ class ServerSettings(BaseModel):
         section: str = "serve",
         flags: Mapping[str, str] | None = None,
         ignore: frozenset[str] = frozenset(),
+        fallback: Mapping[str, Any] | None = None,
     ) -> Self:
         """Merge the sources in precedence order; ``None`` CLI values mean "not given".
 
         ``flags`` maps field names to the command-line flags that set them, so that an error
         names every place the user may have set the value. ``ignore`` names settings a command
         does not use: they are not read from the environment or the file (``osmosis outbox``
-        must not fail on a blank server key it never uses).
+        must not fail on a blank server key it never uses). ``fallback`` sits between
+        ``[tool.osmosis]`` and the environment (the original SDK's ``OSMOSIS_ROLLOUT_*``
+        variables, read by ``compat.settings``).
         """
         merged: dict[str, Any] = {}
         if pyproject is not None:
             merged.update(read_pyproject_table(pyproject, section, allowed=cls.model_fields))
+        merged.update(fallback or {})
         merged.update(_from_environ(environ or {}, cls.model_fields))
         for name in ignore:
             merged.pop(name, None)

@@ -6,9 +6,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .protocol import CompletionsResponse, Message, RolloutMetrics, RolloutStatus
+from .protocol import ChatMessage, CompletionsResponse, Message, RolloutMetrics, RolloutStatus
 
-__all__ = ["CompletionsResult", "RolloutResult"]
+__all__ = ["CompletionsResult", "RolloutResult", "reply_message", "without_nulls"]
+
+
+def reply_message(message: ChatMessage) -> Message:
+    """The reply as the dict an agent appends: every key TrainGate sent, nulls included, and
+    always ``content`` (None beside tool calls, as OpenAI and v1 had it), so the common
+    ``msg["content"]`` never raises ``KeyError``. Unsent optional fields stay out."""
+    sent = message.model_fields_set | set(message.model_extra or ())
+    data = message.model_dump(mode="json")
+    reply = {"role": data.pop("role"), "content": data.pop("content")}
+    reply.update((key, value) for key, value in data.items() if value is not None or key in sent)
+    return reply
+
+
+def without_nulls(message: Message) -> Message:
+    """``message`` as sent (protocol.md omits null fields): without its ``None`` fields, the
+    same dict when it has none."""
+    if any(value is None for value in message.values()):
+        return {key: value for key, value in message.items() if value is not None}
+    return message
 
 
 @dataclass
@@ -48,7 +67,7 @@ class CompletionsResult:
         """The first choice of a chat completion, as a dict message plus token data."""
         choice = response.choices[0]
         return cls(
-            message=choice.message.model_dump(mode="json", exclude_none=True),
+            message=reply_message(choice.message),
             token_ids=response.token_ids,
             logprobs=response.logprobs,
             usage=response.usage.model_dump(),

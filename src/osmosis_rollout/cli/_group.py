@@ -3,6 +3,8 @@
 - Usage errors (an unknown option, a bad value) print as the same ``Error:`` / ``Hint:`` lines as
   every other error, instead of Typer's boxed panel.
 - Flags show no ``<bool>`` type in ``--help``: a flag takes no value.
+- The original SDK's spellings (``serve -p``, ``test --agent``...) are accepted, hidden
+  (``_v1_spellings``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ class OsmosisGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         for command in self.commands.values():
             command.get_params = _flags_without_type(command.get_params)  # type: ignore[method-assign,assignment]
+        from ._v1_spellings import install
+
+        install(self.commands)  # the original SDK's option spellings, hidden
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params)(ctx)

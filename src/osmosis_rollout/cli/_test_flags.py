@@ -151,3 +151,44 @@ def say_auto_jobs(reason: str) -> None:
     from ._common import stderr_console
 
     stderr_console().print(f"[dim]--jobs auto: 1 process ({escape(reason)})[/]", soft_wrap=True)
+
+
+def llm_of(llm: str, *, llm_given: bool, model: str | None, llm_url: str | None) -> str:
+    """The LLM backend: ``--model NAME`` alone means that real model, as in the original SDK
+    (served by ``OPENAI_BASE_URL``, OpenAI's by default), never the offline mock."""
+    if model and not llm_given and llm_url is None:
+        return "openai"
+    return llm
+
+
+def llm_key(api_key: str | None, *, given: bool, workers: int) -> str | None:
+    """``--api-key`` without ``--server`` is the LLM's key (v1's meaning); with ``--jobs`` the
+    workers read ``OPENAI_API_KEY`` only, so a key given here is refused there."""
+    if not given or api_key is None:
+        return None
+    if workers > 1:
+        fail(
+            "--api-key (the LLM's key) reaches --jobs workers only through the environment: "
+            "set OPENAI_API_KEY instead",
+            hint="OPENAI_API_KEY=sk-... osmosis test agent.py:MyAgent -d rows.jsonl --jobs auto",
+        )
+    return api_key
+
+
+def check_row(row: int | None, *, interactive: bool) -> None:
+    """``--row`` counts from 1, as every row number osmosis prints; the original SDK counted
+    from 0, so the difference is said each time rather than left to surprise."""
+    if row is None:
+        return
+    if row < 1:
+        fail(
+            f"--row {row}: rows count from 1 here (the original SDK's --row counted from 0)",
+            hint="the dataset's first row is --row 1",
+        )
+    if not interactive:
+        return  # check_mode_flags refuses it
+    from ._common import stderr_console
+
+    stderr_console().print(
+        "[dim]note: --row counts from 1 (the original SDK's counted from 0)[/]", soft_wrap=True
+    )

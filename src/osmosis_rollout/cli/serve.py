@@ -217,7 +217,7 @@ def serve_command(
     }
     try:
         settings = ServerSettings.resolve(
-            cli, environ=os.environ, pyproject=pyproject, flags=_FLAGS
+            cli, environ=os.environ, pyproject=pyproject, flags=_FLAGS, fallback=_v1_settings(err)
         )
         settings, generated = decide_auth(settings, no_auth=no_auth)
         if reload and settings.workers > 1:
@@ -242,6 +242,21 @@ def serve_command(
         serve(agent, settings=settings, sock=sock, no_auth=no_auth)
     except OsmosisError as exc:
         fail(str(exc))
+
+
+def _v1_settings(err: Any) -> dict[str, Any]:
+    """The original SDK's ``OSMOSIS_ROLLOUT_*`` settings (and ``.env``): each one set is said,
+    honoured or not."""
+    from rich.markup import escape
+
+    from ..compat.settings import unsaid, v1_settings
+
+    found = v1_settings(os.environ)
+    for line in found.honoured:
+        err.print(f"[dim]note: {escape(line)}[/]", soft_wrap=True)
+    for line in unsaid(found.ignored):
+        err.print(f"[yellow]warning[/] {escape(line)}", soft_wrap=True)
+    return found.values
 
 
 def _load_and_check(target: str, *, validate: bool) -> Any:

@@ -16,10 +16,13 @@ from ._target import TARGET_HELP
 from ._test_flags import (
     check_jobs,
     check_mode_flags,
+    check_row,
     check_server_debug_dir,
     check_server_url,
     check_token_check,
     jobs_count,
+    llm_key,
+    llm_of,
     run_rows,
     say_auto_jobs,
     warm_up_workers,
@@ -87,8 +90,8 @@ def command_test(
         str | None,
         typer.Option(
             "--api-key",
-            help="With --server: the key that server requires (its --api-key). "
-            "Also read from OSMOSIS_API_KEY.",
+            help="With --server: the key that server requires (its --api-key; also read from "
+            "OSMOSIS_API_KEY). Without --server: the LLM's key (else OPENAI_API_KEY).",
             envvar="OSMOSIS_API_KEY",
             show_envvar=False,
             show_default=False,
@@ -102,7 +105,12 @@ def command_test(
         typer.Option(help="OpenAI-compatible base URL (implies --llm openai; or OPENAI_BASE_URL)."),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Model name for --llm openai (or OPENAI_MODEL).")
+        str | None,
+        typer.Option(
+            help="A real model (implies --llm openai): served by --llm-url, else OPENAI_BASE_URL "
+            "(default https://api.openai.com/v1) with OPENAI_API_KEY; openai/NAME is NAME. "
+            "Also OPENAI_MODEL."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the mock LLM's tool arguments.")] = 0,
     max_turns: Annotated[int, typer.Option(min=1, help="max_turns sent with each rollout.")] = 10,
@@ -131,7 +139,12 @@ def command_test(
     ] = 300.0,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write one JSON object per row, then a summary."),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write one JSON object per row, then a summary (JSON Lines); a .json path gets "
+            "one object of summary and results, as the original SDK wrote.",
+        ),
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the summary as JSON on stdout.")
@@ -153,7 +166,8 @@ def command_test(
         bool, typer.Option("--interactive", "-i", help="Step through one rollout turn by turn.")
     ] = False,
     row: Annotated[
-        int | None, typer.Option(min=1, help="With --interactive: start at this dataset row.")
+        int | None,
+        typer.Option(help="With --interactive: start at this dataset row (counting from 1)."),
     ] = None,
     record: Annotated[
         Path | None,
@@ -223,7 +237,10 @@ def command_test(
             "--dataset is required (or use --interactive)",
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
         )
+    check_row(row, interactive=interactive)
     check_mode_flags(interactive, row=row, output=output, json_output=json_output)
+    if replay is None:
+        llm = llm_of(llm, llm_given=_given(context, "llm"), model=model, llm_url=llm_url)
     workers = check_jobs(
         jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
     )
@@ -246,7 +263,9 @@ def command_test(
         concurrency=concurrency,
         jobs=workers,
         server=server,
-        api_key=api_key if server is not None else None,
+        api_key=api_key
+        if server is not None
+        else llm_key(api_key, given=_given(context, "api_key", "COMMANDLINE"), workers=workers),
         llm=llm,
         llm_url=llm_url,
         model=model,
@@ -280,7 +299,12 @@ def command_test(
     raise typer.Exit(render(report, options, json_output=json_output))
 
 
-def _given(context: typer.Context, name: str) -> bool:
-    """Whether an option came from the command line or the environment, not its default."""
+def _given(context: typer.Context, name: str, *sources: str) -> bool:
+    """Whether an option came from the command line or the environment, not its default
+    (``sources``: only from these, e.g. ``"COMMANDLINE"``)."""
     source = context.get_parameter_source(name)
-    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+    if source is None:
+        return False
+    if sources:
+        return source.name in sources
+    return source.name not in ("DEFAULT", "DEFAULT_MAP")

@@ -9,7 +9,9 @@ The submodules are v1's adapters over our core: ``context`` (v1's ``RolloutAgent
 ``RolloutContext``: ``ctx.llm`` as a v1 client, v1-style fake clients, the underscored
 keywords), ``schemas`` (typed tool classes, the metadata limit), ``helpers``, ``registry``,
 ``client`` (``OsmosisLLMClient``), ``validation`` (the sync ``validate_agent_loop`` with v1's
-codes) and ``server`` (v1's ``create_app``, ``serve_agent_loop``). The other names are our own
+codes), ``server`` (v1's ``create_app``, ``serve_agent_loop``, ``validate_and_report``) and
+``test_mode`` (``DatasetReader``, ``ExternalLLMClient``, ``LocalTestRunner`` over our test
+engine). The other names are our own
 classes, which keep v1's contract. ``docs/migrating-from-v1.md`` lists every deliberate
 difference.
 """
@@ -91,8 +93,23 @@ if TYPE_CHECKING:
         set_max_metadata_size_bytes,
     )
     from .server import (
+        DEFAULT_HOST,
+        DEFAULT_PORT,
         create_app,
         serve_agent_loop,
+        validate_and_report,
+    )
+    from .test_mode import (
+        DatasetParseError,
+        DatasetReader,
+        DatasetRow,
+        DatasetValidationError,
+        ExternalLLMClient,
+        LocalTestBatchResult,
+        LocalTestRunner,
+        LocalTestRunResult,
+        ProviderError,
+        dataset_row_to_request,
     )
     from .validation import (
         ValidationError,
@@ -144,6 +161,19 @@ _EXPORTS: dict[str, str] = {
     "validate_agent_loop": "compat.validation",
     "create_app": "compat.server",
     "serve_agent_loop": "compat.server",
+    "validate_and_report": "compat.server",
+    "DEFAULT_HOST": "compat.server",
+    "DEFAULT_PORT": "compat.server",
+    "DatasetParseError": "compat.test_mode",
+    "DatasetReader": "compat.test_mode",
+    "DatasetRow": "compat.test_mode",
+    "DatasetValidationError": "compat.test_mode",
+    "ExternalLLMClient": "compat.test_mode",
+    "LocalTestBatchResult": "compat.test_mode",
+    "LocalTestRunResult": "compat.test_mode",
+    "LocalTestRunner": "compat.test_mode",
+    "ProviderError": "compat.test_mode",
+    "dataset_row_to_request": "compat.test_mode",
     "AgentLoopRegistry": "compat.registry",
     "get_agent_loop": "compat.registry",
     "list_agent_loops": "compat.registry",

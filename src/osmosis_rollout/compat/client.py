@@ -32,7 +32,12 @@ _DEFAULT_COMPLETE_RETRIES = 2
 
 
 def _client_setting(settings: Any, name: str) -> Any:
-    """A value from v1's ``RolloutSettings().client`` (duck-typed), or None."""
+    """A value from v1's ``RolloutSettings().client`` (duck-typed); without settings, v1's
+    ``OSMOSIS_ROLLOUT_CLIENT_<NAME>`` variable (or ``.env``), as v1's defaults came from it."""
+    if settings is None:
+        from .settings import client_setting
+
+        return client_setting(name)
     return getattr(getattr(settings, "client", None), name, None)
 
 
@@ -67,6 +72,10 @@ class OsmosisLLMClient:
             _client_setting(settings, "complete_rollout_retries"),
             _DEFAULT_COMPLETE_RETRIES,
         )
+        self._backoff = (
+            float(_client_setting(settings, "retry_base_delay") or 1.0),
+            float(_client_setting(settings, "retry_max_delay") or 30.0),
+        )
         self._client: httpx2.AsyncClient | None = None
         self._lock = asyncio.Lock()
         self._turns = 0
@@ -88,7 +97,13 @@ class OsmosisLLMClient:
             return self._client
 
     async def _traingate(self, retries: int) -> TrainGateClient:
-        policy = RetryPolicy(retries=retries, attempt_timeout_s=self.timeout_seconds)
+        base, ceiling = self._backoff
+        policy = RetryPolicy(
+            retries=retries,
+            attempt_timeout_s=self.timeout_seconds,
+            base_delay_s=base,
+            max_delay_s=ceiling,
+        )
         return TrainGateClient(await self._get_client(), retry=policy)
 
     async def chat_completions(
@@ -104,6 +119,8 @@ class OsmosisLLMClient:
         """One LLM turn; raises our ``TrainGateError`` subclasses (catchable as v1's
         ``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
         ``OsmosisTimeoutError``)."""
+        from .context import known_params
+
         body = CompletionsRequest(
             rollout_id=self.rollout_id,
             messages=list(messages),
@@ -112,7 +129,7 @@ class OsmosisLLMClient:
             max_tokens=max_tokens,
             stop=stop,  # a str becomes [str]
             logprobs=logprobs,
-            **kwargs,
+            **known_params(kwargs, "OsmosisLLMClient.chat_completions"),
         )
         self._turns += 1
         client = await self._traingate(self.max_retries)

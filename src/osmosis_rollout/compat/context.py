@@ -11,18 +11,51 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .. import agent as core
 from ..agent import ChatBackend, TurnObserver
-from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics, RolloutRequest
+from ..protocol import (
+    CompletionsRequest,
+    Message,
+    OpenAIFunctionToolSchema,
+    RolloutMetrics,
+    RolloutRequest,
+)
 from ..results import CompletionsResult
 from . import schemas
 
-__all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext"]
+__all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext", "known_params"]
+
+logger = logging.getLogger("osmosis_rollout.compat")
+
+#: The keywords a chat turn sends to TrainGate; v1 dropped any other (``request_timeout=30``).
+_SENT = frozenset(CompletionsRequest.model_fields) - {"rollout_id", "messages"}
+_DROPPED: set[str] = set()  # each one warned about once per process
+
+
+def known_params(
+    params: dict[str, Any], where: str, trainer: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``params`` without the keywords v1 dropped (not a field of TrainGate's chat request),
+    with one warning per keyword naming it. Keys of the ``trainer``'s ``completion_params``
+    are kept: TrainGate asked for them (``**ctx.request.completion_params`` passes them)."""
+    unknown = [key for key in params if key not in _SENT and key not in (trainer or {})]
+    for key in unknown:
+        if key not in _DROPPED:
+            _DROPPED.add(key)
+            logger.warning(
+                "%s: keyword %r is not sent to TrainGate (not a chat request field; the "
+                "original SDK dropped it too); sampling keys: %s",
+                where,
+                key,
+                ", ".join(sorted(_SENT)),
+            )
+    return {key: value for key, value in params.items() if key not in unknown}
 
 
 @runtime_checkable
@@ -106,7 +139,8 @@ class RolloutContext(core.RolloutContext):
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
         """One LLM turn (see the core's ``chat``); through a v1 client, its result unchanged."""
         if self._client is None:
-            return await super().chat(messages, **params)
+            known = known_params(params, "ctx.chat", self.request.completion_params)
+            return await super().chat(messages, **known)
         return await self._chat_v1(messages, params, self._client.chat_completions)  # type: ignore[no-any-return]
 
     async def chat_stream(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
@@ -132,7 +166,7 @@ class RolloutContext(core.RolloutContext):
             self._llm_calls += 1
         reply = getattr(result, "message", None)
         if isinstance(reply, dict):
-            self._last_messages = [*self._last_messages, reply]
+            self._last_messages = [*self._last_messages, core._as_message(reply)]
         reason = getattr(result, "finish_reason", None)
         self.finish_reasons.append(reason if isinstance(reason, str) else None)
         return result

@@ -9,6 +9,7 @@ it serves all the same.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 import warnings
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
-from starlette.applications import Starlette
 
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
@@ -24,6 +24,7 @@ from ..errors import ServeError
 from ..server.app import Hook
 from ..server.app import create_app as _create_app
 from ..server.auth import key_matches
+from .app import V1App, as_v1_app
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -33,6 +34,7 @@ __all__ = [
     "create_app",
     "generate_api_key",
     "serve_agent_loop",
+    "validate_and_report",
     "validate_api_key",
 ]
 
@@ -76,8 +78,18 @@ def _v1_settings(
     **more: Any,
 ) -> ServerSettings:
     """One ``ServerSettings`` from v1's arguments: ours, or v1's ``RolloutSettings`` (only its
-    ``server`` part is used), with explicit arguments winning; 0 or None mean the default."""
+    ``server`` part is used), with explicit arguments winning; 0 or None mean the default.
+    Without ``settings``, v1's ``OSMOSIS_ROLLOUT_*`` variables (and ``.env``) apply, as v1's
+    ``get_settings()`` read them; each one set and not honoured is logged as a warning."""
     server = getattr(settings, "server", None)
+    from_env: dict[str, Any] = {}
+    if settings is None:
+        from .settings import unsaid, v1_settings
+
+        found = v1_settings(os.environ)
+        from_env = found.values
+        for line in unsaid(found.ignored):
+            logger.warning("%s", line)
     updates: dict[str, Any] = {
         "max_concurrent": max_concurrent or getattr(server, "max_concurrent_rollouts", None),
         "record_ttl_s": record_ttl_seconds or getattr(server, "record_ttl_seconds", None),
@@ -85,10 +97,26 @@ def _v1_settings(
         "debug_dir": Path(debug_dir) if debug_dir is not None else None,
         **more,
     }
-    updates = {k: v for k, v in updates.items() if v is not None}
+    updates = {**from_env, **{k: v for k, v in updates.items() if v is not None}}
     if isinstance(settings, ServerSettings):
         return ServerSettings.model_validate({**dict(settings), **updates})
-    return ServerSettings.model_validate(updates)
+    return ServerSettings.model_validate({**V1_DEFAULTS, **updates, **_outbox(updates)})
+
+
+#: Where v1 and we differ by default: v1 cancelled running rollouts at shutdown (no drain).
+V1_DEFAULTS: dict[str, Any] = {"shutdown_grace_s": 0.0}
+#: How long a v1 app's shutdown waits for the ERROR callbacks of the rollouts it cancelled
+#: before the rest go to the outbox: a test client's teardown stays well under a second.
+V1_DELIVERY_GRACE_S = 0.25
+
+
+def _outbox(updates: dict[str, Any]) -> dict[str, Any]:
+    """A v1 app's outbox, unless given: the user's state directory, not the working directory
+    (a test suite's ``TestClient(create_app(agent))`` must leave no files in the project)."""
+    if updates.get("outbox_dir") is not None or updates.get("state", "memory") != "memory":
+        return {}
+    home = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return {"outbox_dir": Path(home) / "osmosis-rollout" / "outbox"}
 
 
 def create_app(
@@ -104,13 +132,17 @@ def create_app(
     on_startup: Hook | None = None,
     on_shutdown: Hook | None = None,
     **options: Any,
-) -> Starlette:
+) -> V1App:
     """The rollout server for ``agent_loop``, taking v1's arguments (in v1's order).
 
     ``settings`` is our ``ServerSettings`` or v1's ``RolloutSettings``; ``api_key`` None means
-    no auth; ``on_startup`` is awaited before serving, ``on_shutdown`` after running rollouts
-    have drained. Other keywords (``rollout_timeout_s``, ``outbox_dir``, ``client``...) are
-    ``osmosis_rollout.server.create_app``'s.
+    no auth; ``on_startup`` is awaited before serving, ``on_shutdown`` after the drain. As in
+    v1, shutdown cancels running rollouts at once (``shutdown_grace_s`` gives them time); their
+    ERROR callbacks get a quarter of a second, then the outbox (by default in the user's state
+    directory, ``~/.local/state/osmosis-rollout/outbox``). Other keywords
+    (``rollout_timeout_s``, ``outbox_dir``, ``client``...) are
+    ``osmosis_rollout.server.create_app``'s. The app takes FastAPI's route decorators
+    (``@app.get("/ready")``, see ``compat.app``).
     """
     if credentials is not None or server_host is not None or server_port is not None:
         given = [
@@ -132,9 +164,12 @@ def create_app(
         debug_dir=debug_dir,
         **options,
     )
-    return _create_app(
+    app = _create_app(
         agent_loop, settings=resolved, client=client, on_startup=on_startup, on_shutdown=on_shutdown
     )
+    server = app.state.rollout_server
+    server.delivery_grace_s = min(server.delivery_grace_s, V1_DELIVERY_GRACE_S)
+    return as_v1_app(app, agent_loop.name)
 
 
 def serve_agent_loop(
@@ -199,6 +234,19 @@ def serve_agent_loop(
     _print_banner(console, agent_loop.name, resolved, key, given=api_key is not None)
     # local_debug is v1's explicit "no auth": serve() must not generate a key for it.
     serve(agent_loop, settings=resolved, no_auth=key is None)
+
+
+def validate_and_report(agent_loop: RolloutAgentLoop, *, verbose: bool = False) -> Any:
+    """Validate ``agent_loop`` (v1's sync checks and ours) and print the report; the
+    ``ValidationResult`` is returned. ``verbose`` is v1's: the report lists warnings always."""
+    from rich.console import Console
+
+    from ..render.validation import validation_report
+    from .validation import validate_agent_loop
+
+    result = validate_agent_loop(agent_loop)
+    Console().print(validation_report(result))
+    return result
 
 
 def _print_banner(

@@ -130,19 +130,38 @@ def make_backend(options: TestOptions) -> Any:
     """The LLM backend ``llm``/``llm_url`` name: the offline mock or an OpenAI-compatible API."""
     kind = "openai" if options.llm_url else options.llm.lower()
     if kind == "mock":
+        if options.model:
+            raise ConfigError(
+                f"--model {options.model!r} names a real model, but the LLM is the offline "
+                "mock: drop --llm mock to run that model, or drop --model"
+            )
         from ..testing.backends import MockLLMBackend
 
         return MockLLMBackend(seed=options.seed)
     if kind == "openai":
         from ..testing.openai_backend import OpenAICompatibleBackend
 
+        environ: dict[str, str] = dict(os.environ)
+        if options.api_key and options.server is None:  # v1's --api-key: the LLM's key
+            environ["OPENAI_API_KEY"] = options.api_key
         return OpenAICompatibleBackend.from_env(
-            os.environ,
+            environ,
             base_url=options.llm_url,
-            model=options.model or os.environ.get("OPENAI_MODEL"),
+            model=model_name(options),
             timeout_s=options.llm_timeout,
         )
     raise ConfigError(f"unknown --llm {options.llm!r}; choose mock or openai")
+
+
+def model_name(options: TestOptions) -> str | None:
+    """The model to ask for: ``--model`` (or ``OPENAI_MODEL``); without ``--llm-url`` read as
+    v1 read it (``openai/gpt-4o`` is ``gpt-4o``, see :mod:`.model_names`)."""
+    name = options.model or os.environ.get("OPENAI_MODEL")
+    if name and not options.llm_url:
+        from .model_names import openai_model
+
+        return openai_model(name)
+    return name
 
 
 def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPool:
@@ -159,7 +178,7 @@ def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPo
         backend = BackendSpec(
             "openai",
             base_url=options.llm_url,
-            model=options.model or os.environ.get("OPENAI_MODEL"),
+            model=model_name(options),
             timeout_s=options.llm_timeout,
         )
     else:

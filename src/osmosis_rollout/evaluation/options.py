@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -18,6 +18,9 @@ class TestOptions:
     slots (llama.cpp's ``/props``).
     ``skip_bad_rows`` runs a dataset's good rows when some are malformed, and counts the others
     in the summary (``bad_rows_skipped``); without it, bad rows are a ``DatasetError``.
+    ``api_key`` is the ``server``'s key; without a ``server`` it is the LLM's (v1's meaning of
+    ``--api-key``), else ``OPENAI_API_KEY``. A ``model`` without ``llm_url`` is served by
+    ``OPENAI_BASE_URL`` (OpenAI's by default); with the mock LLM it is an error, never ignored.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -30,7 +33,7 @@ class TestOptions:
     concurrency: int | None = None
     jobs: int = 1
     server: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     llm: str = "mock"
     llm_url: str | None = None
     model: str | None = None

@@ -1,4 +1,6 @@
-"""The ``--output`` results file: one JSON object per row in dataset order, then a summary."""
+"""The ``--output`` results file: one JSON object per row in dataset order, then a summary
+(JSON Lines); or, for a ``.json`` path, the original SDK's one JSON object
+(``{"summary": ..., "results": [...]}``, see :mod:`.v1_results`) written when the run ends."""
 
 from __future__ import annotations
 
@@ -40,6 +42,10 @@ class OrderedRows:
         self.next = 0
         self.waiting: dict[int, Any] = {}
         self.base = output.resolve().parent if output is not None else None
+        #: A ``.json`` file holds one object: its rows wait for the summary (v1's shape).
+        self.whole: list[dict[str, Any]] | None = (
+            [] if output is not None and output.suffix.lower() == ".json" else None
+        )
 
     def add(self, result: Any) -> None:
         """Hold ``result`` until every earlier row is written, then write what is ready."""
@@ -56,6 +62,18 @@ class OrderedRows:
         for index in sorted(self.waiting):
             self._write(self.waiting.pop(index))
 
+    def finish(self, summary: dict[str, Any]) -> None:
+        """End the file with the run's summary (a line, or the one object of a ``.json``)."""
+        if self.sink is None:
+            return
+        if self.whole is None:
+            self.sink.write(json.dumps(summary) + "\n")
+            return
+        from .v1_results import v1_results
+
+        json.dump(v1_results(summary, self.whole), self.sink, indent=2, default=str)
+        self.sink.write("\n")
+
     def _write(self, result: Any) -> None:
         assert self.sink is not None
         row = result.as_dict()
@@ -63,4 +81,7 @@ class OrderedRows:
             row = scrub_data(row, secret)
         if row.get("trace") and self.base is not None:
             row["trace"] = os.path.relpath(row["trace"], self.base)
+        if self.whole is not None:
+            self.whole.append(row)
+            return
         self.sink.write(json.dumps(row, default=str) + "\n")

@@ -9,7 +9,6 @@ report carries what the command exits with.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -133,7 +132,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     recorder = None
     # Scrubbed from the results file, the traces and the cassette: the LLM's key and the
     # server's (the mock TrainGate's per-rollout key is scrubbed by the server itself).
-    secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), server_key) if s]
+    secrets = [s for s in (os.environ.get("OPENAI_API_KEY"), options.api_key, server_key) if s]
     if options.record is not None:
         from .recording import CassetteRecorder, describe_llm
 
@@ -193,8 +192,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         model_lines = fit.summary(report.rows, summary)
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
-        if sink is not None:
-            sink.write(json.dumps(summary) + "\n")
+        writer.finish(summary)
         if recorder is not None:
             recorder.close(complete=True)
     except asyncio.CancelledError:
@@ -208,7 +206,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         )
         if sink is not None:
             writer.flush_all()
-            sink.write(json.dumps(_summary(partial, options, setup)) + "\n")
+            writer.finish(_summary(partial, options, setup))
         observer.interrupted(TestReport(partial.rows, _summary(partial, options, setup)), len(rows))
         raise
     finally:
