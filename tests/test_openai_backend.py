@@ -240,7 +240,9 @@ async def test_the_recorded_empty_content_tool_call_rebuilt_with_null_is_no_rewr
     async with backend, Harness(HISTORY.NullContentToolReplyAgent(), backend=backend) as harness:
         outcome = await harness.run(QUESTION, timeout_s=10)
     assert outcome.findings == []
-    assert stub.bodies[1]["messages"][1]["content"] is None
+    # Null fields are left out on the wire (docs/protocol.md): absent is the agent's null.
+    assert stub.bodies[1]["messages"][1].get("content") is None
+    assert stub.bodies[1]["messages"][1]["tool_calls"]
 
 
 async def test_the_recorded_bare_json_call_says_the_template_expects_tags() -> None:
