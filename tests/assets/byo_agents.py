@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
@@ -152,5 +151,50 @@ class LateCallAgent(OpenAISdkAgent):
         return result
 
 
-def _dump(value: Any) -> str:
-    return json.dumps(value)
+class ChatTwin(OpenAISdkAgent):
+    """The same loop on ctx.chat: what the endpoint's agents must be indistinguishable from."""
+
+    name = "chat-twin"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages = list(ctx.request.messages)
+        for _ in range(ctx.request.max_turns):
+            result = await ctx.chat(messages)
+            messages.append(result.message)
+            if not result.has_tool_calls:
+                return ctx.complete(messages)
+            messages.extend(await TOOLBOX.execute(ctx, result.tool_calls))
+        return ctx.complete(messages, finish_reason="max_turns")
+
+
+class ProbeAgent(OpenAISdkAgent):
+    """Calls its loopback endpoint with a wrong token, an unknown rollout and the right token;
+    returns the statuses, its URL and token (void by the time the test reads them)."""
+
+    name = "loopback-probe"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        import httpx2
+
+        url, key = ctx.openai_base_url, ctx.openai_api_key
+        body = {"model": "p", "messages": ctx.request.messages, "tools": TOOLS}
+        other = url.replace("/rollouts/", "/rollouts/x")
+        async with httpx2.AsyncClient(timeout=30) as http:
+            wrong = await http.post(f"{url}/chat/completions", json=body, headers=_bearer("nope"))
+            missing = await http.post(f"{url}/chat/completions", json=body)
+            unknown = await http.post(f"{other}/chat/completions", json=body, headers=_bearer(key))
+            responses = await http.post(f"{url}/responses", json=body, headers=_bearer(key))
+            right = await http.post(f"{url}/chat/completions", json=body, headers=_bearer(key))
+        reply = right.json()["choices"][0]["message"]
+        result = ctx.complete([*ctx.request.messages, reply])
+        result.extra_fields.update(
+            url=url,
+            key=key,
+            statuses=[r.status_code for r in (wrong, missing, unknown, responses, right)],
+            errors=[r.json()["error"]["message"] for r in (wrong, unknown, responses)],
+        )
+        return result
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}

@@ -22,6 +22,7 @@ from ..testing.harness import Harness, RolloutOutcome, ServerUnreachable
 from ..testing.records import Finding
 from ..testing.traingate import name_gate_urls
 from .collector import lighter_gc
+from .trainability import untrainable_codes
 
 __all__ = ["BatchReport", "RowInput", "RowResult", "RunOptions", "run_batch", "summarise"]
 
@@ -263,6 +264,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         for f in r.findings:
             findings[f.code] = findings.get(f.code, 0) + 1
     rewards = [r.reward for r in rows if r.reward is not None]
+    blocking = untrainable_codes(findings)
     return {
         "type": "summary",
         "rows": len(rows),
@@ -272,6 +274,9 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "errors": sum(1 for r in rows if r.status in ("ERROR", "NO_RESULT", "REFUSED")),
         "skipped": len(rows) - len(ran),
         "findings": findings,
+        # The verdict: no finding that breaks a trajectory for training (evaluation.trainability).
+        "trainable": not blocking,
+        "untrainable_findings": blocking,
         "latency_ms_p50": round(_percentile(latencies, 0.50), 3),
         "latency_ms_p95": round(_percentile(latencies, 0.95), 3),
         "prompt_tokens": sum(r.prompt_tokens for r in rows),
