@@ -33,6 +33,13 @@ async def _report(name: str, **options: Any) -> Any:
     return await run_test(TestOptions(target=_target(name), dataset=DATASET, **options))
 
 
+def _trace_events(folder: Path) -> list[dict[str, Any]]:
+    """Every event of the debug traces under ``folder``."""
+    return [
+        json.loads(line) for p in folder.rglob("*.jsonl") for line in p.read_text().splitlines()
+    ]
+
+
 def _shape(report: Any) -> list[Any]:
     """Each row's conversation as roles and tool names (the mock's arguments vary by rollout id),
     its turns, tool calls and findings."""
@@ -71,9 +78,7 @@ async def test_the_trace_is_a_ctx_chat_agents_trace(tmp_path: Path) -> None:
     """--debug-dir: each call is a `turn` event with the messages it added and the reply."""
     report = await _report("OpenAISdkAgent", limit=1, debug_dir=tmp_path)
     assert report.summary["passed"] == 1
-    events = [
-        json.loads(line) for p in tmp_path.rglob("*.jsonl") for line in p.read_text().splitlines()
-    ]
+    events = _trace_events(tmp_path)
     turns = [e for e in events if e["event"] == "turn"]
     assert [t["turn"] for t in turns] == [1, 2]
     assert turns[0]["reply"]["tool_calls"]

@@ -15,6 +15,7 @@ from osmosis_rollout.evaluation import TestOptions, run_test
 from osmosis_rollout.testing import Harness, ScriptedBackend
 
 from .support import ROOT, load_asset, load_path
+from .test_openai_endpoint import _trace_events
 
 pytest.importorskip("openai")
 pytestmark = pytest.mark.anyio
@@ -140,6 +141,5 @@ async def test_the_harness_gets_the_rollouts_url_in_its_environment(tmp_path: Pa
         )
     )
     assert report.summary["passed"] == 1
-    lines = [line for p in tmp_path.rglob("*.jsonl") for line in p.read_text().splitlines()]
-    turns = [json.loads(line) for line in lines if '"event": "turn"' in line]
+    turns = [e for e in _trace_events(tmp_path) if e["event"] == "turn"]
     assert [t["turn"] for t in turns] == [1, 2]
