@@ -143,3 +143,33 @@ async def test_the_harness_gets_the_rollouts_url_in_its_environment(tmp_path: Pa
     assert report.summary["passed"] == 1
     turns = [e for e in _trace_events(tmp_path) if e["event"] == "turn"]
     assert [t["turn"] for t in turns] == [1, 2]
+
+
+async def test_the_last_rollout_ending_closes_kept_alive_connections() -> None:
+    """A harness's keep-alive connection ends with the listener, not at the loop's shutdown
+    (where its cancelled handler used to print a CancelledError traceback)."""
+    import asyncio
+
+    from osmosis_rollout.endpoint.listener import listener
+    from osmosis_rollout.endpoint.session import EndpointReply
+
+    class Fake:
+        async def handle(self, content: bytes) -> Any:
+            return EndpointReply(200, b"{}")
+
+    grant = listener().grant(Fake())  # type: ignore[arg-type]
+    port = int(grant.base_url.split(":")[2].split("/")[0])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    path = grant.base_url.split(str(port), 1)[1]
+    writer.write(
+        f"POST {path}/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer "
+        f"{grant.token}\r\ncontent-length: 2\r\n\r\n{{}}".encode()
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert b"connection: keep-alive" in head
+    await reader.readexactly(2)
+    grant.revoke()
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the listener
+    writer.close()
+    await writer.wait_closed()

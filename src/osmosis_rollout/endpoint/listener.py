@@ -70,6 +70,7 @@ class LoopbackListener:
         self._sock = sock
         self._grants: dict[str, tuple[str, RolloutEndpoint]] = {}
         self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
         # The socket listens now (connections wait in its backlog); serving starts on the loop.
         self._starting = loop.create_task(self._start(sock))
 
@@ -93,6 +94,8 @@ class LoopbackListener:
         """Stop listening now; this loop's next grant starts a new listener."""
         if _listeners.get(self.loop) is self:
             del _listeners[self.loop]
+        for writer in list(self._writers):  # kept-alive connections end with it
+            writer.close()
         if self._server is not None:
             self._server.close()
         else:
@@ -105,6 +108,7 @@ class LoopbackListener:
         return len(self._grants)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             while True:
                 keep = await self._one(reader, writer)
@@ -113,6 +117,7 @@ class LoopbackListener:
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
+            self._writers.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
