@@ -5,6 +5,7 @@ TrainGate, void once the rollout ends; and a real subprocess harness run as a ro
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,19 @@ async def test_the_last_rollout_ending_closes_kept_alive_connections() -> None:
     assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the listener
     writer.close()
     await writer.wait_closed()
+
+
+@pytest.mark.slow
+def test_a_harness_served_then_tested_with_server(tmp_path: Path) -> None:
+    """`osmosis serve` of the harness example + `osmosis test --server`: the listener in a real
+    server process, the harness a grandchild of it."""
+    from .commands import run_cli_text
+    from .processes import osmosis_serve
+
+    with osmosis_serve(tmp_path / "serve.log", HARNESS_AGENT, "--port", "0", "--no-validate") as s:
+        code, out, err = run_cli_text(
+            "test", "--server", s.url, "-d", str(HARNESS / "dataset.jsonl"), "--limit", "2"
+        )
+    assert code == 0, out + err + s.output()
+    assert "2/2" in out
+    assert re.search(r"trainable\s+yes", out)
