@@ -228,3 +228,10 @@ def test_sse_carries_the_tool_calls_the_finish_reason_and_the_usage() -> None:
     assert chunks[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "add"
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
     assert chunks[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+
+
+async def test_a_parameter_of_the_wrong_type_is_a_400_naming_it() -> None:
+    report = await _report("BadParameterAgent", limit=1)
+    message = report.rows[0].error_message or ""
+    assert "Error code: 400 - this request cannot be sent: temperature:" in message, message
+    assert report.rows[0].turns == 0

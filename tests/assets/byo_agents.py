@@ -198,3 +198,21 @@ class ProbeAgent(OpenAISdkAgent):
 
 def _bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
+
+
+class BadParameterAgent(OpenAISdkAgent):
+    """Sends a temperature that is not a number."""
+
+    name = "openai-sdk-bad-param"
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        import openai
+
+        client = ctx.openai_client()
+        try:
+            await client.chat.completions.create(
+                model="p", messages=ctx.request.messages, temperature="hot"
+            )
+        except openai.BadRequestError as exc:
+            return ctx.error(f"refused: {exc.message}")
+        return ctx.error("accepted")

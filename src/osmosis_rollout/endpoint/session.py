@@ -10,11 +10,15 @@ mock TrainGate, which reports them with its own.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from ..errors import OsmosisError
+from ..protocol import describe_validation_error
 from ..redaction import loggable, scrub
 from .translate import BadRequest, ChatCall, completion_body, error_body, parse_call, sse_events
 
@@ -52,8 +56,6 @@ class EndpointReply:
 
 def _tool_key(tool: Any) -> tuple[str, str] | None:
     """A tool as (name, its schema as canonical JSON), for comparing declared and sent tools."""
-    import json
-
     if not isinstance(tool, dict):
         return None
     function = tool.get("function")
@@ -183,6 +185,9 @@ class RolloutEndpoint:
         self._in_flight += 1
         try:
             result = await self.ctx.chat(call.messages, **call.params)
+        except ValidationError as exc:  # a sampling parameter of the wrong type, say
+            message = f"this request cannot be sent: {describe_validation_error(exc)}"
+            return EndpointReply(400, error_body(message, "invalid_request_error"))
         except OsmosisError as exc:
             message = scrub(f"{type(exc).__name__}: {exc}", self.ctx.request.api_key_value)
             return EndpointReply(502, error_body(message, "upstream_error"))
