@@ -235,3 +235,15 @@ async def test_a_parameter_of_the_wrong_type_is_a_400_naming_it() -> None:
     message = report.rows[0].error_message or ""
     assert "Error code: 400 - this request cannot be sent: temperature:" in message, message
     assert report.rows[0].turns == 0
+
+
+def test_the_in_process_client_is_made_once_per_rollout() -> None:
+    from osmosis_rollout.agent import RolloutContext
+    from osmosis_rollout.protocol import RolloutRequest
+
+    request = RolloutRequest(
+        rollout_id="r", server_url="http://gate.test", messages=[], completion_params={}
+    )
+    ctx = RolloutContext(request, [], backend=None)  # type: ignore[arg-type]
+    assert ctx.openai_client() is ctx.openai_client()
+    assert ctx.openai_client(timeout=5) is not ctx.openai_client()

@@ -190,3 +190,26 @@ def test_a_harness_served_then_tested_with_server(tmp_path: Path) -> None:
     assert code == 0, out + err + s.output()
     assert "2/2" in out
     assert re.search(r"trainable\s+yes", out)
+
+
+async def test_an_endpoint_failure_is_a_500_not_a_dropped_connection() -> None:
+    from osmosis_rollout.endpoint.listener import listener
+
+    class Broken:
+        async def handle(self, content: bytes) -> Any:
+            raise RuntimeError("a bug")
+
+    grant = listener().grant(Broken())  # type: ignore[arg-type]
+    try:
+        async with httpx2.AsyncClient(timeout=10) as http:
+            reply = await http.post(
+                f"{grant.base_url}/chat/completions",
+                content=b"{}",
+                headers={"authorization": f"Bearer {grant.token}"},
+            )
+        assert reply.status_code == 500
+        assert reply.json()["error"]["message"] == (
+            "the rollout endpoint failed (RuntimeError); see the server's log"
+        )
+    finally:
+        grant.revoke()

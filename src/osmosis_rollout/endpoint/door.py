@@ -22,6 +22,7 @@ class OpenAIEndpointDoor:
 
     _openai_endpoint: RolloutEndpoint | None = None
     _openai_grant: Grant | None = None
+    _openai_client: Any = None
 
     def _endpoint(self) -> RolloutEndpoint:
         """This rollout's endpoint, made on first use."""
@@ -56,11 +57,16 @@ class OpenAIEndpointDoor:
 
     def openai_client(self, **options: Any) -> Any:
         """An ``openai.AsyncOpenAI`` whose every call is one turn of this rollout, in process
-        (no socket); needs ``pip install 'osmosis-rollout[openai]'``."""
+        (no socket); needs ``pip install 'osmosis-rollout[openai]'``. Without ``options`` the
+        same client each time (building one costs about a millisecond)."""
         from .inprocess import openai_client
 
         ctx: RolloutContext = self  # type: ignore[assignment]
-        return openai_client(ctx, **options)
+        if options:
+            return openai_client(ctx, **options)
+        if self._openai_client is None:
+            self._openai_client = openai_client(ctx)
+        return self._openai_client
 
     def _close_endpoint(self) -> None:
         """The rollout ended: refuse further calls and void the loopback grant."""

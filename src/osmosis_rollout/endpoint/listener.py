@@ -39,6 +39,7 @@ _REASONS = {
     405: "Method Not Allowed",
     409: "Conflict",
     413: "Payload Too Large",
+    500: "Internal Server Error",
     502: "Bad Gateway",
 }
 
@@ -149,7 +150,13 @@ class LoopbackListener:
             await _send(writer, EndpointReply(413, error_body(message, "bad_request")))
             return False
         body = await reader.readexactly(length) if length else b""
-        reply = await self._answer(method, target, headers.get("authorization", ""), body)
+        try:
+            reply = await self._answer(method, target, headers.get("authorization", ""), body)
+        except Exception as exc:  # our bug or the agent's, never the harness's: say so, once
+            logger.warning("the rollout endpoint failed on a call: %s", type(exc).__name__)
+            message = f"the rollout endpoint failed ({type(exc).__name__}); see the server's log"
+            await _send(writer, EndpointReply(500, error_body(message, "server_error")))
+            return False
         keep = headers.get("connection", "").lower() != "close"
         await _send(writer, reply, keep=keep)
         return keep
