@@ -432,6 +432,15 @@ def test_findings_map_to_dry_run_codes() -> None:
     assert {p.location for p in problems} == {"a.py:3"}
 
 
+def test_endpoint_findings_point_to_the_page_that_explains_them() -> None:
+    """An agent on the OpenAI-compatible endpoint gets the page on those findings, not the
+    generic validate.md."""
+    findings = [Finding("tools_changed", "turn 1 sent tools that differ", turn=1)]
+    problems = problems_from_outcome(outcome(findings=findings), timeout_s=1, location="a.py:3")
+    assert problems[0].code == "DRY_RUN_PROTOCOL"  # (then DRY_RUN_TIMEOUT: no result here)
+    assert problems[0].message.endswith("(tools_changed); see docs/bring-your-own-agent.md")
+
+
 # --------------------------------------------------------------------------------------------
 # Static checks on small sources
 # --------------------------------------------------------------------------------------------

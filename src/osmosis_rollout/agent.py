@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from . import telemetry
 from .append_only import first_divergence
+from .endpoint.door import OpenAIEndpointDoor
 from .protocol import (
     EXTENSION_FIELD,
     CompletionsRequest,
@@ -142,8 +143,11 @@ def _snapshot(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-class RolloutContext:
+class RolloutContext(OpenAIEndpointDoor):
     """One rollout's state, handed to ``run()``: request, tools, LLM access and metrics.
+
+    Agents written for the ``openai`` client reach the same turns through
+    ``openai_client()`` or ``openai_base_url``/``openai_api_key`` (``endpoint.door``).
 
     ``backend`` runs the LLM turns (``client.RolloutChannel`` when served); ``trace`` receives
     this rollout's debug events and ``observer`` each turn's and tool call's cost.
@@ -422,6 +426,7 @@ class RolloutContext:
             extra["append_only_violations"] = len(self.append_only_violations)
         if self._num_tool_calls:
             extra["tool_wall_ms"] = round(self._tool_wall_ms, 3)
+        self._endpoint_metrics(extra)
         total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
         llm = self._llm_metrics()
         return RolloutMetrics(

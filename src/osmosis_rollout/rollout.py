@@ -124,6 +124,8 @@ async def run_rollout(
                 error_message = f"agent raised {type(exc).__name__}: {exc}"
                 _log_agent_crash(request)
                 ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
+            finally:
+                ctx._close_endpoint()  # its calls from now on are refused, its token void
         if scope.cancelled_caught or (scope.cancel_called and result is None and not error_message):
             if control.cancelled:
                 finish_reason, error_message = "cancelled", f"rollout cancelled ({control.reason})"

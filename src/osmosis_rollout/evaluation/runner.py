@@ -22,6 +22,7 @@ from ..testing.harness import Harness, RolloutOutcome, ServerUnreachable
 from ..testing.records import Finding
 from ..testing.traingate import name_gate_urls
 from .collector import lighter_gc
+from .trainability import untrainable_codes
 
 __all__ = ["BatchReport", "RowInput", "RowResult", "RunOptions", "run_batch", "summarise"]
 
@@ -271,6 +272,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
     for r in rows:
         if r.llm_error is not None:
             llm_errors[r.llm_error] = llm_errors.get(r.llm_error, 0) + 1
+    blocking = untrainable_codes(findings)
     return {
         "type": "summary",
         "rows": len(rows),
@@ -281,6 +283,9 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "skipped": len(rows) - len(ran),
         "findings": findings,
         "llm_errors": llm_errors,
+        # The verdict: no finding that breaks a trajectory for training (evaluation.trainability).
+        "trainable": not blocking,
+        "untrainable_findings": blocking,
         "latency_ms_p50": round(_percentile(latencies, 0.50), 3),
         "latency_ms_p95": round(_percentile(latencies, 0.95), 3),
         "prompt_tokens": sum(r.prompt_tokens for r in rows),

@@ -120,6 +120,14 @@ def summary_table(summary: dict[str, Any]) -> Table:
         "findings",
         ", ".join(f"[yellow]{escape(k)}[/] x{v}" for k, v in sorted(findings.items())) or "none",
     )
+    if "trainable" in summary:
+        blocking = summary.get("untrainable_findings") or []
+        verdict = (
+            "[green]yes[/]"
+            if summary["trainable"]
+            else f"[red]no: {escape(', '.join(blocking))}[/] (see docs/bring-your-own-agent.md)"
+        )
+        table.add_row("trainable", verdict)
     table.add_row(
         "latency",
         f"p50 {format_ms(summary['latency_ms_p50'])}, p95 {format_ms(summary['latency_ms_p95'])}",

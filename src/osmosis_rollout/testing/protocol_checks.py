@@ -53,6 +53,26 @@ def check_completion(record: RolloutRecord, body: RolloutResponse) -> None:
     """The first completion callback of a rollout: the tools it called, and its replies."""
     _check_tools_used(record, body)
     _check_replies(record, body.final_messages)
+    _endpoint_findings(record, body)
+
+
+def _endpoint_findings(record: RolloutRecord, body: RolloutResponse) -> None:
+    """What the rollout's OpenAI-compatible endpoint saw (``endpoint.session``): the callback
+    carries its findings in ``metrics.endpoint_findings``; each becomes a finding here."""
+    extra = (body.metrics.model_extra or {}) if body.metrics is not None else {}
+    found = extra.get("endpoint_findings")
+    if not isinstance(found, list):
+        return
+    for item in found:
+        if isinstance(item, dict) and isinstance(item.get("code"), str):
+            turn = item.get("turn")
+            details = {k: v for k, v in item.items() if k not in ("code", "message", "turn")}
+            record.add(
+                item["code"],
+                str(item.get("message", "")),
+                turn=turn if isinstance(turn, int) else None,
+                details=details or None,
+            )
 
 
 def _check_tools_used(record: RolloutRecord, body: RolloutResponse) -> None:

@@ -41,6 +41,17 @@ _FINDINGS = {
         "DRY_RUN_UNKNOWN_TOOL",
         "only call tools returned by get_tools(), or add the tool there",
     ),
+    # What agents on the OpenAI-compatible endpoint do (endpoint.session): the page explains each.
+    **dict.fromkeys(
+        (
+            "tools_changed",
+            "tool_choice_dropped",
+            "parallel_calls",
+            "n_greater_than_one",
+            "call_after_completion",
+        ),
+        ("DRY_RUN_PROTOCOL", "see docs/bring-your-own-agent.md"),
+    ),
 }
 
 

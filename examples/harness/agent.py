@@ -1,0 +1,59 @@
+"""Run an existing agent program (``harness.py``) as a rollout, unchanged.
+
+The harness reads ``OPENAI_BASE_URL``/``OPENAI_API_KEY``; this rollout hands it its own
+endpoint (``ctx.openai_base_url``, ``ctx.openai_api_key``), so every call the harness makes is
+one turn of this rollout: checked, traced and recorded like a ``ctx.chat`` turn.
+
+    osmosis test examples/harness/agent.py:HarnessAgent -d examples/harness/dataset.jsonl
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
+
+HARNESS = Path(__file__).with_name("harness.py")
+sys.path.insert(0, str(HARNESS.parent))
+
+from harness import TOOLS  # noqa: E402  (the harness declares its tools; so do we, the same)
+
+
+class HarnessAgent(RolloutAgentLoop):
+    """One harness process per rollout; its final conversation is the rollout's."""
+
+    name = "harness"
+
+    def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+        return TOOLS
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": ctx.openai_base_url,
+            "OPENAI_API_KEY": ctx.openai_api_key,
+            "HARNESS_MAX_TURNS": str(ctx.request.max_turns),
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(HARNESS),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        try:
+            out, err = await proc.communicate(json.dumps(ctx.request.messages).encode())
+        finally:
+            if proc.returncode is None:  # cancelled (the rollout's deadline): stop the harness
+                proc.kill()
+                await proc.wait()
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            return ctx.error(f"the harness exited with {proc.returncode}: {tail[0]}")
+        return ctx.complete(json.loads(out))

@@ -1,0 +1,200 @@
+"""One rollout's OpenAI-compatible endpoint: each call becomes one ``ctx.chat`` turn.
+
+Every call goes through the rollout's own context, so it is checked, traced, measured,
+recorded and replayed exactly like a turn of a ``ctx.chat`` agent, on whatever wire the
+rollout came in on. What such an agent can do that ``ctx.chat`` never did (change its tools,
+ask for several choices, call in parallel, call after it completed) is recorded here as an
+endpoint finding; the completion callback carries them (``metrics.endpoint_findings``) to the
+mock TrainGate, which reports them with its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from ..errors import OsmosisError
+from ..protocol import describe_validation_error
+from ..redaction import loggable, scrub
+from .translate import BadRequest, ChatCall, completion_body, error_body, parse_call, sse_events
+
+if TYPE_CHECKING:
+    from ..agent import RolloutContext
+
+__all__ = [
+    "CALL_AFTER_COMPLETION",
+    "MANY_CHOICES",
+    "PARALLEL_CALLS",
+    "TOOLS_CHANGED",
+    "TOOL_CHOICE_DROPPED",
+    "EndpointReply",
+    "RolloutEndpoint",
+]
+
+logger = logging.getLogger("osmosis_rollout.endpoint")
+
+#: Endpoint finding codes, stable: they appear in ``osmosis test`` output and results files.
+TOOLS_CHANGED = "tools_changed"
+TOOL_CHOICE_DROPPED = "tool_choice_dropped"
+PARALLEL_CALLS = "parallel_calls"
+MANY_CHOICES = "n_greater_than_one"
+CALL_AFTER_COMPLETION = "call_after_completion"
+
+
+@dataclass(slots=True)
+class EndpointReply:
+    """An HTTP answer, whole: the in-process transport and the loopback listener send it."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+def _tool_key(tool: Any) -> tuple[str, str] | None:
+    """A tool as (name, its schema as canonical JSON), for comparing declared and sent tools."""
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        return None
+    params = function.get("parameters") or {"type": "object", "properties": {}}
+    return function["name"], json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+class RolloutEndpoint:
+    """The endpoint of one rollout, bound to its context (``ctx._endpoint()`` makes it)."""
+
+    def __init__(self, ctx: RolloutContext) -> None:
+        self.ctx = ctx
+        self.findings: list[dict[str, Any]] = []
+        self.closed = False
+        self._in_flight = 0
+        self._declared: set[tuple[str, str]] | None = None
+        self._seen: set[str] = set()
+        self._last_call: list[Any] | None = None  # the previous call's history
+
+    # -- findings ------------------------------------------------------------------------
+
+    def add_finding(self, code: str, message: str, **details: Any) -> None:
+        """Record one endpoint finding (once per code and turn), log it, trace it."""
+        turn = self.ctx.turns + 1
+        key = f"{code}:{turn}"
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        finding = {"code": code, "message": message, "turn": turn, **details}
+        self.findings.append(finding)
+        logger.warning("rollout %s: %s", loggable(self.ctx.request.rollout_id), message)
+        self.ctx.log_event("endpoint_finding", **finding)
+
+    def _declared_tools(self) -> set[tuple[str, str]]:
+        if self._declared is None:
+            keys = (_tool_key(t.model_dump(mode="json", exclude_none=True)) for t in self.ctx.tools)
+            self._declared = {k for k in keys if k is not None}
+        return self._declared
+
+    def _check_call(self, call: ChatCall) -> None:
+        turn = self.ctx.turns + 1
+        if call.tools is not None:
+            sent = {k for k in (_tool_key(t) for t in call.tools) if k is not None}
+            declared = self._declared_tools()
+            if sent != declared:
+                added = sorted({n for n, _ in sent} - {n for n, _ in declared})
+                dropped = sorted({n for n, _ in declared} - {n for n, _ in sent})
+                changed = sorted({n for n, _ in sent ^ declared} - set(added) - set(dropped))
+                parts = [
+                    f"{label} {names}"
+                    for label, names in (("added", added), ("dropped", dropped))
+                    if names
+                ]
+                if changed:
+                    parts.append(f"schema changed {changed}")
+                self.add_finding(
+                    TOOLS_CHANGED,
+                    f"turn {turn} sent tools that differ from those declared at init "
+                    f"({'; '.join(parts)}): TrainGate trains on the declared tools; return every "
+                    "tool from get_tools and send the same list each call",
+                    added=added,
+                    dropped=dropped,
+                    changed=changed,
+                )
+        elif self._declared_tools():
+            self.add_finding(
+                TOOLS_CHANGED,
+                f"turn {turn} sent no tools, but tools were declared at init: the model is "
+                "prompted with them all the same; send the declared tools each call",
+                added=[],
+                dropped=sorted(n for n, _ in self._declared_tools()),
+                changed=[],
+            )
+        if call.tool_choice not in (None, "auto"):
+            self.add_finding(
+                TOOL_CHOICE_DROPPED,
+                f"turn {turn} asked for tool_choice {call.tool_choice!r}, which TrainGate's v1 "
+                "wire cannot carry: the model chose freely ('auto')",
+            )
+
+    # -- a call ---------------------------------------------------------------------------
+
+    async def handle(self, content: bytes) -> EndpointReply:
+        """Answer one ``POST .../chat/completions`` body."""
+        if self.closed or self.ctx._finished is not None:
+            self.add_finding(
+                CALL_AFTER_COMPLETION,
+                "a chat call arrived after the rollout had completed (ctx.complete or ctx.error "
+                "was called, or run() returned): it was refused and never reached TrainGate; "
+                "stop the agent before ending the rollout",
+            )
+            return EndpointReply(
+                409,
+                error_body("this rollout has already completed", "invalid_request_error"),
+            )
+        try:
+            call = parse_call(content)
+        except BadRequest as exc:
+            return EndpointReply(400, error_body(str(exc), "invalid_request_error"))
+        if call.n > 1:
+            self.add_finding(
+                MANY_CHOICES,
+                f"turn {self.ctx.turns + 1} asked for n={call.n} choices: a rollout's turn has "
+                "one reply (ask for n=1 and run more rollouts instead)",
+            )
+            return EndpointReply(
+                400,
+                error_body(
+                    f"n={call.n} is not supported: one rollout's turn has one reply; send n=1",
+                    "invalid_request_error",
+                    "n_not_supported",
+                ),
+            )
+        self._check_call(call)
+        sibling = self._last_call is not None and call.messages == self._last_call
+        self._last_call = call.messages
+        if self._in_flight or sibling:
+            self.add_finding(
+                PARALLEL_CALLS,
+                f"turn {self.ctx.turns + 1} was sent alongside another call of the same rollout "
+                "(while it ran, or with its history and without its reply): parallel calls "
+                "branch the history, which does not train as one trajectory; await each call "
+                "and append its reply before the next",
+            )
+        self._in_flight += 1
+        try:
+            result = await self.ctx.chat(call.messages, **call.params)
+        except ValidationError as exc:  # a sampling parameter of the wrong type, say
+            message = f"this request cannot be sent: {describe_validation_error(exc)}"
+            return EndpointReply(400, error_body(message, "invalid_request_error"))
+        except OsmosisError as exc:
+            message = scrub(f"{type(exc).__name__}: {exc}", self.ctx.request.api_key_value)
+            return EndpointReply(502, error_body(message, "upstream_error"))
+        finally:
+            self._in_flight -= 1
+        turn_id = f"{self.ctx.turns}"
+        if call.stream:
+            body = sse_events(result, turn_id, call.model, include_usage=call.include_usage)
+            return EndpointReply(200, body, "text/event-stream")
+        return EndpointReply(200, completion_body(result, turn_id, call.model))
