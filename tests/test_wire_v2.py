@@ -391,3 +391,31 @@ async def test_a_failed_grader_callback_is_replayed_alone(tmp_path: Path) -> Non
     assert grader.body["sample"]["reward"] == 1.0
     assert grader.authorization == f"Bearer {CONTROLLER_KEY}"
     assert list(s.outbox.glob("*.json")) == []
+
+
+async def test_shutdown_ends_running_rollouts_in_both_callbacks_or_the_outbox(
+    tmp_path: Path,
+) -> None:
+    """At shutdown a running v2 rollout is cancelled and still sends its completion
+    (cancelled) and grader (failure) callbacks; one whose completion the controller refuses
+    leaves an outbox entry holding both parts, with their bodies and no key."""
+    async with v2_served(tmp_path) as s:
+        s.gate.fail_next("completion", 400)
+        await s.start(v2_init(s.gate.url, "down-1", metadata={"sleep_s": 30}))
+        await s.start(v2_init(s.gate.url, "down-2", metadata={"sleep_s": 30}))
+        await anyio.sleep(0.3)
+    state = open_state("memory", outbox_dir=s.outbox)
+    [entry] = await state.outbox_list()
+
+    ended = {rid for rid in ("down-1", "down-2") if s.gate.completions.get(rid)}
+    [kept] = {"down-1", "down-2"} - ended
+    [done] = ended
+    assert s.gate.completions[done][0].body["status"] == "cancelled"
+    assert s.gate.graders[done][0].body["status"] == "failure"
+    assert kept not in s.gate.graders  # the grader callback waits behind the completion
+    assert entry.rollout_id == kept
+    assert entry.protocol == "v2"
+    assert entry.route is not None
+    assert entry.route["pending"] == ["completion", "grader"]
+    assert entry.route["bodies"]["completion"]["status"] == "cancelled"
+    assert CONTROLLER_KEY not in Path(entry.location).read_text()
