@@ -418,4 +418,4 @@ async def test_shutdown_ends_running_rollouts_in_both_callbacks_or_the_outbox(
     assert entry.route is not None
     assert entry.route["pending"] == ["completion", "grader"]
     assert entry.route["bodies"]["completion"]["status"] == "cancelled"
-    assert CONTROLLER_KEY not in Path(entry.location).read_text()
+    assert CONTROLLER_KEY not in await anyio.Path(entry.location).read_text()
