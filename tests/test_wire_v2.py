@@ -419,3 +419,31 @@ async def test_shutdown_ends_running_rollouts_in_both_callbacks_or_the_outbox(
     assert entry.route["pending"] == ["completion", "grader"]
     assert entry.route["bodies"]["completion"]["status"] == "cancelled"
     assert CONTROLLER_KEY not in await anyio.Path(entry.location).read_text()
+
+
+async def test_the_agent_never_holds_the_controller_key(tmp_path: Path) -> None:
+    """D15: nothing the agent is handed (its request, in any dump, its private attributes, its
+    chat channel) holds the callback credential."""
+    seen: list[str] = []
+
+    class Snooper(agents.ToolAgent):  # type: ignore[name-defined,misc]
+        name = "v2-snooper"
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            request = ctx.request
+            seen.append(
+                repr(request)
+                + repr(vars(request))
+                + repr(request.__pydantic_private__)
+                + request.model_dump_json()
+                + repr(vars(ctx.llm))
+            )
+            return ctx.complete([*request.messages, {"role": "assistant", "content": "7"}])
+
+    async with v2_served(tmp_path, Snooper()) as s:
+        await s.start(v2_init(s.gate.url, "snoop"))
+        await wait_until(lambda: s.gate.ended("snoop"), 10)
+
+    [text] = seen
+    assert CONTROLLER_KEY not in text
+    assert s.gate.graders["snoop"][0].authorization == f"Bearer {CONTROLLER_KEY}"
