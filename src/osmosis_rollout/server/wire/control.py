@@ -128,5 +128,6 @@ def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
 
     return [
         Route(f"{prefix}/cancel", cancel, methods=["POST"]),
-        Route(f"{prefix}/{{rollout_id}}/status", status, methods=["GET"]),
+        # A path converter: a v1 rollout id may hold "/" (v2's may not).
+        Route(f"{prefix}/{{rollout_id:path}}/status", status, methods=["GET"]),
     ]
