@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Finished records kept at most (oldest dropped first, even inside the TTL): about 220 bytes
-#: each (see docs/security.md), so the cap bounds them near 200 MB.
+#: each (see docs/security.md), so the cap bounds them near 220 MB.
 DEFAULT_MAX_RECORDS = 1_000_000
 #: The reason a trainer's cancel gives (its callback's error message says so).
 CANCELLED_BY_TRAINER = "cancelled by the trainer"
