@@ -3,10 +3,9 @@
 ``admit`` takes a rollout a wire adapter parsed, with its ``DeliveryTarget``: it deduplicates
 (here, then across replicas), runs ``get_tools``, takes a place in the shared admission count,
 and starts the rollout; the ``Answer`` it returns is the wire's to send. ``_run`` waits for a
-slot (a trainer's cancel ends the wait), runs the agent, then its ``grade`` if it has one
-(``phases.py``), lets the target settle what will be sent and the terminal status (known, and
-published to a shared state, before any callback), and hands the result to ``Delivery``
-exactly once; a rollout stopped before it ran still leaves its result in the outbox.
+slot (a trainer's cancel ends the wait), runs the agent and its ``grade`` (``phases.py``), has
+the target settle what is sent and the terminal status (known before any callback), and hands
+the result to ``Delivery`` exactly once; one stopped before it ran still reaches the outbox.
 
 Spawning: on asyncio each rollout is a plain task with its own cancel scope, cancelled at
 shutdown as the task group would (``stop``). It is the only path on asyncio because it is
