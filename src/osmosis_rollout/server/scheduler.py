@@ -306,7 +306,7 @@ class Scheduler:
                 )
                 self.registry.delivering(entry)
                 await self._publish(entry, "", entry.terminal)
-                await self.delivery.save_lease(entry)
+                await self.delivery.save_lease(entry)  # a peer ending it sends these bodies
                 if await self._still_ours(entry):
                     # A drain that gives up on this delivery cancels this scope: the result goes to
                     # the outbox at once, not when the process exits.
