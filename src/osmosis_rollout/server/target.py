@@ -69,12 +69,12 @@ class DeliveryTarget(Protocol):
         progress: Progress | None = None,
     ) -> None:
         """Send what was not delivered yet; raises ``TrainGateError`` when a part was not
-        taken (the parts before it stay delivered). ``progress`` is awaited after a part is
-        taken while others remain (the scheduler records it in a shared state's lease)."""
+        taken (the parts before it stay delivered). ``progress`` is awaited after each part
+        taken (``Delivery`` records it in a shared state's lease)."""
         ...
 
 
-#: Told that a part was delivered and more remain.
+#: Told that a part was delivered.
 Progress = Callable[[], Awaitable[None]]
 
 #: Rebuilds a target from what an outbox entry or a lease keeps:

@@ -117,7 +117,7 @@ class V2Target:
                 callback=True,
             )
             self.pending.pop(0)
-            if self.pending and progress is not None:
+            if progress is not None:  # the last one too: a peer then has nothing left to send
                 await progress()
 
 
