@@ -103,6 +103,13 @@ async def _run(rollouts: int, lease_ttl: float, concurrency: int) -> dict[str, A
         "lost": {p: sum(1 for (_, q), n in ends.items() if q == p and n == 0) for p in PARTS},
         "duplicated": {p: sum(1 for (_, q), n in ends.items() if q == p and n > 1) for p in PARTS},
         "outbox_stream_entries": len(entries),
+        # Each duplicate's deliveries as (part, status): the same status twice is the same body
+        # sent again (a replica killed between a callback's 2xx and its lease update).
+        "duplicates": {
+            f"{rid} {part}": [(p, st) for p, st, _ in controller.seen.get(rid, []) if p == part]
+            for (rid, part), n in ends.items()
+            if n > 1
+        },
         "lease_ttl_s": lease_ttl,
         "orphan_grader_callback_after_kill_s": {
             "min": round(min(orphan_delays, default=0.0), 2),
