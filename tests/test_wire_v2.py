@@ -473,3 +473,18 @@ async def test_with_a_shared_state_the_lease_follows_the_delivery(
     assert lease.route["pending"] == ["grader"]
     assert lease.route["bodies"]["grader"] == s.gate.graders["lease-1"][0].body
     assert len(s.gate.completions["lease-1"]) == 1
+
+
+async def test_traces_of_v2_rollouts_do_not_repeat_the_tools_each_turn(tmp_path: Path) -> None:
+    """The tools go with every v2 chat call, but a debug trace records them once (its start
+    event), not in each turn's parameters."""
+    async with v2_served(tmp_path, debug_dir=tmp_path / "traces") as s:
+        await s.start(v2_init(s.gate.url, "tr-1"))
+        await wait_until(lambda: s.gate.ended("tr-1"), 10)
+
+    [trace] = list((tmp_path / "traces").glob("*.jsonl"))
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    turns = [e for e in events if e["event"] == "turn"]
+    assert len(turns) == 2
+    assert all("tools" not in turn["params"] for turn in turns)
+    assert "tools" in s.gate.chats["tr-1"][0].body
