@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from . import telemetry
 from .append_only import first_divergence
+from .call_tools import add_tools
 from .endpoint.door import OpenAIEndpointDoor
 from .protocol import (
     EXTENSION_FIELD,
@@ -84,6 +85,10 @@ class RolloutAgentLoop(ABC):
 
     A plain ``ABC`` (no metaclass of its own), so ``class MyAgent(RolloutAgentLoop,
     pydantic.BaseModel)`` works; declare ``name: ClassVar[str] = "..."`` there.
+
+    Optionally define ``async def grade(self, ctx, result) -> float``, the grader phase: once
+    ``run()`` completed, its value is the reward (``grading.py``; docs/protocol-v2.md, section
+    4). Without it, the reward ``run()`` returned is the grade.
     """
 
     name: ClassVar[str]
@@ -224,6 +229,8 @@ class RolloutContext(OpenAIEndpointDoor):
                 body.setdefault(key, value)
         for key in _NEVER_SENT:
             body.pop(key, None)
+        if getattr(self._backend, "sends_tools", False):  # protocol v2: see call_tools.py
+            add_tools(body, params, self._shared_tools, self._tools)
         return body
 
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
@@ -288,7 +295,7 @@ class RolloutContext(OpenAIEndpointDoor):
             "turn": turn,
             "delta_from": delta_from,
             "messages": history[delta_from:],
-            "params": params,
+            "params": {k: v for k, v in params.items() if k != "tools"},  # v2: every call
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
         if response is not None:

@@ -205,7 +205,7 @@ def replay_command(
     from ..destinations import DestinationPolicy
     from ..server.delivery import replay_outbox
     from ..server.state import StateUnavailable
-    from ..server.wire.v1 import V1
+    from ..server.wire import target_factory
     from ..server_url import normal_server_url
     from ._outbox_view import matches
 
@@ -226,8 +226,12 @@ def replay_command(
     policy = DestinationPolicy.for_server("127.0.0.1", allowed)
     refused: list[tuple[str, str]] = []
 
-    def target_of(rollout_id: str, url: str, key: str | None) -> Any:
-        return V1().target_of(rollout_id, explicit or url, key)
+    factory = target_factory()
+
+    def target_of(
+        protocol: str, rollout_id: str, url: str, key: str | None, route: dict[str, Any] | None
+    ) -> Any:
+        return factory(protocol, rollout_id, explicit or url, key, route)  # explicit: v1 only
 
     async def replay() -> Any:
         try:
@@ -237,7 +241,11 @@ def replay_command(
             for entry in await backend.outbox_list():
                 if wanted and not matches(entry.public(), wanted):
                     continue
-                reason = None if explicit else _refusal(policy, entry.server_url)
+                reason: str | None
+                if explicit and entry.protocol != "v1":
+                    reason = "--server-url applies to v1 entries; give --traingate HOST instead"
+                else:
+                    reason = None if explicit else _refusal(policy, entry.server_url)
                 if reason is None:
                     full.append(entry.id)
                 else:

@@ -4,8 +4,9 @@ The edge checks what every request must pass before the core sees it: the screen
 route (``screening.py``: no web pages, only the server's own host names, JSON bodies), the
 server key, the body's size and arrival time (413, 408, 400), the body's shape (422, via the
 wire), where it asks the server to call (422, ``destinations.py``), and the 503 while the
-server is draining or not running. The routes are ``/health``,
-``/platform/health``, ``/metrics`` and the wire's start route (v1: ``POST /v1/rollout/init``).
+server is draining or not running. The routes are ``/health``, ``/platform/health``,
+``/metrics`` and each wire's start route (v1: ``POST /v1/rollout/init``, v2: ``POST /rollout``)
+with its status and cancel routes.
 Everything behind them is ``RolloutServer`` (``core.py``).
 """
 
@@ -30,7 +31,7 @@ from ..client import TrainGateClient
 from ..config import ServerSettings
 from ..destinations import DestinationPolicy, check_destination
 from ..errors import ConfigError
-from ..protocol import DEFAULT_MAX_METADATA_BYTES
+from ..protocol import DEFAULT_MAX_METADATA_BYTES, RolloutRequest
 from .auth import key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
 from .registry import Answer
@@ -38,6 +39,7 @@ from .screening import HostRule, Screening
 from .state import StateUnavailable
 from .wire import Wire
 from .wire.v1 import V1
+from .wire.v2 import V2
 
 __all__ = ["Edge", "Hook", "build_app", "create_app"]
 
@@ -105,7 +107,7 @@ def create_app(
     server = RolloutServer(
         agent_loop,
         settings,
-        wires=(V1(),),
+        wires=(V1(), V2()),
         client=client,
         delivery_grace_s=_DELIVERY_GRACE_S,
     )
@@ -120,7 +122,7 @@ def build_app(server: RolloutServer) -> Starlette:
     routes: list[BaseRoute] = []
     for wire in server.wires:
         routes.append(Route(wire.start_path, edge.start_route(wire), methods=["POST"]))
-        routes.extend(wire.routes(server))
+        routes.extend(wire.routes(edge))
     routes.append(Route("/health", edge.health, methods=["GET"]))
     routes.append(Route("/platform/health", edge.platform_health, methods=["GET"]))
     if server.metrics is not None:
@@ -165,6 +167,21 @@ class Edge:
         return self.server_key is None or key_matches(
             request.headers.get("authorization"), self.server_key
         )
+
+    # -- for the wires' own routes (status, cancel) ---------------------------------------------
+
+    def authorized(self, request: Request) -> bool:
+        """Whether the request carries the server key (or the server has none)."""
+        return self._authorized(request)
+
+    async def read_body(self, request: Request) -> bytes | Response:
+        """The body within the limits (or the 413/408/400 to answer)."""
+        return await self._read_body(request)
+
+    @staticmethod
+    def validation_body(exc: ValidationError) -> dict[str, Any]:
+        """A bounded 422 body that echoes no input."""
+        return _validation_body(exc)
 
     # -- GET /health, GET /platform/health, GET /metrics ----------------------------------------
 
@@ -238,9 +255,10 @@ class Edge:
             rollout = wire.parse(body, max_metadata_bytes=server.settings.max_metadata_bytes)
         except ValidationError as exc:
             return _json(422, _validation_body(exc))
-        refused = check_destination(rollout.server_url, self.destinations)
-        if refused is not None:
-            return _json(422, _refusal_body("server_url", refused))
+        for field, url in _called_urls(rollout):
+            refused = check_destination(url, self.destinations)
+            if refused is not None:
+                return _json(422, _refusal_body(field, refused))
         answer: Answer = await scheduler.admit(rollout, wire.target(rollout), wire.accepted)
         return wire.respond(answer)
 
@@ -298,6 +316,13 @@ def _validation_body(exc: ValidationError) -> dict[str, Any]:
             break
         details.append(item)
     return {"detail": details, "error_count": exc.error_count()}
+
+
+def _called_urls(rollout: RolloutRequest) -> list[tuple[str, str]]:
+    """The URLs a rollout makes the server call, by field: a wire's request type may name more
+    than v1's ``server_url`` (v2: its chat and callback URLs)."""
+    called = getattr(rollout, "called_urls", None)
+    return called() if callable(called) else [("server_url", rollout.server_url)]
 
 
 def _refusal_body(field: str, reason: str) -> dict[str, Any]:

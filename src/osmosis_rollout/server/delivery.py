@@ -5,18 +5,22 @@ does not take (or that shutdown interrupts) is kept by ``Delivery.keep`` in the 
 and in a file on this host if the state cannot take it. ``redeliver`` sends one kept entry
 again: the server's redelivery loop (shared state) and ``osmosis outbox replay`` both use it.
 Entries the trainer accepts are removed; the others stay with the attempt counted, so a replay
-can be repeated safely (TrainGate deduplicates callbacks by their ``X-Request-Id``).
+can be repeated safely (TrainGate deduplicates callbacks by their ``X-Request-Id``). An entry
+names its wire protocol and, for v2, which of its two callbacks are still due: a redelivery
+sends only those, and one that gets the completion through but not the grader callback
+replaces the entry by one holding only the grader callback.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -24,7 +28,7 @@ from ..errors import TrainGateError, TrainGateHTTPError
 from ..protocol import RolloutResponse, wire
 from ..redaction import loggable, scrub, scrub_data
 from .outbox_guard import OutboxGuard
-from .state import OutboxEntry, StateBackend, StateUnavailable
+from .state import LeasedRollout, OutboxEntry, StateBackend, StateUnavailable
 from .state.memory import write_outbox
 from .target import DeliveryTarget, TargetFactory
 
@@ -80,8 +84,14 @@ class Delivery:
         target = entry.target
         assert target is not None  # the wire set it before the rollout was started
         entry.outcome = "outbox"  # until the trainer accepts it
+        progress = None
+        if self.state.shared and target.record() is not None:
+
+            async def progress() -> None:
+                await self.save_lease(entry)
+
         try:
-            await target.deliver(client, response)
+            await target.deliver(client, response, progress)
             entry.outcome = response.status.value
             if self.metrics is not None:
                 self.metrics.callbacks.labels(outcome="delivered").inc()
@@ -95,6 +105,19 @@ class Delivery:
             error = f"delivery interrupted ({reason}): {type(exc).__name__}"
             await self.to_outbox(target, response, error)
             raise
+
+    async def save_lease(self, entry: RolloutEntry) -> None:
+        """With a shared state, put the target's settled callbacks and the parts still due in
+        the rollout's lease: a peer ending it as an orphan (this replica died) then sends those
+        parts, the same bodies under the same request ids, never a contradicting ERROR."""
+        target = entry.target
+        if not self.state.shared or target is None or target.record() is None:
+            return
+        try:
+            with anyio.fail_after(10):
+                await self.state.update_lease(LeasedRollout.of(entry.request, target))
+        except (StateUnavailable, TimeoutError) as exc:
+            logger.warning("rollout %s: lease not updated: %s", loggable(entry.rollout_id), exc)
 
     async def to_outbox(
         self, target: DeliveryTarget, response: RolloutResponse, error: str
@@ -115,6 +138,8 @@ class Delivery:
             written_at=time.time(),
             response=scrub_data(wire(response), api_key),
             api_key=api_key,
+            protocol=target.protocol,
+            route=scrub_data(target.record(), api_key),
         )
 
         async def store() -> str:
@@ -128,7 +153,7 @@ class Delivery:
             return
         self.guard.kept(len(entry.error) + len(repr(entry.response)))
         logger.error(
-            "rollout %s: completion callback failed (%s); saved to %s",
+            "rollout %s: callback failed (%s); saved to %s",
             loggable(rollout_id),
             entry.error,
             where,
@@ -150,7 +175,15 @@ class Delivery:
             where = ""
         if where:
             return where
-        path = write_outbox(self.outbox_dir, target.server_url, response, entry.error, api_key)
+        path = write_outbox(
+            self.outbox_dir,
+            target.server_url,
+            response,
+            entry.error,
+            api_key,
+            protocol=entry.protocol,
+            route=entry.route,
+        )
         return str(path)
 
     async def close(self) -> None:
@@ -195,9 +228,17 @@ async def redeliver(
     except ValueError as exc:  # an unreadable entry: leave it for a person to look at
         return ReplayOutcome(entry, False, f"not a valid callback: {exc}")
     try:
-        await target_of(entry.rollout_id, entry.server_url, key).deliver(client, response)
+        target = target_of(entry.protocol, entry.rollout_id, entry.server_url, key, entry.route)
+    except ValueError as exc:  # a protocol this version does not speak
+        return ReplayOutcome(entry, False, str(exc))
+    try:
+        await target.deliver(client, response)
     except TrainGateError as exc:
         error = scrub(str(exc), key)
+        route = target.record()
+        if _pending(route) != _pending(entry.route):  # a part got through: keep only the rest
+            await _replace(state, entry, scrub_data(route, key), error)
+            return ReplayOutcome(entry, False, error)
         refused = isinstance(exc, TrainGateHTTPError) and not (
             exc.status_code == 429 or exc.status_code >= 500
         )
@@ -207,6 +248,21 @@ async def redeliver(
         return ReplayOutcome(entry, False, error)
     await state.outbox_done(entry)
     return ReplayOutcome(entry, True)
+
+
+def _pending(route: dict[str, Any] | None) -> Any:
+    return None if route is None else route.get("pending")
+
+
+async def _replace(
+    state: StateBackend, entry: OutboxEntry, route: dict[str, Any] | None, error: str
+) -> None:
+    """Swap ``entry`` for one whose route says what is still due (put first: never lost)."""
+    remaining = dataclasses.replace(
+        entry, id="", location="", route=route, error=error, attempts=entry.attempts + 1
+    )
+    await state.outbox_put(remaining)
+    await state.outbox_done(entry)
 
 
 async def replay_outbox(

@@ -2,13 +2,15 @@
 
 All bookkeeping happens on the event loop without awaiting between a lookup and the matching
 reservation, so concurrent duplicate inits see one consistent state. A finished rollout shrinks
-to a ``FinishedRecord`` (id, request fingerprint, outcome, time; the tools' JSON shared between
-records): what idempotency needs for the record TTL, at most ``max_records`` of them.
+to a ``FinishedRecord`` (id, request fingerprint, outcome, time, and how it ended for status
+requests; the tools' JSON and common endings shared between records): what idempotency and
+status need for the record TTL, at most ``max_records`` of them.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import time
 import weakref
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from .target import DeliveryTarget
 
 __all__ = [
+    "CANCELLED_BY_TRAINER",
     "DEFAULT_MAX_RECORDS",
     "AcceptedBody",
     "Answer",
@@ -34,28 +37,36 @@ __all__ = [
     "Phase",
     "RolloutEntry",
     "RolloutRegistry",
+    "Terminal",
+    "cancel_entry",
     "refusal",
+    "terminal",
 ]
 
-#: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
-#: each (see docs/security.md), so the cap bounds them near 200 MB.
+#: Finished records kept at most (oldest dropped first, even inside the TTL): about 220 bytes
+#: each (see docs/security.md), so the cap bounds them near 220 MB.
 DEFAULT_MAX_RECORDS = 1_000_000
+#: The reason a trainer's cancel gives (its callback's error message says so).
+CANCELLED_BY_TRAINER = "cancelled by the trainer"
 #: Builds the 202 body of an accepted rollout from its id and its tools' JSON (the wire's).
 AcceptedBody = Callable[[str, bytes], bytes]
 
 
 class Answer(NamedTuple):
     """The core's answer to a start request (and to its duplicates): a status and a JSON body,
-    with ``Retry-After`` if asked. The wire turns it into its HTTP response."""
+    with ``Retry-After`` if asked. The wire turns it into its HTTP response; ``reason`` lets it
+    pick its own status for a cause (v1 answers ``busy`` with 503, v2 with 429; a ``conflict``
+    gets each wire's own wording)."""
 
     status: int
     body: bytes
     retry_after: bool = False
+    reason: str = ""
 
 
-def refusal(status: int, detail: str, *, retry_after: bool = False) -> Answer:
+def refusal(status: int, detail: str, *, retry_after: bool = False, reason: str = "") -> Answer:
     """An ``{"detail": ...}`` answer."""
-    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after)
+    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after, reason)
 
 
 class _Tools:
@@ -73,6 +84,7 @@ class Phase(Enum):
     PENDING = "pending"  # init in progress (get_tools running)
     QUEUED = "queued"  # accepted, waiting for a concurrency slot
     RUNNING = "running"  # agent running
+    GRADING = "grading"  # the agent's grade() running
     DELIVERING = "delivering"  # sending the completion callback
     DONE = "done"
 
@@ -94,10 +106,13 @@ class RolloutEntry:
     init_body: bytes = b""  # a refusal's body (an accepted one is rebuilt from ``tools``)
     control: RolloutControl = field(default_factory=RolloutControl)
     delivery: anyio.CancelScope | None = None  # set while the callback is being sent
+    waiting: anyio.CancelScope | None = None  # set while it waits for a slot (a cancel ends it)
     accepted_at: float = field(default_factory=time.perf_counter)
     outcome: str = "done"  # set by the server before finish(): the callback's status or "outbox"
     tools: _Tools | None = None
     target: DeliveryTarget | None = None  # where its traffic goes (set by the scheduler)
+    #: How it ended, once known (set before its callbacks are sent): status, reward, message.
+    terminal: Terminal | None = None
     _init_ready: anyio.Event | None = None
     _finished: anyio.Event | None = None
 
@@ -138,10 +153,42 @@ class RolloutEntry:
         return Answer(self.init_status, self.init_body)
 
 
-class FinishedRecord:
-    """What remains of a finished rollout for the record TTL: enough to answer a duplicate."""
+class Terminal(NamedTuple):
+    """How a rollout ended, as status routes report it: ``success``, ``failure`` or
+    ``cancelled``, the reward (only for a success) and the error message (only otherwise)."""
 
-    __slots__ = ("done_at", "fingerprint", "key", "outcome", "rollout_id", "tools")
+    status: str
+    reward: float | None = None
+    err_message: str | None = None
+
+
+def terminal(status: str, reward: float | None = None, err_message: str | None = None) -> Terminal:
+    """A ``Terminal``; one without a message is shared between the records that ended alike
+    (most rollouts: a few distinct rewards), so such a record carries a pointer, not a tuple."""
+    if err_message is not None:
+        return Terminal(status, reward, err_message)
+    return _shared_terminal(status, reward)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_terminal(status: str, reward: float | None) -> Terminal:
+    return Terminal(status, reward)
+
+
+class FinishedRecord:
+    """What remains of a finished rollout for the record TTL: enough to answer a duplicate and
+    a status request (the terminal status, reward and message: about 60 bytes more)."""
+
+    __slots__ = (
+        "done_at",
+        "fingerprint",
+        "key",
+        "outcome",
+        "protocol",
+        "rollout_id",
+        "terminal",
+        "tools",
+    )
     phase = Phase.DONE
 
     def __init__(self, entry: RolloutEntry, tools: _Tools, done_at: float) -> None:
@@ -151,10 +198,30 @@ class FinishedRecord:
         self.outcome = entry.outcome
         self.tools = tools
         self.done_at = done_at
+        self.terminal = entry.terminal
+        self.protocol = entry.target.protocol if entry.target is not None else ""
 
     async def init_answer(self, accepted: AcceptedBody) -> Answer:
         """The first init's 202, rebuilt by ``accepted``."""
         return Answer(202, accepted(self.rollout_id, self.tools.json))
+
+
+def cancel_entry(entry: RolloutEntry, reason: str) -> str:
+    """Cancel a live rollout for its trainer; the disposition (spec 14.5): ``cancelled_queued``
+    before its agent runs, ``cancelled_running`` while it (or its grade) runs, ``not_found``
+    once its result is known or it was cancelled already."""
+    control = entry.control
+    if control.cancelled or entry.terminal is not None:
+        return "not_found"
+    if entry.phase in (Phase.PENDING, Phase.QUEUED):
+        control.cancel(reason)
+        if entry.waiting is not None:
+            entry.waiting.cancel()
+        return "cancelled_queued"
+    if entry.phase in (Phase.RUNNING, Phase.GRADING):
+        control.cancel(reason)
+        return "cancelled_running"
+    return "not_found"
 
 
 @dataclass(frozen=True)
@@ -184,6 +251,9 @@ class RolloutRegistry:
         self._records: collections.deque[FinishedRecord] = collections.deque()  # oldest first
         self._tool_sets: weakref.WeakValueDictionary[bytes, _Tools] = weakref.WeakValueDictionary()
         self.by_id: dict[str, RolloutEntry] = {}  # rollouts not yet done, by rollout_id
+        #: Finished records by rollout_id, for status requests, of those whose idempotency key is
+        #: not their id (the others are found in ``by_key``: no second entry per record).
+        self.finished_ids: dict[str, FinishedRecord] = {}
         self.completed_total = 0
         self.draining = False
         self._drained: anyio.Event | None = None
@@ -262,15 +332,34 @@ class RolloutRegistry:
             else:
                 record = FinishedRecord(entry, entry.tools, time.perf_counter())
                 self.by_key[entry.key] = record
+                if entry.key != entry.rollout_id:
+                    self.finished_ids[entry.rollout_id] = record
+                else:
+                    self.finished_ids.pop(entry.rollout_id, None)
                 self._records.append(record)
                 while len(self._records) > self.max_records:
                     self._drop(self._records.popleft())
         self.completed_total += 1
         entry.done()
 
+    def finished(self, rollout_id: str) -> FinishedRecord | None:
+        """The record of the last finished rollout with this id, while it is kept."""
+        record = self.finished_ids.get(rollout_id)
+        if record is None:
+            found = self.by_key.get(rollout_id)
+            if isinstance(found, FinishedRecord) and found.rollout_id == rollout_id:
+                record = found
+        if record is None or self._stale(record, time.perf_counter()):
+            return None
+        return record
+
     def start(self, entry: RolloutEntry) -> None:
         """The rollout got a concurrency slot; its agent starts now."""
         self._move(entry, Phase.RUNNING)
+
+    def grading(self, entry: RolloutEntry) -> None:
+        """The agent is done; its ``grade()`` runs now."""
+        self._move(entry, Phase.GRADING)
 
     def delivering(self, entry: RolloutEntry) -> None:
         """The agent is done; the completion callback is being sent."""
@@ -285,8 +374,9 @@ class RolloutRegistry:
 
     @property
     def active(self) -> int:
-        """Rollouts whose agent is running or whose callback is being sent."""
-        return self._counts[Phase.RUNNING] + self._counts[Phase.DELIVERING]
+        """Rollouts whose agent (or grade) is running or whose callback is being sent."""
+        counts = self._counts
+        return counts[Phase.RUNNING] + counts[Phase.GRADING] + counts[Phase.DELIVERING]
 
     @property
     def queued(self) -> int:
@@ -316,6 +406,8 @@ class RolloutRegistry:
     def _drop(self, record: FinishedRecord) -> None:
         if self.by_key.get(record.key) is record:
             del self.by_key[record.key]
+        if self.finished_ids.get(record.rollout_id) is record:
+            del self.finished_ids[record.rollout_id]
 
     def _stale(self, entry: RolloutEntry | FinishedRecord, now: float) -> bool:
         return isinstance(entry, FinishedRecord) and now - entry.done_at > self.record_ttl_s

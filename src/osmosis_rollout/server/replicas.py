@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -20,8 +20,16 @@ import anyio.abc
 from ..protocol import RolloutResponse, RolloutStatus
 from ..redaction import loggable
 from .delivery import Delivery, redeliver
-from .registry import AcceptedBody, Answer, Conflict, refusal
+from .registry import (
+    CANCELLED_BY_TRAINER,
+    AcceptedBody,
+    Answer,
+    Conflict,
+    cancel_entry,
+    refusal,
+)
 from .state import ClaimOutcome, LeasedRollout, StateBackend, StateUnavailable
+from .status import publish_status
 from .target import TargetFactory
 
 if TYPE_CHECKING:
@@ -117,6 +125,7 @@ class Replicas:
         tasks.start_soon(self._renew_leases)
         tasks.start_soon(self._sweep_orphans)
         tasks.start_soon(self._redeliver_outbox)
+        tasks.start_soon(self._take_cancels)
 
     async def _renew_leases(self) -> None:
         """Keep this replica's leases (and its heartbeat) fresh, a fifth of the TTL apart."""
@@ -160,7 +169,7 @@ class Replicas:
 
     async def _end_orphan(self, orphan: LeasedRollout) -> None:
         logger.warning(
-            "rollout %s: its replica stopped renewing its lease; sending the ERROR callback",
+            "rollout %s: its replica stopped renewing its lease; ending it here",
             loggable(orphan.rollout_id),
         )
         response = RolloutResponse(
@@ -173,7 +182,19 @@ class Replicas:
                 "lease); the rollout was lost with it"
             ),
         )
-        target = self.target_of(orphan.rollout_id, orphan.server_url, orphan.api_key)
+        target = self.target_of(
+            orphan.protocol, orphan.rollout_id, orphan.server_url, orphan.api_key, orphan.route
+        )
+        response, terminal = target.settle(response, None)
+        await publish_status(
+            self.state,
+            orphan.rollout_id,
+            orphan.protocol,
+            self.scheduler.replica,
+            terminal.status,
+            terminal,
+            self.record_ttl_s,
+        )
         try:
             await target.deliver(self.client, response)
         except Exception as exc:
@@ -182,6 +203,43 @@ class Replicas:
             error = f"delivery interrupted: {type(exc).__name__}"
             await self.delivery.keep(target, response, error)
             raise
+
+    # -- status and cancel across replicas ------------------------------------------------------
+
+    async def status(self, rollout_id: str, protocol: str) -> dict[str, Any] | None:
+        """The status of a rollout another replica runs or ran, from the shared state."""
+        try:
+            return await self.state.rollout_status(rollout_id, protocol)
+        except StateUnavailable:
+            return None
+
+    async def cancel(self, rollout_id: str, protocol: str) -> str:
+        """Ask the replica that runs ``rollout_id`` to cancel it; the disposition."""
+        try:
+            return await self.state.request_cancel(rollout_id, protocol)
+        except StateUnavailable:
+            return "not_found"
+
+    async def cancel_matching(self, prefix: str, protocol: str, replica: str) -> dict[str, str]:
+        """Cancel the other replicas' in-flight rollouts whose id starts with ``prefix``."""
+        try:
+            return await self.state.request_cancel_matching(prefix, protocol, replica)
+        except StateUnavailable:
+            return {}
+
+    async def _take_cancels(self) -> None:
+        """Cancel the rollouts peers asked this replica to cancel (polled twice a second)."""
+        registry = self.registry
+        while True:
+            await anyio.sleep(0.5)
+            try:
+                wanted = await self.state.take_cancels(self.scheduler.replica)
+            except StateUnavailable:
+                continue
+            for rollout_id in wanted:
+                entry = registry.by_id.get(rollout_id)
+                if entry is not None:
+                    cancel_entry(entry, CANCELLED_BY_TRAINER)
 
     async def _redeliver_outbox(self) -> None:
         """Retry undeliverable results kept in the shared outbox, with exponential backoff."""

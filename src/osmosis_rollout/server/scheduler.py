@@ -3,8 +3,9 @@
 ``admit`` takes a rollout a wire adapter parsed, with its ``DeliveryTarget``: it deduplicates
 (here, then across replicas), runs ``get_tools``, takes a place in the shared admission count,
 and starts the rollout; the ``Answer`` it returns is the wire's to send. ``_run`` waits for a
-slot, runs the agent, and hands the result to ``Delivery`` exactly once; a rollout stopped
-before it ran still leaves its result in the outbox.
+slot (a trainer's cancel ends the wait), runs the agent and its ``grade`` (``phases.py``), has
+the target settle what is sent and the terminal status (known before any callback), and hands
+the result to ``Delivery`` exactly once; one stopped before it ran still reaches the outbox.
 
 Spawning: on asyncio each rollout is a plain task with its own cancel scope, cancelled at
 shutdown as the task group would (``stop``). It is the only path on asyncio because it is
@@ -28,6 +29,7 @@ import anyio.abc
 from .. import telemetry
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
+from ..grading import Grade
 from ..protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
@@ -38,7 +40,22 @@ from ..redaction import loggable, scrub
 from ..rollout import run_rollout
 from ..tools.tool_set import resolve_tool_set
 from .delivery import Delivery, log_exception
-from .registry import AcceptedBody, Answer, Conflict, RolloutEntry, RolloutRegistry, refusal
+from .phases import (
+    agent_deadline,
+    cancelled_response,
+    grade,
+    name_agent_timeout,
+    wants_grade,
+)
+from .registry import (
+    AcceptedBody,
+    Answer,
+    Conflict,
+    RolloutEntry,
+    RolloutRegistry,
+    Terminal,
+    refusal,
+)
 from .replicas import claim_init
 from .state import (
     BODY_CHANGED,
@@ -47,6 +64,7 @@ from .state import (
     StateUnavailable,
     fingerprint,
 )
+from .status import publish_status
 from .target import DeliveryTarget
 
 if TYPE_CHECKING:
@@ -200,7 +218,7 @@ class Scheduler:
         leased_at = time.monotonic()
         try:
             admitted = await self.state.accept(
-                LeasedRollout.of(rollout),
+                LeasedRollout.of(rollout, target),
                 digest=str(digest),
                 replica=self.replica,
                 status=202,
@@ -214,11 +232,14 @@ class Scheduler:
         finally:
             self._admitting -= 1
         if not admitted:
-            busy = refusal(503, "too many rollouts queued; retry later", retry_after=True)
+            busy = refusal(
+                503, "too many rollouts queued; retry later", retry_after=True, reason="busy"
+            )
             return await self._refuse(entry, busy)
         registry.accept(entry, tools_json)
         if self.state.shared:
             self.leased_at[entry.key] = leased_at
+            await self._publish(entry, "queued")
         if queue:
             self._counted.add(entry.key)
         self._start(entry, tool_set.tools)
@@ -264,9 +285,9 @@ class Scheduler:
         tools: Sequence[OpenAIFunctionToolSchema],
         scope: anyio.CancelScope,
     ) -> None:
-        """Run the agent when a slot frees up, then deliver exactly once; all of it in ``scope``
-        (cancelled at shutdown) and the rollout's OpenTelemetry span, so the callback joins its
-        trace."""
+        """Run the agent when a slot frees up, grade it, then deliver exactly once; all of it in
+        ``scope`` (cancelled at shutdown) and the rollout's OpenTelemetry span, so the callback
+        joins its trace. A cancel while queued ends it at once, without a slot."""
         request = entry.request
         target = entry.target
         assert self.client is not None  # the lifespan opened it
@@ -281,20 +302,20 @@ class Scheduler:
             except Exception:  # a toolkit bug, or the process out of files or sockets
                 log_exception(request.rollout_id, request.api_key_value, "internal error")
                 if not run.handed:
-                    response = run.response or _ended(request, "error", "internal error")
-                    await self.delivery.deliver(self.client, entry, response)
+                    await self.delivery.deliver(
+                        self.client, entry, self._settled(entry, run, "internal error")
+                    )
             except BaseException:
                 if not run.handed:  # stopped before delivery: the result is still kept
-                    stopped = run.response
                     why = "server stopped before the rollout was delivered"
-                    if stopped is None:
+                    if run.response is None:
                         why = "server stopped before the rollout ran"
-                        stopped = _ended(
-                            request, "cancelled", "rollout cancelled (server stopped before it ran)"
-                        )
+                        run.response = cancelled_response(request, "server stopped before it ran")
                         if self.metrics is not None:
-                            self.metrics.rollout_ended(stopped.status.value, "cancelled")
-                    await self.delivery.to_outbox(target, stopped, why)
+                            self.metrics.rollout_ended(
+                                run.response.status.value, run.response.finish_reason
+                            )
+                    await self.delivery.to_outbox(target, self._settled(entry, run, why), why)
                 raise
             finally:
                 self._counted.discard(entry.key)
@@ -309,47 +330,129 @@ class Scheduler:
     async def _live(
         self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema], run: _Run
     ) -> None:
-        """The rollout's life: a slot, the agent, then one delivery (``run`` says how far)."""
+        """The rollout's life: a slot, the agent, the grade, then one delivery (``run`` says how
+        far it got, for ``_run``'s error paths)."""
         request = entry.request
         target = entry.target
         assert self.client is not None
         assert target is not None
-        async with self._slots:
-            if entry.key in self._counted:
-                self._counted.discard(entry.key)
-                await self._unqueue(entry)
-            self.registry.start(entry)
-            if self.metrics is not None:
-                self.metrics.started.inc()
-            queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
+        if await self._take_slot(entry):
             try:
-                response = await run_rollout(
-                    self.agent,
-                    request,
-                    target.channel(self.client),
-                    tools=tools,
-                    deadline_s=self.settings.rollout_timeout_s,
-                    tracer=self.tracer,
-                    control=entry.control,
-                    observer=self.metrics,
-                )
-            except Exception as exc:  # a toolkit bug must still end in one callback
-                log_exception(request.rollout_id, request.api_key_value, "internal error")
-                response = _ended(request, "error", f"internal error: {type(exc).__name__}")
-            run.response = response
-        if response.metrics is not None:
-            response.metrics = response.metrics.model_copy(update={"queue_latency_ms": queued_ms})
-        if self.metrics is not None:
-            self.metrics.rollout_ended(response.status.value, response.finish_reason)
+                run.response = await self._run_agent(entry, tools)
+            finally:
+                self._slots.release()
+        else:  # cancelled while it waited for a slot
+            run.response = cancelled_response(request, entry.control.reason, "before it ran")
+            if self.metrics is not None:
+                self.metrics.rollout_ended(run.response.status.value, run.response.finish_reason)
+        run.settled, entry.terminal = target.settle(
+            run.response, await self._grade(entry, run.response), entry.control.category
+        )
         self.registry.delivering(entry)
+        await self._publish(entry, "", entry.terminal)
+        await self.delivery.save_lease(entry)  # a peer ending it sends these bodies
+        run.handed = True  # from here on delivery (or the peer that ended it) owns the result
         if await self._still_ours(entry):
-            run.handed = True
             # A drain that gives up on this delivery cancels this scope: the result goes to
             # the outbox at once, not when the process exits.
             with anyio.CancelScope() as entry.delivery:
-                await self.delivery.deliver(self.client, entry, response)
-        else:
-            run.handed = True  # a peer already ended it
+                await self.delivery.deliver(self.client, entry, run.settled)
+
+    def _settled(self, entry: RolloutEntry, run: _Run, why: str) -> RolloutResponse:
+        """The result ``_run``'s error paths deliver: the settled one, else what the agent made
+        (or an internal-error result) settled without a grade."""
+        if run.settled is not None:
+            return run.settled
+        assert entry.target is not None
+        response = run.response or _ended(entry.request, "error", why)
+        run.settled, entry.terminal = entry.target.settle(response, None)
+        return run.settled
+
+    async def _take_slot(self, entry: RolloutEntry) -> bool:
+        """Wait for a concurrency slot; False (no slot held) if the trainer cancels it first (a
+        drain does not: what it leaves queued is stopped and kept in the outbox)."""
+        control = entry.control
+        with anyio.CancelScope() as waiting:
+            entry.waiting = waiting
+            if control.cancelled:
+                waiting.cancel()
+            await self._slots.acquire()
+        entry.waiting = None
+        if waiting.cancelled_caught:
+            return False
+        if control.cancelled:  # the slot came with the cancel: give it back
+            self._slots.release()
+            return False
+        return True
+
+    async def _run_agent(
+        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]
+    ) -> RolloutResponse:
+        """The agent phase, with a slot held: ``run_rollout`` under the rollout's deadline."""
+        request = entry.request
+        assert entry.target is not None
+        assert self.client is not None
+        if entry.key in self._counted:
+            self._counted.discard(entry.key)
+            await self._unqueue(entry)
+        self.registry.start(entry)
+        if self.metrics is not None:
+            self.metrics.started.inc()
+        await self._publish(entry, "running")
+        queued_s = time.perf_counter() - entry.accepted_at
+        timeout_s = self.settings.rollout_timeout_s
+        deadline_s, agent_limit = agent_deadline(request, timeout_s, queued_s)
+        try:
+            response = await run_rollout(
+                self.agent,
+                request,
+                entry.target.channel(self.client),
+                tools=tools,
+                deadline_s=deadline_s,
+                tracer=self.tracer,
+                control=entry.control,
+                observer=self.metrics,
+            )
+        except Exception as exc:  # a toolkit bug must still end in one callback
+            log_exception(request.rollout_id, request.api_key_value, "internal error")
+            response = RolloutResponse(
+                rollout_id=request.rollout_id,
+                status=RolloutStatus.ERROR,
+                final_messages=list(request.messages),
+                finish_reason="error",
+                error_message=f"internal error: {type(exc).__name__}",
+            )
+        name_agent_timeout(response, agent_limit, queued_s, timeout_s)
+        if response.metrics is not None:
+            response.metrics = response.metrics.model_copy(
+                update={"queue_latency_ms": round(queued_s * 1000, 3)}
+            )
+        if self.metrics is not None:
+            self.metrics.rollout_ended(response.status.value, response.finish_reason)
+        return response
+
+    async def _grade(self, entry: RolloutEntry, response: RolloutResponse) -> Grade | None:
+        """The grader phase, if the agent has one and ``run()`` completed (``phases.grade``)."""
+        if not wants_grade(self.agent, response):
+            return None
+        self.registry.grading(entry)
+        await self._publish(entry, "grading")
+        return await grade(self.agent, entry, response, self.settings.rollout_timeout_s)
+
+    async def _publish(
+        self, entry: RolloutEntry, status: str, terminal: Terminal | None = None
+    ) -> None:
+        """Tell the other replicas (a shared state only) where the rollout is."""
+        if self.state.shared and entry.target is not None:
+            await publish_status(
+                self.state,
+                entry.rollout_id,
+                entry.target.protocol,
+                self.replica,
+                status,
+                terminal,
+                self.settings.record_ttl_s,
+            )
 
     async def _unqueue(self, entry: RolloutEntry) -> None:
         try:
@@ -387,10 +490,11 @@ class Scheduler:
 class _Run:
     """How far one rollout got: its result, once made, and whether delivery took it over."""
 
-    __slots__ = ("handed", "response")
+    __slots__ = ("handed", "response", "settled")
 
     def __init__(self) -> None:
         self.response: RolloutResponse | None = None
+        self.settled: RolloutResponse | None = None
         self.handed = False
 
 
