@@ -334,13 +334,13 @@ def test_a_v2_entry_shows_its_pending_part_and_replay_sends_only_that(where: lis
         }
         keep(where, entry)
         listed = invoke("outbox", "list", *where)
-        replayed = invoke(
-            "outbox", "replay", *where, "--api-key", CONTROLLER_KEY, "--traingate", "127.0.0.1"
-        )
         # --server-url names v1's base URL: a v2 entry is never redirected by it, nor sent
-        # to its own URLs unchecked with the key.
+        # to its own URLs unchecked with the key (it stays in the outbox).
         redirected = invoke(
             "outbox", "replay", *where, "--api-key", CONTROLLER_KEY, "--server-url", url
+        )
+        replayed = invoke(
+            "outbox", "replay", *where, "--api-key", CONTROLLER_KEY, "--traingate", "127.0.0.1"
         )
 
     assert "[v2: grader]" in listed.stdout
