@@ -171,6 +171,7 @@ class RolloutContext:
         self._tool_cut: tuple[str, float, float] | None = None
         self._llm_calls = 0
         self._num_tool_calls = 0
+        self._tool_counts: dict[str, list[int]] = {}  # name: [calls, errors, timeouts]
         self._prompt_tokens = 0
         self._response_tokens = 0
         self._max_context = 0
@@ -314,9 +315,19 @@ class RolloutContext:
 
     # -- tools, events, results --------------------------------------------------------------
 
-    def record_tool_call(self, latency_ms: float = 0.0) -> None:
-        """Count one tool call and add its latency (``tools.execute_tool_calls`` does this)."""
+    def record_tool_call(
+        self, latency_ms: float = 0.0, *, tool: str | None = None, error: str | None = None
+    ) -> None:
+        """Count one tool call and add its latency (``tools.execute_tool_calls`` does this);
+        ``tool`` and how it failed (``error``: ``"raised"``, ``"timeout"``) go to the metrics'
+        ``tool_counts``, so a failing tool shows in ``osmosis test``, not only to the model."""
         self._num_tool_calls += 1
+        if tool is not None:
+            counts = self._tool_counts.setdefault(tool, [0, 0, 0])
+            counts[0] += 1
+            if error is not None:
+                counts[1] += 1
+                counts[2] += error == "timeout"
         self._tool_latency_ms += max(0.0, float(latency_ms))
         if not self._tool_batches:  # alone, one call's latency is also wall time
             self._tool_wall_ms += max(0.0, float(latency_ms))
@@ -415,6 +426,8 @@ class RolloutContext:
             extra["append_only_violations"] = len(self.append_only_violations)
         if self._num_tool_calls:
             extra["tool_wall_ms"] = round(self._tool_wall_ms, 3)
+        if self._tool_counts:
+            extra["tool_counts"] = {name: list(c) for name, c in self._tool_counts.items()}
         total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
         llm = self._llm_metrics()
         return RolloutMetrics(

@@ -151,3 +151,18 @@ def say_auto_jobs(reason: str) -> None:
     from ._common import stderr_console
 
     stderr_console().print(f"[dim]--jobs auto: 1 process ({escape(reason)})[/]", soft_wrap=True)
+
+
+#: What ``--fail-on`` can name.
+FAIL_ON = ("tool_errors",)
+
+
+def check_fail_on(values: list[str]) -> tuple[str, ...]:
+    """``--fail-on`` values, each one it knows (a typo would silently fail nothing)."""
+    for value in values:
+        if value not in FAIL_ON:
+            fail(
+                f"--fail-on {value!r}: choose {', '.join(FAIL_ON)}",
+                hint="osmosis test agent.py:MyAgent -d rows.jsonl --fail-on tool_errors",
+            )
+    return tuple(dict.fromkeys(values))

@@ -14,6 +14,7 @@ from . import app
 from ._common import fail, run_async
 from ._target import TARGET_HELP
 from ._test_flags import (
+    check_fail_on,
     check_jobs,
     check_mode_flags,
     check_server_debug_dir,
@@ -174,6 +175,25 @@ def command_test(
             show_default=False,
         ),
     ] = None,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            metavar="WHAT",
+            help="Also fail the rows that show this (repeatable): [bold]tool_errors[/], a tool "
+            "call that raised or timed out.",
+            show_default=False,
+        ),
+    ] = None,
+    tool_error_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="A tool failing in more than this share of its calls is a tool_error_share "
+            "finding (one failing in all of them: tool_always_fails).",
+        ),
+    ] = 0.2,
     token_check: Annotated[
         bool,
         typer.Option(
@@ -218,6 +238,7 @@ def command_test(
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
         )
     check_mode_flags(interactive, row=row, output=output, json_output=json_output)
+    fail_on_checked = check_fail_on(fail_on or [])
     workers = check_jobs(
         jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
     )
@@ -257,6 +278,8 @@ def command_test(
         replay=replay,
         replay_mode=replay_mode,
         token_check=token_check,
+        fail_on=fail_on_checked,
+        tool_error_share=tool_error_share,
     )
     try:
         if interactive:

@@ -45,3 +45,7 @@ class TestOptions:
     replay: Path | None = None
     replay_mode: str | None = None
     token_check: bool = False
+    #: ``--fail-on``: what else makes a row fail (``"tool_errors"``: a tool call that failed).
+    fail_on: tuple[str, ...] = ()
+    #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
+    tool_error_share: float = 0.2

@@ -111,6 +111,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
     from .runner import BatchReport, RunOptions, run_batch
+    from .stalls import StallMonitor
+    from .tool_errors import fail_on_tool_errors
 
     backend, rows, pool = setup.backend, setup.rows, setup.pool
     server_key = options.api_key if options.server is not None else None
@@ -146,8 +148,12 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     )
 
     shown: list[Callable[[RowResult], None]] = []
+    stalls = StallMonitor()
 
     def on_result(result: RowResult) -> None:
+        result.findings.extend(stalls.take(result.rollout_id))
+        if "tool_errors" in options.fail_on:
+            fail_on_tool_errors(result)
         finished.append(result)
         shown[0](result)
         if recorder is not None:
@@ -155,7 +161,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         writer.add(result)
 
     try:
-        async with closing(backend):
+        async with closing(backend), stalls:
             if pool is not None:
                 cassette = getattr(backend, "cassette", None)  # a replay: bind rows here
                 with progress as show:
@@ -220,8 +226,10 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 def _summary(report: Any, options: TestOptions, setup: Setup) -> dict[str, Any]:
     """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it."""
     from .runner import summarise
+    from .tool_errors import summary_part
 
     summary = summarise(report)
+    summary.update(summary_part(report.rows, options.tool_error_share))
     if options.skip_bad_rows:
         summary["bad_rows_skipped"] = setup.bad_rows_skipped
     return summary

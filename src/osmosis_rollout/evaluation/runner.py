@@ -72,6 +72,18 @@ class RowResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: The rollout's debug trace, when the server wrote one (``--debug-dir``).
     trace: str | None = None
+    #: Per tool: ``[calls, errors, timeouts]`` (errors: the tool raised or timed out).
+    tool_counts: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def tool_errors(self) -> dict[str, int]:
+        """The failed calls of each tool that failed at least once."""
+        return {name: c[1] for name, c in self.tool_counts.items() if c[1]}
+
+    @property
+    def tool_error_count(self) -> int:
+        """How many tool calls of this rollout raised or timed out."""
+        return sum(c[1] for c in self.tool_counts.values())
 
     @property
     def ground_truth(self) -> Any:
@@ -106,6 +118,8 @@ class RowResult:
             "latency_ms": round(self.latency_ms, 3),
             "llm_ms": round(self.llm_ms, 3),
             "tool_ms": round(self.tool_ms, 3),
+            "tool_errors": self.tool_errors,
+            "tool_timeouts": {n: c[2] for n, c in self.tool_counts.items() if c[2]},
             "other_ms": round(self.other_ms, 3),
             "turn_finish_reasons": self.turn_finish_reasons,
             "findings": [f.as_dict() for f in self.findings],
@@ -159,6 +173,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
         row.llm_ms, row.tool_ms = m.llm_latency_ms, tool_wall_ms(m)
         row.latency_ms = m.total_latency_ms
         row.metrics = m.model_dump()
+        row.tool_counts = tool_counts(m)
     return row
 
 
@@ -166,6 +181,19 @@ def tool_wall_ms(metrics: RolloutMetrics) -> float:
     """The rollout time spent in tools: wall time (parallel calls once), not their sum."""
     wall = (metrics.model_extra or {}).get("tool_wall_ms")
     return float(wall) if isinstance(wall, int | float) else metrics.tool_latency_ms
+
+
+def tool_counts(metrics: RolloutMetrics) -> dict[str, list[int]]:
+    """``[calls, errors, timeouts]`` per tool as the context counted them (none from a server
+    older than the counts, or an agent that runs its tools without a ``Toolbox``)."""
+    counts = (metrics.model_extra or {}).get("tool_counts")
+    if not isinstance(counts, dict):
+        return {}
+    return {
+        str(name): [int(n) for n in c[:3]]
+        for name, c in counts.items()
+        if isinstance(c, list) and len(c) >= 3 and all(isinstance(n, int) for n in c[:3])
+    }
 
 
 async def run_batch(
@@ -277,6 +305,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "prompt_tokens": sum(r.prompt_tokens for r in rows),
         "response_tokens": sum(r.response_tokens for r in rows),
         "tool_calls": sum(r.tool_calls for r in rows),
+        "tool_errors": sum(r.tool_error_count for r in rows),
         "mean_reward": round(sum(rewards) / len(rewards), 6) if rewards else None,
         "wall_s": round(report.wall_s, 3),
         "rollouts_per_s": round(len(ran) / report.wall_s, 3) if report.wall_s > 0 else 0.0,

@@ -192,8 +192,10 @@ async def _work(
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
     from .runner import run_batch
+    from .stalls import StallMonitor
 
     lock = anyio.Lock()
+    stalls = StallMonitor()
     buffer: deque[Item] = deque()
     exhausted = False
     told_stopped = False
@@ -224,6 +226,7 @@ async def _work(
                 replays.expect(rollout_id, recorded)
 
             def send(result: RowResult, at: int = position) -> None:
+                result.findings.extend(stalls.take(result.rollout_id))
                 results.send(("row", at, result))
 
             report = await run_batch(harness, [row], options, on_result=send, run_id=spec.run_id)
@@ -244,6 +247,7 @@ async def _work(
         # The collector set once for the worker's life, not per row's run_batch (collector.py).
         with lighter_gc():
             async with (
+                stalls,
                 Harness(
                     agent,
                     gate=MockTrainGate(backend),

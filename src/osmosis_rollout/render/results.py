@@ -42,7 +42,19 @@ def _notes(row: RowResult) -> str:
     parts = [f"[yellow]{escape(f.code)}[/]: {escape(f.message)}" for f in row.findings]
     if row.error_message:
         parts.insert(0, f"[red]{escape(row.error_message[:300])}[/]")
+    errors = row.tool_errors
+    if errors and not any(f.code == "tool_errors" for f in row.findings):
+        listed = ", ".join(f"{escape(name)} x{n}" for name, n in errors.items())
+        parts.append(f"[yellow]tool errors[/]: {listed}")
     return "; ".join(parts)
+
+
+def _tools(row: RowResult) -> Text:
+    """The tool calls, and how many failed: ``4 (4 err)``."""
+    errors = row.tool_error_count
+    if not errors:
+        return Text(str(row.tool_calls))
+    return Text(f"{row.tool_calls} ({errors} err)", style="red")
 
 
 def results_table(rows: Sequence[RowResult], *, max_rows: int = 30) -> Group:
@@ -75,7 +87,7 @@ def results_table(rows: Sequence[RowResult], *, max_rows: int = 30) -> Group:
             _status(row),
             row.finish_reason or "-",
             str(row.turns),
-            str(row.tool_calls),
+            _tools(row),
             f"{row.prompt_tokens}/{row.response_tokens}",
             "-" if row.reward is None else f"{row.reward:g}",
             format_ms(row.latency_ms),
@@ -120,7 +132,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_row(
         "tokens", f"{summary['prompt_tokens']} prompt, {summary['response_tokens']} response"
     )
-    table.add_row("tool calls", str(summary["tool_calls"]))
+    table.add_row("tool calls", _tool_calls(summary))
     if summary.get("mean_reward") is not None:
         table.add_row("mean reward", f"{summary['mean_reward']:g}")
     table.add_row(
@@ -129,4 +141,21 @@ def summary_table(summary: dict[str, Any]) -> Table:
     )
     if summary.get("stopped_early"):
         table.add_row("stopped early", f"[red]{escape(summary['stopped_early'])}[/]")
+    for finding in summary.get("run_findings") or []:
+        table.add_row(
+            "run finding", f"[yellow]{escape(finding['code'])}[/]: {escape(finding['message'])}"
+        )
     return table
+
+
+def _tool_calls(summary: dict[str, Any]) -> str:
+    """``80, 20 failed (query 20/20)``: each failing tool's errors of its calls."""
+    text = str(summary["tool_calls"])
+    if not summary.get("tool_errors"):
+        return text
+    failing = [
+        f"{escape(name)} {t['errors']}/{t['calls']}"
+        for name, t in (summary.get("tools") or {}).items()
+        if t["errors"]
+    ]
+    return f"{text}, [red]{summary['tool_errors']} failed[/] ({', '.join(failing)})"
