@@ -166,3 +166,15 @@ def check_fail_on(values: list[str]) -> tuple[str, ...]:
                 hint="osmosis test agent.py:MyAgent -d rows.jsonl --fail-on tool_errors",
             )
     return tuple(dict.fromkeys(values))
+
+
+def check_mock_policy(policy: str) -> str:
+    """``--mock-policy``, one of the mock LLM's policies."""
+    from ..testing.mock_policy import POLICIES
+
+    if policy not in POLICIES:
+        fail(
+            f"--mock-policy {policy!r}: choose {', '.join(POLICIES)}",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --mock-policy all",
+        )
+    return policy

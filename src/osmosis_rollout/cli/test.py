@@ -16,6 +16,7 @@ from ._target import TARGET_HELP
 from ._test_flags import (
     check_fail_on,
     check_jobs,
+    check_mock_policy,
     check_mode_flags,
     check_server_debug_dir,
     check_server_url,
@@ -175,6 +176,16 @@ def command_test(
             show_default=False,
         ),
     ] = None,
+    mock_policy: Annotated[
+        str,
+        typer.Option(
+            "--mock-policy",
+            help="How the mock LLM walks the agent: [bold]walk[/] (one tool call a turn, each "
+            "tool once in a seeded order, submit/answer/final-looking tools last, then an "
+            "answer), all (every tool at once), random, first (the first tool once), none "
+            "(answer nothing at once). A row's mock_replies column scripts its replies.",
+        ),
+    ] = "walk",
     fail_on: Annotated[
         list[str] | None,
         typer.Option(
@@ -279,6 +290,7 @@ def command_test(
         replay_mode=replay_mode,
         token_check=token_check,
         fail_on=fail_on_checked,
+        mock_policy=check_mock_policy(mock_policy),
         tool_error_share=tool_error_share,
     )
     try:

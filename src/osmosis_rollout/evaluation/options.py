@@ -47,5 +47,7 @@ class TestOptions:
     token_check: bool = False
     #: ``--fail-on``: what else makes a row fail (``"tool_errors"``: a tool call that failed).
     fail_on: tuple[str, ...] = ()
+    #: How the mock LLM walks the agent (``testing.mock_policy``): walk, all, random, first, none.
+    mock_policy: str = "walk"
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
     tool_error_share: float = 0.2

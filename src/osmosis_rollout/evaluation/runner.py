@@ -33,6 +33,15 @@ class RowInput:
     index: int
     messages: list[Message]
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The row's ``mock_replies``: the mock LLM's scripted replies for it.
+    replies: list[Any] | None = None
+    #: Which of the row's ``--samples`` this rollout is (0-based).
+    sample: int = 0
+
+    @property
+    def key(self) -> str:
+        """What seeds the mock LLM's replies: the row and sample, never a run's random id."""
+        return f"{self.index}/{self.sample}" if self.sample else str(self.index)
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,12 @@ def tool_counts(metrics: RolloutMetrics) -> dict[str, list[int]]:
     }
 
 
+def rollout_id_of(row: RowInput, run_id: str) -> str:
+    """``row-<n>-<run_id>``, and ``row-<n>-s<k>-<run_id>`` for a row's sample k > 0."""
+    sample = f"s{row.sample}-" if row.sample else ""
+    return f"row-{row.index}-{sample}{run_id}"
+
+
 async def run_batch(
     harness: Harness,
     rows: Sequence[RowInput],
@@ -212,12 +227,13 @@ async def run_batch(
     run_id = run_id or uuid.uuid4().hex[:8]
     results: dict[int, RowResult] = {}
     limiter = anyio.CapacityLimiter(max(1, options.concurrency))
+    bind = getattr(harness.gate.backend, "bind_rollout", None)
     stopped: list[str] = []  # why the batch stopped early, when the server went away
     started = time.perf_counter()
 
     async def one(position: int, row: RowInput) -> None:
         async with limiter:
-            rollout_id = f"row-{row.index}-{run_id}"
+            rollout_id = rollout_id_of(row, run_id)
             if harness.gate.systemic_error is not None or stopped:
                 result = RowResult(
                     index=row.index,
@@ -226,6 +242,8 @@ async def run_batch(
                     error_message="not run: the batch stopped early",
                 )
             else:
+                if bind is not None:
+                    bind(rollout_id, row.key, row.replies)
                 try:
                     outcome = await harness.run(
                         row.messages,

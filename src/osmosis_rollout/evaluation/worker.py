@@ -59,6 +59,7 @@ class BackendSpec:
     model: str | None = None
     timeout_s: float = 120.0
     replay_mode: Literal["strict", "lenient"] = "strict"
+    mock_policy: str = "walk"
 
     def build(self) -> Any:
         """A fresh backend of this kind."""
@@ -72,7 +73,7 @@ class BackendSpec:
             )
         from ..testing.backends import MockLLMBackend
 
-        return MockLLMBackend(seed=self.seed)
+        return MockLLMBackend(seed=self.seed, policy=self.mock_policy)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,9 @@ class WorkerSettings:
 
 def row_rollout_id(row: RowInput, run_id: str) -> str:
     """The rollout id :func:`~.runner.run_batch` gives ``row`` in the run ``run_id``."""
-    return f"row-{row.index}-{run_id}"
+    from .runner import rollout_id_of
+
+    return rollout_id_of(row, run_id)
 
 
 class _RowReplays:
