@@ -176,6 +176,26 @@ def command_test(
             show_default=False,
         ),
     ] = None,
+    samples: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Rollouts per row (a group), each seeded apart: the summary gives each group's "
+            "reward mean, spread, min and max, pass@k for k = 1..N and the share of no-signal "
+            "groups (every sample the same reward).",
+        ),
+    ] = 1,
+    pass_threshold: Annotated[
+        float, typer.Option(help="A sample passes, for pass@k, when its reward is at least this.")
+    ] = 1.0,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            metavar="COLUMN",
+            help="Break the group figures down by this dataset column (e.g. difficulty).",
+            show_default=False,
+        ),
+    ] = None,
     mock_policy: Annotated[
         str,
         typer.Option(
@@ -291,6 +311,9 @@ def command_test(
         token_check=token_check,
         fail_on=fail_on_checked,
         mock_policy=check_mock_policy(mock_policy),
+        samples=samples,
+        pass_threshold=pass_threshold,
+        by=by,
         tool_error_share=tool_error_share,
     )
     try:

@@ -47,6 +47,12 @@ class TestOptions:
     token_check: bool = False
     #: ``--fail-on``: what else makes a row fail (``"tool_errors"``: a tool call that failed).
     fail_on: tuple[str, ...] = ()
+    #: ``--samples``: rollouts per row (a group), each seeded apart.
+    samples: int = 1
+    #: ``--pass-threshold``: a sample passes (for pass@k) when its reward is at least this.
+    pass_threshold: float = 1.0
+    #: ``--by``: break the group figures down by this metadata column.
+    by: str | None = None
     #: How the mock LLM walks the agent (``testing.mock_policy``): walk, all, random, first, none.
     mock_policy: str = "walk"
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.

@@ -1,4 +1,5 @@
-"""The ``--output`` results file: one JSON object per row in dataset order, then a summary."""
+"""The ``--output`` results file: one JSON object per rollout in dataset order (a row's samples
+in sample order), then, with ``--samples``, one per group, then a summary."""
 
 from __future__ import annotations
 
@@ -23,18 +24,20 @@ class OrderedRows:
     """Writes ``--output`` rows in dataset order as soon as each one's predecessors are done,
     with trace paths relative to the results file so the pair can be moved together."""
 
-    def __init__(self, sink: IO[str] | None, order: list[int], output: Path | None) -> None:
+    def __init__(
+        self, sink: IO[str] | None, order: list[tuple[int, int]], output: Path | None
+    ) -> None:
         self.sink = sink
         self.order = order
         self.next = 0
-        self.waiting: dict[int, Any] = {}
+        self.waiting: dict[tuple[int, int], Any] = {}  # by (row, sample)
         self.base = output.resolve().parent if output is not None else None
 
     def add(self, result: Any) -> None:
         """Hold ``result`` until every earlier row is written, then write what is ready."""
         if self.sink is None:
             return
-        self.waiting[result.index] = result
+        self.waiting[(result.index, result.sample)] = result
         while self.next < len(self.order) and self.order[self.next] in self.waiting:
             self._write(self.waiting.pop(self.order[self.next]))
             self.next += 1

@@ -114,7 +114,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     from .stalls import StallMonitor
     from .tool_errors import fail_on_tool_errors
 
-    backend, rows, pool = setup.backend, setup.rows, setup.pool
+    backend, pool = setup.backend, setup.pool
+    rows = with_samples(setup.rows, options)
     server_key = options.api_key if options.server is not None else None
     if options.token_check:
         backend = await with_token_check(backend)
@@ -142,7 +143,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     sink: IO[str] | None = open_output(options.output) if options.output else None
     finished: list[RowResult] = []
     started = time.perf_counter()
-    writer = OrderedRows(sink, [r.index for r in rows], options.output)
+    writer = OrderedRows(sink, [(r.index, r.sample) for r in rows], options.output)
     progress = observer.batch(
         len(rows), workers=pool.jobs if pool else None, concurrency=options.concurrency
     )
@@ -190,6 +191,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
         if sink is not None:
+            write_groups(sink, report.rows, options)
             sink.write(json.dumps(summary) + "\n")
         if recorder is not None:
             recorder.close(complete=True)
@@ -198,7 +200,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         # summary marks it as partial, so a half-written results file is never mistaken for
         # a whole run.
         partial = BatchReport(
-            sorted(finished, key=lambda r: r.index),
+            sorted(finished, key=lambda r: (r.index, r.sample)),
             wall_s=time.perf_counter() - started,
             stopped_early=f"interrupted ({observer.interruption()})",
         )
@@ -225,14 +227,48 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
 def _summary(report: Any, options: TestOptions, setup: Setup) -> dict[str, Any]:
     """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it."""
+    from .groups import group_rows, groups_summary
     from .runner import summarise
     from .tool_errors import summary_part
 
     summary = summarise(report)
     summary.update(summary_part(report.rows, options.tool_error_share))
+    summary["groups"] = groups_summary(
+        group_rows(report.rows, options.pass_threshold), samples=options.samples, by=options.by
+    )
     if options.skip_bad_rows:
         summary["bad_rows_skipped"] = setup.bad_rows_skipped
     return summary
+
+
+def with_samples(rows: list[Any], options: TestOptions) -> list[Any]:
+    """Each row ``samples`` times (sample 0, 1, ...), checking that ``--by`` names a column."""
+    import dataclasses
+
+    from ..errors import ConfigError
+
+    if options.by is not None and rows and not any(options.by in r.metadata for r in rows):
+        columns = sorted({key for r in rows for key in r.metadata}) or ["none"]
+        raise ConfigError(
+            f"--by {options.by!r}: no row has that column; the rows' columns are "
+            f"{', '.join(columns)}"
+        )
+    if options.samples <= 1:
+        return rows
+    if options.record is not None or options.replay is not None:
+        flag = "--record" if options.record is not None else "--replay"
+        raise ConfigError(f"--samples runs with the mock LLM or a model, not with {flag} yet")
+    return [dataclasses.replace(r, sample=k) for r in rows for k in range(options.samples)]
+
+
+def write_groups(sink: IO[str], rows: list[Any], options: TestOptions) -> None:
+    """With ``--samples`` above 1: one ``"type": "group"`` line per row, before the summary."""
+    if options.samples <= 1:
+        return
+    from .groups import group_rows
+
+    for group in group_rows(rows, options.pass_threshold):
+        sink.write(json.dumps({"type": "group", **group.stats()}) + "\n")
 
 
 def _binder(backend: Any) -> Any:

@@ -81,6 +81,8 @@ class RowResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: The rollout's debug trace, when the server wrote one (``--debug-dir``).
     trace: str | None = None
+    #: Which of its row's ``--samples`` this rollout was (0-based; the group is the row).
+    sample: int = 0
     #: Per tool: ``[calls, errors, timeouts]`` (errors: the tool raised or timed out).
     tool_counts: dict[str, list[int]] = field(default_factory=dict)
 
@@ -114,6 +116,8 @@ class RowResult:
         return {
             "type": "row",
             "row": self.index,
+            "group": self.index,
+            "sample": self.sample,
             "rollout_id": self.rollout_id,
             "status": self.status,
             "passed": self.passed,
@@ -274,6 +278,7 @@ async def run_batch(
                     trace = harness.trace_path(rollout_id)
                     result.trace = str(trace) if trace is not None else None
         result.metadata = row.metadata
+        result.sample = row.sample
         results[position] = result
         if on_result is not None:
             on_result(result)
