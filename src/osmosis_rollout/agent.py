@@ -14,7 +14,7 @@ import copy
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
@@ -31,7 +31,7 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult
+from .results import CompletionsResult, RolloutResult, result_extras
 
 __all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
 
@@ -375,8 +375,12 @@ class RolloutContext:
         final_messages: Sequence[Any],
         finish_reason: str | None = None,
         reward: float | None = None,
+        *,
+        reward_components: Mapping[str, float] | None = None,
+        extra_fields: Mapping[str, Any] | None = None,
     ) -> RolloutResult:
-        """End the rollout successfully with its final conversation and optional reward.
+        """End the rollout successfully with its final conversation and optional reward, its
+        named parts (``reward_components``) and ``extra_fields`` for the trainer's records.
 
         Without ``finish_reason`` it is ``"stop"``, or ``"length"`` when the last reply was cut
         by ``max_tokens``: a truncated answer must not pass for a finished one.
@@ -391,6 +395,7 @@ class RolloutContext:
             finish_reason=finish_reason,
             metrics=self.metrics,
             reward=reward,
+            extra_fields=result_extras(extra_fields, reward_components),
         )
 
     def error(

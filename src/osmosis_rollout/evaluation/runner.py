@@ -81,10 +81,18 @@ class RowResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: The rollout's debug trace, when the server wrote one (``--debug-dir``).
     trace: str | None = None
+    #: The result's ``extra_fields`` (``reward_components`` among them, if the agent gave any).
+    extra_fields: dict[str, Any] = field(default_factory=dict)
     #: Which of its row's ``--samples`` this rollout was (0-based; the group is the row).
     sample: int = 0
     #: Per tool: ``[calls, errors, timeouts]`` (errors: the tool raised or timed out).
     tool_counts: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def reward_components(self) -> dict[str, float]:
+        """The reward's named parts, as ``ctx.complete(reward_components=...)`` gave them."""
+        components = self.extra_fields.get("reward_components")
+        return dict(components) if isinstance(components, dict) else {}
 
     @property
     def tool_errors(self) -> dict[str, int]:
@@ -124,6 +132,7 @@ class RowResult:
             "finish_reason": self.finish_reason,
             "error_message": self.error_message,
             "reward": self.reward,
+            "reward_components": self.reward_components,
             "turns": self.turns,
             "tool_calls": self.tool_calls,
             "prompt_tokens": self.prompt_tokens,
@@ -139,6 +148,7 @@ class RowResult:
             "metrics": self.metrics,
             "ground_truth": self.ground_truth,
             "metadata": self.metadata,
+            "extra_fields": self.extra_fields,
             "trace": self.trace,
             "final_messages": self.final_messages,  # last: readers can index the rest cheaply
         }
@@ -178,6 +188,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
     if backend_error is not None:
         row.error_message = f"LLM backend ({backend_error.kind}): {backend_error}"
     row.reward = result.reward
+    row.extra_fields = dict(result.extra_fields or {})
     row.final_messages = result.final_messages
     if result.metrics is not None:
         m = result.metrics
@@ -304,6 +315,15 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
+def _component_means(rows: Sequence[RowResult]) -> dict[str, float]:
+    """Each reward component's mean over the rollouts that gave it."""
+    sums: dict[str, list[float]] = {}
+    for row in rows:
+        for name, value in row.reward_components.items():
+            sums.setdefault(name, []).append(value)
+    return {name: round(sum(v) / len(v), 6) for name, v in sums.items()}
+
+
 def summarise(report: BatchReport) -> dict[str, Any]:
     """The batch summary: counts, findings by code, latency percentiles, tokens, throughput."""
     rows = report.rows
@@ -330,6 +350,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "tool_calls": sum(r.tool_calls for r in rows),
         "tool_errors": sum(r.tool_error_count for r in rows),
         "mean_reward": round(sum(rewards) / len(rewards), 6) if rewards else None,
+        "reward_components": _component_means(rows),
         "wall_s": round(report.wall_s, 3),
         "rollouts_per_s": round(len(ran) / report.wall_s, 3) if report.wall_s > 0 else 0.0,
         "stopped_early": report.stopped_early,

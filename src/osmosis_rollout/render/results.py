@@ -143,6 +143,9 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_row("tool calls", _tool_calls(summary))
     if summary.get("mean_reward") is not None:
         table.add_row("mean reward", f"{summary['mean_reward']:g}")
+    if summary.get("reward_components"):
+        parts = ", ".join(f"{escape(k)} {v:.3g}" for k, v in summary["reward_components"].items())
+        table.add_row("reward parts", f"{parts} (means)")
     groups = summary.get("groups")
     if groups and (groups["samples"] > 1 or "by" in groups):
         _group_rows(table, groups)
