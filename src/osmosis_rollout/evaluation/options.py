@@ -55,5 +55,7 @@ class TestOptions:
     by: str | None = None
     #: How the mock LLM walks the agent (``testing.mock_policy``): walk, all, random, first, none.
     mock_policy: str = "walk"
+    #: Whether rows' ``mock_replies`` script the mock (the reward checks' other policies: no).
+    use_replies: bool = True
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
     tool_error_share: float = 0.2

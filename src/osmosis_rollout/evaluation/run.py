@@ -253,6 +253,8 @@ def with_samples(rows: list[Any], options: TestOptions) -> list[Any]:
             f"--by {options.by!r}: no row has that column; the rows' columns are "
             f"{', '.join(columns)}"
         )
+    if not options.use_replies:
+        rows = [dataclasses.replace(r, replies=None) for r in rows]
     if options.samples <= 1:
         return rows
     if options.record is not None or options.replay is not None:
