@@ -176,6 +176,15 @@ def command_test(
             show_default=False,
         ),
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="With --output FILE: run only the rows (and samples) FILE does not hold yet, "
+            "and keep the others; refused when the agent's code, the rows or the options "
+            "differ from those FILE was made with.",
+        ),
+    ] = False,
     samples: Annotated[
         int,
         typer.Option(
@@ -206,6 +215,13 @@ def command_test(
             "(answer nothing at once). A row's mock_replies column scripts its replies.",
         ),
     ] = "walk",
+    mock_replies: Annotated[
+        bool,
+        typer.Option(
+            "--mock-replies/--no-mock-replies",
+            help="Let a row's mock_replies column script the mock LLM's replies for it.",
+        ),
+    ] = True,
     fail_on: Annotated[
         list[str] | None,
         typer.Option(
@@ -270,6 +286,11 @@ def command_test(
         )
     check_mode_flags(interactive, row=row, output=output, json_output=json_output)
     fail_on_checked = check_fail_on(fail_on or [])
+    if resume and output is None:
+        fail(
+            "--resume continues the results file of --output: give it",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl -o results.jsonl --resume",
+        )
     workers = check_jobs(
         jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
     )
@@ -312,6 +333,8 @@ def command_test(
         fail_on=fail_on_checked,
         mock_policy=check_mock_policy(mock_policy),
         samples=samples,
+        resume=resume,
+        mock_replies=mock_replies,
         pass_threshold=pass_threshold,
         by=by,
         tool_error_share=tool_error_share,

@@ -55,7 +55,9 @@ class TestOptions:
     by: str | None = None
     #: How the mock LLM walks the agent (``testing.mock_policy``): walk, all, random, first, none.
     mock_policy: str = "walk"
-    #: Whether rows' ``mock_replies`` script the mock (the reward checks' other policies: no).
-    use_replies: bool = True
+    #: Whether rows' ``mock_replies`` script the mock (``--no-mock-replies``: they do not).
+    mock_replies: bool = True
+    #: ``--resume``: run only the rows (and samples) ``output`` does not hold yet.
+    resume: bool = False
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
     tool_error_share: float = 0.2

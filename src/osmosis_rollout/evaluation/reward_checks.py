@@ -127,7 +127,7 @@ async def _run(options: RewardCheckOptions, policy: str) -> PolicyRun:
             concurrency=options.concurrency,
             timeout=options.timeout,
             mock_policy="walk" if policy == "gold" else policy,
-            use_replies=policy == "gold",
+            mock_replies=policy == "gold",
         )
     )
     run = PolicyRun(policy)

@@ -110,6 +110,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
+    from .resume import fingerprint, read_previous
     from .runner import BatchReport, RunOptions, run_batch
     from .stalls import StallMonitor
     from .tool_errors import fail_on_tool_errors
@@ -140,12 +141,18 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             llm=describe_llm(backend),
             secrets=secrets,
         )
+    fp = fingerprint(options, setup.agent, setup.rows)
+    previous = read_previous(options.output, fp) if options.resume and options.output else []
+    done = {(r.index, r.sample) for r in previous}
+    todo = [r for r in rows if (r.index, r.sample) not in done]
     sink: IO[str] | None = open_output(options.output) if options.output else None
-    finished: list[RowResult] = []
+    finished: list[RowResult] = list(previous)
     started = time.perf_counter()
     writer = OrderedRows(sink, [(r.index, r.sample) for r in rows], options.output)
+    for kept in previous:
+        writer.add(kept)
     progress = observer.batch(
-        len(rows), workers=pool.jobs if pool else None, concurrency=options.concurrency
+        len(todo), workers=pool.jobs if pool else None, concurrency=options.concurrency
     )
 
     shown: list[Callable[[RowResult], None]] = []
@@ -168,7 +175,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                 with progress as show:
                     shown.append(show)
                     report = await pool.run(
-                        rows,
+                        todo,
                         run_options,
                         cassette=cassette,
                         bind=_binder(backend) if cassette is not None else None,
@@ -186,8 +193,11 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                 ) as harness:
                     with progress as show:
                         shown.append(show)
-                        report = await run_batch(harness, rows, run_options, on_result=on_result)
-        summary = _summary(report, options, setup)
+                        report = await run_batch(harness, todo, run_options, on_result=on_result)
+        if previous:
+            order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
+            report = BatchReport(order, report.wall_s, report.stopped_early)
+        summary = _summary(report, options, setup, fp)
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
         if sink is not None:
@@ -206,8 +216,9 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         )
         if sink is not None:
             writer.flush_all()
-            sink.write(json.dumps(_summary(partial, options, setup)) + "\n")
-        observer.interrupted(TestReport(partial.rows, _summary(partial, options, setup)), len(rows))
+            sink.write(json.dumps(_summary(partial, options, setup, fp)) + "\n")
+        partial_summary = _summary(partial, options, setup, fp)
+        observer.interrupted(TestReport(partial.rows, partial_summary), len(rows))
         raise
     finally:
         if sink is not None:
@@ -225,8 +236,9 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     )
 
 
-def _summary(report: Any, options: TestOptions, setup: Setup) -> dict[str, Any]:
-    """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it."""
+def _summary(report: Any, options: TestOptions, setup: Setup, fp: dict[str, str]) -> dict[str, Any]:
+    """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it,
+    the group and tool figures, and the run's fingerprint (what ``--resume`` checks)."""
     from .groups import group_rows, groups_summary
     from .runner import summarise
     from .tool_errors import summary_part
@@ -238,6 +250,7 @@ def _summary(report: Any, options: TestOptions, setup: Setup) -> dict[str, Any]:
     )
     if options.skip_bad_rows:
         summary["bad_rows_skipped"] = setup.bad_rows_skipped
+    summary["fingerprint"] = fp
     return summary
 
 
@@ -253,7 +266,7 @@ def with_samples(rows: list[Any], options: TestOptions) -> list[Any]:
             f"--by {options.by!r}: no row has that column; the rows' columns are "
             f"{', '.join(columns)}"
         )
-    if not options.use_replies:
+    if not options.mock_replies:
         rows = [dataclasses.replace(r, replies=None) for r in rows]
     if options.samples <= 1:
         return rows

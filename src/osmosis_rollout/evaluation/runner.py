@@ -142,6 +142,7 @@ class RowResult:
             "tool_ms": round(self.tool_ms, 3),
             "tool_errors": self.tool_errors,
             "tool_timeouts": {n: c[2] for n, c in self.tool_counts.items() if c[2]},
+            "tool_counts": self.tool_counts,
             "other_ms": round(self.other_ms, 3),
             "turn_finish_reasons": self.turn_finish_reasons,
             "findings": [f.as_dict() for f in self.findings],
