@@ -166,3 +166,32 @@ def test_resume_without_a_file_runs_everything(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     rows = len(Path(DATASET).read_text().splitlines())
     assert json.loads(out.read_text().splitlines()[-1])["rows"] == rows
+
+
+def test_a_resumed_recording_holds_every_row_and_replays(tmp_path: Path) -> None:
+    """``--record`` with ``--resume``: the cassette keeps the rows recorded before the Ctrl-C
+    and adds the rest; it replays every row without a divergence, and the results file equals
+    an uninterrupted recording run's."""
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    gate = tmp_path / "gate"
+    resumed, whole = tmp_path / "resumed.jsonl", tmp_path / "whole.jsonl"
+    cassette, whole_cassette = tmp_path / "resumed.cassette", tmp_path / "whole.cassette"
+    interrupted_run(tmp_path, resumed, ["--record", str(cassette)], gate, rows=3)
+    gate.touch()
+    for out, tape, extra in ((resumed, cassette, ["--resume"]), (whole, whole_cassette, [])):
+        done = subprocess.run(
+            [*osmosis(tmp_path, "--record", str(tape), *extra, gate=gate), "-o", str(out)],
+            capture_output=True, text=True, env=env(gate), timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert read(resumed) == read(whole)
+    target = f"{ASSETS}/resume_agent.py:GatedCalculator"
+    replayed = subprocess.run(
+        [sys.executable, "-m", "osmosis_rollout", "test", target, "--replay", str(cassette),
+         "--json"],
+        capture_output=True, text=True, env=env(gate), timeout=120,
+    )  # fmt: skip
+    assert replayed.returncode == 0, replayed.stderr
+    summary = json.loads(replayed.stdout)
+    assert summary["rows"] == len(ROWS)
+    assert summary["findings"] == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,36 @@ def test_an_agent_that_blocks_the_event_loop_is_named_with_its_line(tmp_path: Pa
     assert stalls[0].details["stall_s"] >= 0.3
     assert all(not r.findings for i, r in by_row.items() if i != 2)
     assert report.summary["findings"] == {"event_loop_stall": 1}
+
+
+BUSY = """
+import time
+from osmosis_rollout import RolloutAgentLoop
+
+
+class Busy(RolloutAgentLoop):
+    name = "busy"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        result = await ctx.chat(list(ctx.request.messages))
+        if ctx.request.metadata.get("block"):
+            end = time.perf_counter() + 0.5
+            while time.perf_counter() < end:  # computes, holding the loop
+                pass
+        return ctx.complete([*ctx.request.messages, result.message], reward=1.0)
+"""
+
+
+def test_cpu_bound_code_that_holds_the_loop_is_a_stall_too(tmp_path: Path) -> None:
+    """A long computation in ``run`` (the thread running, not sleeping) is named the same way."""
+    agent = tmp_path / "busy.py"
+    agent.write_text(BUSY)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"user_prompt": "q", "block": True}) + "\n")
+    report = asyncio.run(run_test(TestOptions(target=f"{agent}:Busy", dataset=rows)))
+    (finding,) = report.rows[0].findings
+    assert finding.code == "event_loop_stall"
+    assert re.search(r"busy\.py:1[56] in run", finding.message)  # the loop's line

@@ -88,6 +88,24 @@ def read_previous(path: Path, expected: dict[str, str]) -> list[RowResult]:
     return kept
 
 
+def recorded_rows(cassette: Path, rows: set[int]) -> list[str]:
+    """With ``--record``: the lines of ``cassette`` (an interrupted recording of this run) that
+    hold ``rows``, the rows a resumed run keeps, so its cassette holds every row too."""
+    try:
+        lines = cassette.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    kept = []
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue  # a line cut by the interrupt
+        if isinstance(data, dict) and "turns" in data and data.get("row") in rows:
+            kept.append(line)
+    return kept
+
+
 def _ran(line: dict[str, Any]) -> bool:
     """A row that ran to an end of its own: not one skipped, nor one cut by the interrupt."""
     return line.get("status") != "SKIPPED"

@@ -110,7 +110,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
-    from .resume import fingerprint, read_previous
+    from .resume import fingerprint, read_previous, recorded_rows
     from .runner import BatchReport, RunOptions, run_batch
     from .stalls import StallMonitor
     from .tool_errors import fail_on_tool_errors
@@ -127,6 +127,15 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         timeout_s=options.timeout,
         concurrency=options.concurrency,
     )
+    fp = fingerprint(options, setup.agent, setup.rows)
+    previous = read_previous(options.output, fp) if options.resume and options.output else []
+    done = {(r.index, r.sample) for r in previous}
+    # Read before the recorder truncates the cassette: the rows kept are recorded already.
+    recorded = (
+        recorded_rows(options.record, {r.index for r in previous})
+        if options.record is not None and previous
+        else []
+    )
     gate = MockTrainGate(backend)
     recorder = None
     if options.record is not None:
@@ -141,10 +150,10 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             llm=describe_llm(backend),
             secrets=secrets,
         )
-    fp = fingerprint(options, setup.agent, setup.rows)
-    previous = read_previous(options.output, fp) if options.resume and options.output else []
-    done = {(r.index, r.sample) for r in previous}
     todo = [r for r in rows if (r.index, r.sample) not in done]
+    if recorder is not None:
+        for line in recorded:
+            recorder.writer.write_recorded(line)
     sink: IO[str] | None = open_output(options.output) if options.output else None
     finished: list[RowResult] = list(previous)
     started = time.perf_counter()

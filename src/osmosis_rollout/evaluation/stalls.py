@@ -6,7 +6,9 @@ heartbeat callback on the loop marks each time the loop gets round to it; a watc
 that sees the heartbeat late looks at the loop thread's stack: inside a rollout (the frame of
 ``run_rollout``), the stall is that rollout's, at the innermost line of the user's own code.
 Stalls shorter than ``threshold_s`` are not reported, nor ones in this library's own code (a
-first ``ctx.chat`` importing its HTTP client, say).
+first ``ctx.chat`` importing its HTTP client, say), nor a loop thread that was only waiting for
+a CPU (a busy machine): on Linux the thread's state tells a blocking call (sleeping) from a
+runnable thread, which counts only if it also used the CPU for most of the stall.
 """
 
 from __future__ import annotations
@@ -56,7 +58,10 @@ class StallMonitor:
         self.tick_s = tick_s
         self._lock = threading.Lock()
         self._beat_at = time.perf_counter()
-        self._open: tuple[float, str, str] | None = None  # (beat it follows, rollout, where)
+        self._beat_cpu = 0.0  # the loop thread's CPU time at the last beat
+        # (beat it follows, rollout, where, the thread's state then: "S" sleeping, "R"...)
+        self._open: tuple[float, str, str, str | None] | None = None
+        self._native_id = 0
         self._stalls: dict[str, _Stall] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,6 +75,7 @@ class StallMonitor:
         except RuntimeError:  # not asyncio (trio): no monitor
             return self
         self._loop_thread = threading.get_ident()
+        self._native_id = threading.get_native_id()
         self._beat()
         self._thread = threading.Thread(target=self._watch, name="osmosis-stalls", daemon=True)
         self._thread.start()
@@ -111,6 +117,7 @@ class StallMonitor:
         with self._lock:
             self._close(now)
             self._beat_at = now
+            self._beat_cpu = time.thread_time()
         if not self._stop.is_set() and self._loop is not None:
             self._handle = self._loop.call_later(self.tick_s, self._beat)
 
@@ -120,7 +127,10 @@ class StallMonitor:
         if opened is None or opened[0] != self._beat_at:
             return
         seconds = now - self._beat_at - self.tick_s
-        if seconds >= self.threshold_s:
+        state = opened[3]
+        blocked = state is None or state in "SD"  # a blocking call: sleeping or in I/O
+        computing = time.thread_time() - self._beat_cpu >= seconds / 2
+        if seconds >= self.threshold_s and (blocked or computing):
             stall = self._stalls.setdefault(opened[1], _Stall(opened[1], opened[2]))
             stall.count += 1
             stall.seconds += seconds
@@ -137,9 +147,10 @@ class StallMonitor:
             frame = sys._current_frames().get(self._loop_thread)
             found = _rollout_frame(frame) if frame is not None else None
             if found is not None:
+                state = _thread_state(self._native_id)
                 with self._lock:
                     if self._beat_at == beat_at:
-                        self._open = (beat_at, *found)
+                        self._open = (beat_at, *found, state)
 
 
 def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
@@ -164,6 +175,17 @@ def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
                 where = frame
         frame = frame.f_back
     return None
+
+
+def _thread_state(native_id: int) -> str | None:
+    """The thread's scheduler state (``R`` runnable, ``S`` sleeping, ``D`` in I/O) where the
+    system shows it (Linux), else None."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode() if fields else None
 
 
 def _owner(filename: str) -> str:

@@ -133,17 +133,19 @@ function showList(app, params) {
   for (const r of all) if (r.row !== null) sameRow.set(r.row, (sameRow.get(r.row) || 0) + 1);
   // Two runs or more: each rollout says which one (results file or trace folder) it is from.
   const manyRuns = new Set(all.map((r) => r.source)).size > 1;
+  const sampled = all.some((r) => r.sample); // --samples: a column for each rollout's sample
   const shown = rows.slice(0, MAX_ROWS);
   const more = rows.length > shown.length ? ` (first ${shown.length} shown)` : "";
   const body = shown.map((r) => `
     <tr data-id="${esc(r.id)}" data-status="${esc(r.status)}">
       <td class="num">${r.row ?? "-"}</td>
+      ${sampled ? `<td class="num">${esc(r.sample ?? "-")}</td>` : ""}
       <td><a href="#/rollout/${encodeURIComponent(r.id)}">${esc(r.rollout_id || r.id)}</a>
         ${sameRow.get(r.row) > 1 ? `<span class="dim" title="other rollouts of this row">×${sameRow.get(r.row)}</span>` : ""}</td>
       <td>${statusBadge(r.status)}</td>
-      <td class="num">${r.reward === null ? "-" : esc(r.reward)}</td>
+      <td class="num" title="${esc(components(r))}">${r.reward === null ? "-" : esc(r.reward)}</td>
       <td class="num">${r.turns}</td>
-      <td class="num">${r.tool_calls}</td>
+      <td class="num">${esc(r.tool_calls)}${r.tool_errors ? ` <span class="error-text" title="tool calls that raised or timed out">(${esc(r.tool_errors)} err)</span>` : ""}</td>
       <td class="num">${r.tokens}</td>
       <td class="num">${ms(r.latency_ms)}</td>
       <td>${r.findings.map((c) => `<span class="badge warn">${esc(c)}</span>`).join(" ")}
@@ -164,7 +166,7 @@ function showList(app, params) {
     ${warnings}
     <p id="count" class="dim">${rows.length} of ${all.length} rollouts${more}</p>
     <table id="rollouts" class="rollouts">
-      <thead><tr><th>row</th><th>rollout</th><th>status</th><th>reward</th><th>turns</th>
+      <thead><tr><th>row</th>${sampled ? "<th>sample</th>" : ""}<th>rollout</th><th>status</th><th>reward</th><th>turns</th>
         <th>tools</th><th>tokens</th><th>time</th><th>findings / error</th>${manyRuns ? "<th>source</th>" : ""}</tr></thead>
       <tbody>${body}</tbody>
     </table>`;
@@ -278,7 +280,10 @@ function rolloutView(data) {
       <h2>${esc(s.rollout_id || s.id)} ${statusBadge(s.status)}</h2>
       <dl class="facts">
         <div><dt>row</dt><dd>${s.row ?? "-"}</dd></div>
-        <div><dt>reward</dt><dd>${s.reward ?? "-"}</dd></div>
+        <div><dt>reward</dt><dd>${esc(s.reward ?? "-")}</dd></div>
+        ${s.sample !== null && s.sample !== undefined ? `<div><dt>sample</dt><dd>${esc(s.sample)}</dd></div>` : ""}
+        ${Object.keys(s.reward_components || {}).length ? `<div><dt>reward parts</dt><dd>${esc(components(s))}</dd></div>` : ""}
+        ${s.tool_errors ? `<div><dt>tool errors</dt><dd class="error-text">${esc(s.tool_errors)}</dd></div>` : ""}
         <div><dt>finish</dt><dd>${esc(s.finish_reason || "-")}</dd></div>
         <div><dt>turns</dt><dd>${s.turns}</dd></div>
         <div><dt>tokens</dt><dd>${s.prompt_tokens} in / ${s.response_tokens} out</dd></div>
@@ -304,6 +309,22 @@ function rolloutView(data) {
   return `<div class="transcript" data-id="${esc(s.id)}">${head}${body}</div>`;
 }
 
+// "format 0.2, correct 1": a rollout's reward components, for a title or a fact.
+function components(r) {
+  return Object.entries(r.reward_components || {}).map(([k, v]) => `${k} ${v}`).join(", ");
+}
+
+// --samples: the rollout's group (its row's samples in the same run), side by side by reward.
+function groupStrip(summary) {
+  if (summary.sample === null || summary.sample === undefined || summary.row === null) return "";
+  const group = state.rollouts
+    .filter((r) => r.row === summary.row && r.source === summary.source && r.sample !== null)
+    .sort((a, b) => a.sample - b.sample);
+  if (group.length < 2) return "";
+  const cells = group.map((r) => `<a class="badge ${r.id === summary.id ? "ok" : "dim"}" href="#/rollout/${encodeURIComponent(r.id)}" title="sample ${esc(r.sample)}">${esc(r.sample)}: ${r.reward === null ? "-" : esc(r.reward)}</a>`).join(" ");
+  return `<p class="group">group of row ${esc(summary.row)}: ${cells}</p>`;
+}
+
 function siblings(summary) {
   if (summary.row === null) return [];
   return state.rollouts.filter((r) => r.row === summary.row && r.id !== summary.id);
@@ -313,7 +334,7 @@ async function showRollout(app, id) {
   const data = await loadRollout(id);
   const others = siblings(data.summary).map((r) =>
     `<a class="compare-link" href="#/compare/${encodeURIComponent(id)}/${encodeURIComponent(r.id)}">compare with ${esc(r.rollout_id || r.id)} (${esc(short(r.source))})</a>`).join(" ");
-  app.innerHTML = `<nav class="crumbs"><a href="#/">← all rollouts</a> ${others}</nav>${rolloutView(data)}`;
+  app.innerHTML = `<nav class="crumbs"><a href="#/">← all rollouts</a> ${others}</nav>${groupStrip(data.summary)}${rolloutView(data)}`;
 }
 
 async function showCompare(app, a, b) {
