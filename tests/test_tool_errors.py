@@ -177,8 +177,8 @@ class Busy(RolloutAgentLoop):
     async def run(self, ctx):
         result = await ctx.chat(list(ctx.request.messages))
         if ctx.request.metadata.get("block"):
-            end = time.perf_counter() + 0.5
-            while time.perf_counter() < end:  # computes, holding the loop
+            end = time.thread_time() + 0.4
+            while time.thread_time() < end:  # computes, holding the loop
                 pass
         return ctx.complete([*ctx.request.messages, result.message], reward=1.0)
 """

@@ -6,9 +6,9 @@ heartbeat callback on the loop marks each time the loop gets round to it; a watc
 that sees the heartbeat late looks at the loop thread's stack: inside a rollout (the frame of
 ``run_rollout``), the stall is that rollout's, at the innermost line of the user's own code.
 Stalls shorter than ``threshold_s`` are not reported, nor ones in this library's own code (a
-first ``ctx.chat`` importing its HTTP client, say), nor a loop thread that was only waiting for
-a CPU (a busy machine): on Linux the thread's state tells a blocking call (sleeping) from a
-runnable thread, which counts only if it also used the CPU for most of the stall.
+first ``ctx.chat`` importing its HTTP client, say), nor one the loop thread spent mostly waiting
+for a CPU (a busy machine, not the agent): on Linux its schedstat splits the stall into running,
+waiting on the run queue and sleeping, and a stall counts by what the thread ran or slept.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
@@ -58,10 +59,10 @@ class StallMonitor:
         self.tick_s = tick_s
         self._lock = threading.Lock()
         self._beat_at = time.perf_counter()
-        self._beat_cpu = 0.0  # the loop thread's CPU time at the last beat
-        # (beat it follows, rollout, where, the thread's state then: "S" sleeping, "R"...)
-        self._open: tuple[float, str, str, str | None] | None = None
+        self._open: tuple[float, str, str] | None = None  # (beat it follows, rollout, where)
         self._native_id = 0
+        # (when, the loop thread's run and run-queue wait times so far in ns), by the watchdog
+        self._waits: deque[tuple[float, tuple[int, int]]] = deque(maxlen=256)
         self._stalls: dict[str, _Stall] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,7 +118,6 @@ class StallMonitor:
         with self._lock:
             self._close(now)
             self._beat_at = now
-            self._beat_cpu = time.thread_time()
         if not self._stop.is_set() and self._loop is not None:
             self._handle = self._loop.call_later(self.tick_s, self._beat)
 
@@ -127,19 +127,31 @@ class StallMonitor:
         if opened is None or opened[0] != self._beat_at:
             return
         seconds = now - self._beat_at - self.tick_s
-        state = opened[3]
-        blocked = state is None or state in "SD"  # a blocking call: sleeping or in I/O
-        computing = time.thread_time() - self._beat_cpu >= seconds / 2
-        if seconds >= self.threshold_s and (blocked or computing):
+        if seconds >= self.threshold_s and not self._queued(seconds):
             stall = self._stalls.setdefault(opened[1], _Stall(opened[1], opened[2]))
             stall.count += 1
             stall.seconds += seconds
         self._beat_at = now  # the next stall is counted from here
 
+    def _queued(self, seconds: float) -> bool:
+        """Whether the loop thread neither ran nor slept for ``threshold_s`` of the stall: it
+        waited for a CPU, which is the machine's doing."""
+        before = [times for when, times in self._waits if when <= self._beat_at]
+        now = _sched_times(self._native_id)
+        if not before or now is None:
+            return False
+        ran = (now[0] - before[-1][0]) / 1e9
+        waited = (now[1] - before[-1][1]) / 1e9
+        slept = seconds - ran - waited
+        return max(ran, slept) < self.threshold_s
+
     def _watch(self) -> None:
         """In the watchdog thread: when the heartbeat is late, whose code holds the loop."""
         while not self._stop.wait(self.tick_s):
+            wait = _sched_times(self._native_id)
             with self._lock:
+                if wait is not None:
+                    self._waits.append((time.perf_counter(), wait))
                 beat_at, opened = self._beat_at, self._open
             late = time.perf_counter() - beat_at - self.tick_s
             if opened is not None or late < self.threshold_s / 2:
@@ -147,10 +159,9 @@ class StallMonitor:
             frame = sys._current_frames().get(self._loop_thread)
             found = _rollout_frame(frame) if frame is not None else None
             if found is not None:
-                state = _thread_state(self._native_id)
                 with self._lock:
                     if self._beat_at == beat_at:
-                        self._open = (beat_at, *found, state)
+                        self._open = (beat_at, *found)
 
 
 def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
@@ -177,15 +188,15 @@ def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
     return None
 
 
-def _thread_state(native_id: int) -> str | None:
-    """The thread's scheduler state (``R`` runnable, ``S`` sleeping, ``D`` in I/O) where the
-    system shows it (Linux), else None."""
+def _sched_times(native_id: int) -> tuple[int, int] | None:
+    """How long (ns) the thread has run, and waited on a run queue for a CPU, where the system
+    says (Linux's schedstat), else None."""
     try:
-        with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as stat:
+            fields = stat.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, IndexError, ValueError):
         return None
-    return fields[0].decode() if fields else None
 
 
 def _owner(filename: str) -> str:
