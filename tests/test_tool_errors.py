@@ -54,6 +54,7 @@ def test_the_sqlite_agent_shows_its_tool_errors_in_every_output(tmp_path: Path) 
     assert sorted(f["details"]["tool"] for f in always) == sorted(called)
     assert "failed in every one of its" in always[0]["message"]
     assert "tool_always_fails" in result.stderr  # the summary table
+    assert "none in the rows; 4 run finding(s) below" in result.stderr
     assert "err)" in result.stderr  # the rows table: "4 (4 err)"
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     rows, closing = lines[:-1], lines[-1]

@@ -129,10 +129,11 @@ def summary_table(summary: dict[str, Any]) -> Table:
         bad = summary["bad_rows_skipped"]
         table.add_row("bad rows", f"[yellow]{bad} skipped[/] (not run, not in passed/{total})")
     findings = summary["findings"]
-    table.add_row(
-        "findings",
-        ", ".join(f"[yellow]{escape(k)}[/] x{v}" for k, v in sorted(findings.items())) or "none",
-    )
+    listed = ", ".join(f"[yellow]{escape(k)}[/] x{v}" for k, v in sorted(findings.items()))
+    run_findings = len(summary.get("run_findings") or [])
+    if run_findings:  # about the run's tools: not a row's, so no row fails for them
+        listed = f"{listed or 'none in the rows'}; [yellow]{run_findings} run finding(s)[/] below"
+    table.add_row("findings", listed or "none")
     table.add_row(
         "latency",
         f"p50 {format_ms(summary['latency_ms_p50'])}, p95 {format_ms(summary['latency_ms_p95'])}",
