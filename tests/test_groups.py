@@ -196,6 +196,13 @@ def test_samples_with_jobs_give_the_same_groups(tmp_path: Path) -> None:
     assert outputs[0] == outputs[1]
 
 
+@pytest.mark.parametrize("flag", [["--samples", "4"], ["--by", "difficulty"], ["--resume"]])
+def test_batch_only_flags_are_refused_with_interactive(flag: list[str]) -> None:
+    result = CliRunner().invoke(app, ["test", OUTCOMES, "-i", *flag])
+    assert result.exit_code == 2
+    assert f"{flag[0]} works only in batch mode, not with --interactive" in result.stderr
+
+
 def test_the_unbiased_estimator() -> None:
     assert pass_at_k(4, 0, 1) == 0.0
     assert pass_at_k(4, 4, 1) == 1.0

@@ -286,6 +286,9 @@ def command_test(
         )
     check_mode_flags(interactive, row=row, output=output, json_output=json_output)
     fail_on_checked = check_fail_on(fail_on or [])
+    if interactive and (samples > 1 or resume or by is not None):
+        flag = "--samples" if samples > 1 else "--resume" if resume else "--by"
+        fail(f"{flag} works only in batch mode, not with --interactive")
     if resume and output is None:
         fail(
             "--resume continues the results file of --output: give it",
