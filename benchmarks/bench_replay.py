@@ -68,7 +68,7 @@ async def _timed_batch(
 async def _record(rows: list[RowInput], concurrency: int, cassette: Path) -> dict[str, Any]:
     agent = load_agent(TARGET)
     options = RunOptions(concurrency=concurrency)
-    gate = MockTrainGate(MockLLMBackend())
+    gate = MockTrainGate(MockLLMBackend(policy="all"))
     wall, cpu = time.perf_counter(), time.process_time()
     recorder = CassetteRecorder(cassette, gate, options, agent=TARGET)
     async with Harness(agent, gate=gate, max_concurrent=concurrency) as harness:
@@ -129,7 +129,9 @@ def main() -> None:
         rounds: dict[str, list[dict[str, Any]]] = {"mock": [], "replay": []}
         for _ in range(args.repeats):
             rounds["mock"].append(
-                asyncio.run(_timed_batch(rows, args.concurrency, backend=MockLLMBackend()))
+                asyncio.run(
+                    _timed_batch(rows, args.concurrency, backend=MockLLMBackend(policy="all"))
+                )
             )
             rounds["replay"].append(
                 asyncio.run(_timed_batch(rows, args.concurrency, cassette=cassette))

@@ -1,7 +1,8 @@
 """``osmosis test`` throughput: rows per second on a generated 1,000-row dataset, mock LLM.
 
 The calculator example (``examples/calculator``) runs over generated arithmetic rows with the
-built-in mock LLM (one tool-call turn, then an answer: two LLM turns and four tool calls a row).
+built-in mock LLM with ``--mock-policy all`` (one tool-call turn, then an answer: two LLM turns
+and four tool calls a row, as the mock did before it walked the agent).
 Three ways, same rows, same concurrency:
 
 - ``osmosis test`` as users run it (a subprocess; its own wall time and the batch time it
@@ -93,6 +94,8 @@ def _cli(dataset: Path, concurrency: int, out: Path) -> dict[str, Any]:
         "--output",
         str(out),
         "--json",
+        "--mock-policy",
+        "all",  # the figures below are of one tool-call turn a row
     ]
     started = time.perf_counter()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,7 +118,9 @@ def _cli(dataset: Path, concurrency: int, out: Path) -> dict[str, Any]:
 async def _runner(rows: list[RowInput], concurrency: int) -> dict[str, Any]:
     agent = load_agent(TARGET)
     cpu = time.process_time()
-    async with Harness(agent, backend=MockLLMBackend(), max_concurrent=concurrency) as harness:
+    async with Harness(
+        agent, backend=MockLLMBackend(policy="all"), max_concurrent=concurrency
+    ) as harness:
         report = await run_batch(harness, rows, RunOptions(concurrency=concurrency))
     summary = summarise(report)
     return {
@@ -128,7 +133,7 @@ async def _runner(rows: list[RowInput], concurrency: int) -> dict[str, Any]:
 
 async def _direct(rows: list[RowInput], concurrency: int) -> dict[str, Any]:
     agent = load_agent(TARGET)
-    backend = MockLLMBackend()
+    backend = MockLLMBackend(policy="all")
     limiter = asyncio.Semaphore(concurrency)
     completed = 0
 

@@ -111,8 +111,9 @@ def assert_consistent(reply: CompletionsResponse) -> None:
 
 
 async def test_mock_calls_every_tool_then_answers_with_the_results() -> None:
-    """One turn calls each declared tool with schema-valid arguments; the next answers."""
-    backend = MockLLMBackend(seed=3)
+    """``all``: one turn calls each declared tool with schema-valid arguments; the next
+    answers."""
+    backend = MockLLMBackend(seed=3, policy="all")
     record = RolloutRecord("r-1", tools=[ADD, SEARCH])
     first = await backend.complete(chat(), record)
     record.replies.append(first)
@@ -140,8 +141,8 @@ async def test_mock_calls_every_tool_then_answers_with_the_results() -> None:
 
 @pytest.mark.parametrize("tool_turns", [0, 1, 3])
 async def test_mock_makes_tool_turns_tool_call_turns(tool_turns: int) -> None:
-    """`tool_turns` tool-call turns come first, then only text answers."""
-    backend = MockLLMBackend(tool_turns=tool_turns)
+    """``all``: `tool_turns` tool-call turns come first, then only text answers."""
+    backend = MockLLMBackend(tool_turns=tool_turns, policy="all")
     record = RolloutRecord("r-1", tools=[ADD])
     reasons = []
     for _ in range(tool_turns + 2):

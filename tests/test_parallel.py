@@ -542,6 +542,9 @@ def test_every_field_of_a_row_result_survives_the_trip_from_a_worker() -> None:
         metadata={"ground_truth": "42", "nested": {"list": [1, 2.5, None]}},
         trace="/tmp/traces/row-7-abc.jsonl",
         llm_error="context_length",
+        tool_counts={"add": [3, 1, 0]},
+        sample=2,
+        extra_fields={"reward_components": {"format": 0.2}, "judge": "v2"},
     )
     defaults = RowResult(index=0, rollout_id="", status="")
     for f in dataclasses.fields(RowResult):  # the example sets every field, new ones included

@@ -386,3 +386,60 @@ def test_index_of_a_crafted_file_shows_no_string_as_a_number(tmp_path: Path) -> 
     assert (from_row.prompt_tokens, from_row.response_tokens, from_row.latency_ms) == (0, 2, 0.0)
     assert (from_trace.reward, from_trace.turns, from_trace.latency_ms) == (None, 0, 0.0)
     assert from_trace.started is None
+
+
+# -- groups, tool errors and reward components ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``--samples 3`` runs: the SQLite agent (every tool call fails) and one whose reward has
+    named parts."""
+    base = tmp_path_factory.mktemp("view-samples")
+    dataset = base / "rows.jsonl"
+    dataset.write_text("".join(json.dumps({"user_prompt": f"q{i}", "even": i % 2 == 0}) + "\n"
+                               for i in range(2)))  # fmt: skip
+    for name, target in (
+        ("sqlite", f"{ROOT}/tests/assets/sqlite_agent.py:SqliteAgent"),
+        ("parts", f"{ROOT}/tests/assets/component_agents.py:PartsAgent"),
+    ):
+        result = CliRunner().invoke(
+            app, ["test", target, "-d", str(dataset), "--samples", "3", "-o",
+                  str(base / name / "results.jsonl")],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+    return base
+
+
+def test_index_summaries_carry_sample_tool_errors_and_reward_parts(sampled: Path) -> None:
+    index = build_index([sampled / "sqlite" / "results.jsonl", sampled / "parts" / "results.jsonl"])
+    sqlite, parts = index.rollouts[:6], index.rollouts[6:]
+    assert [(r.row, r.sample) for r in sqlite] == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    assert all(r.tool_errors == r.tool_calls > 0 for r in sqlite)
+    assert parts[0].reward_components == {"format": 0.2, "correctness": 1.0}
+    public = parts[0].public()
+    assert public["sample"] == 0
+    assert public["reward_components"] == {"format": 0.2, "correctness": 1.0}
+
+
+def test_viewer_shows_a_groups_samples_and_tool_errors(sampled: Path, browser: Chromium) -> None:
+    """The list has a sample column and each row's failed tool calls; a rollout shows its
+    group's samples side by side with their rewards, and its reward parts."""
+    index = build_index([sampled / "sqlite" / "results.jsonl", sampled / "parts" / "results.jsonl"])
+    with serve_in_thread(create_view_app(index)) as url:
+        browser.open(url + "/")
+        heads = browser.evaluate(
+            "[...document.querySelectorAll('#rollouts th')].map(h => h.textContent)"
+        )
+        assert heads[:3] == ["row", "sample", "rollout"]
+        rows = table(browser)
+        assert [r["cells"][1] for r in rows[:3]] == ["0", "1", "2"]
+        assert rows[0]["cells"][heads.index("tools")].endswith("err)")
+        shown = index.rollouts[7]  # parts, row 1, sample 1
+        browser.go(f"#/rollout/{shown.id}")
+        group = browser.evaluate(
+            "[...document.querySelectorAll('.group a')].map(a => a.textContent)"
+        )
+        assert group == ["0: 1", "1: 1", "2: 1"]
+        facts = browser.evaluate("document.querySelector('.facts').textContent")
+        assert "format 0.2, correctness 1" in " ".join(facts.split())

@@ -14,7 +14,7 @@ import copy
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
@@ -34,7 +34,7 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult, without_nulls
+from .results import CompletionsResult, RolloutResult, result_extras, without_nulls
 
 __all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
 
@@ -183,6 +183,7 @@ class RolloutContext(OpenAIEndpointDoor):
         self._tool_cut: tuple[str, float, float] | None = None
         self._llm_calls = 0
         self._num_tool_calls = 0
+        self._tool_counts: dict[str, list[int]] = {}  # name: [calls, errors, timeouts]
         self._prompt_tokens = 0
         self._response_tokens = 0
         self._max_context = 0
@@ -332,9 +333,19 @@ class RolloutContext(OpenAIEndpointDoor):
 
     # -- tools, events, results --------------------------------------------------------------
 
-    def record_tool_call(self, latency_ms: float = 0.0) -> None:
-        """Count one tool call and add its latency (``tools.execute_tool_calls`` does this)."""
+    def record_tool_call(
+        self, latency_ms: float = 0.0, *, tool: str | None = None, error: str | None = None
+    ) -> None:
+        """Count one tool call and add its latency (``tools.execute_tool_calls`` does this);
+        ``tool`` and how it failed (``error``: ``"raised"``, ``"timeout"``) go to the metrics'
+        ``tool_counts``, so a failing tool shows in ``osmosis test``, not only to the model."""
         self._num_tool_calls += 1
+        if tool is not None:
+            counts = self._tool_counts.setdefault(tool, [0, 0, 0])
+            counts[0] += 1
+            if error is not None:
+                counts[1] += 1
+                counts[2] += error == "timeout"
         self._tool_latency_ms += max(0.0, float(latency_ms))
         if not self._tool_batches:  # alone, one call's latency is also wall time
             self._tool_wall_ms += max(0.0, float(latency_ms))
@@ -382,8 +393,12 @@ class RolloutContext(OpenAIEndpointDoor):
         final_messages: Sequence[Any],
         finish_reason: str | None = None,
         reward: float | None = None,
+        *,
+        reward_components: Mapping[str, float] | None = None,
+        extra_fields: Mapping[str, Any] | None = None,
     ) -> RolloutResult:
-        """End the rollout successfully with its final conversation and optional reward.
+        """End the rollout successfully with its final conversation and optional reward, its
+        named parts (``reward_components``) and ``extra_fields`` for the trainer's records.
 
         Without ``finish_reason`` it is ``"stop"``, or ``"length"`` when the last reply was cut
         by ``max_tokens``: a truncated answer must not pass for a finished one.
@@ -398,6 +413,7 @@ class RolloutContext(OpenAIEndpointDoor):
             finish_reason=finish_reason,
             metrics=self.metrics,
             reward=reward,
+            extra_fields=result_extras(extra_fields, reward_components),
         )
 
     def error(
@@ -434,6 +450,8 @@ class RolloutContext(OpenAIEndpointDoor):
         if self._num_tool_calls:
             extra["tool_wall_ms"] = round(self._tool_wall_ms, 3)
         self._endpoint_metrics(extra)
+        if self._tool_counts:
+            extra["tool_counts"] = {name: list(c) for name, c in self._tool_counts.items()}
         total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
         llm = self._llm_metrics()
         return RolloutMetrics(

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .protocol import ChatMessage, CompletionsResponse, Message, RolloutMetrics, RolloutStatus
-
-__all__ = ["CompletionsResult", "RolloutResult", "reply_message", "without_nulls"]
 
 
 def reply_message(message: ChatMessage) -> Message:
@@ -28,6 +28,37 @@ def without_nulls(message: Message) -> Message:
     if any(value is None for value in message.values()):
         return {key: value for key, value in message.items() if value is not None}
     return message
+
+
+__all__ = [
+    "REWARD_COMPONENTS",
+    "CompletionsResult",
+    "RolloutResult",
+    "reply_message",
+    "result_extras",
+    "without_nulls",
+]
+
+#: The ``extra_fields`` key that carries ``ctx.complete(reward_components=...)``.
+REWARD_COMPONENTS = "reward_components"
+
+
+def result_extras(
+    extra_fields: Mapping[str, Any] | None, reward_components: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A result's ``extra_fields``, with the reward's components (name -> a finite number) under
+    ``"reward_components"``; a component that is not one raises ``TypeError`` saying which."""
+    extra = dict(extra_fields or {})
+    if reward_components is None:
+        return extra
+    components: dict[str, float] = {}
+    for name, value in reward_components.items():
+        number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if number is None or not math.isfinite(number):
+            raise TypeError(f"reward_components[{name!r}] must be a finite number, got {value!r}")
+        components[str(name)] = float(number)
+    extra[REWARD_COMPONENTS] = components
+    return extra
 
 
 @dataclass

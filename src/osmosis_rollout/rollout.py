@@ -198,6 +198,7 @@ async def run_rollout(
                 finish_reason=response.finish_reason,
                 error_message=response.error_message,
                 reward=response.reward,
+                extra_fields=response.extra_fields,
                 metrics=metrics.model_dump(),
                 final_from=final_from,
                 final_messages=final_tail,

@@ -192,3 +192,30 @@ def check_row(row: int | None, *, interactive: bool) -> None:
     stderr_console().print(
         "[dim]note: --row counts from 1 (the original SDK's counted from 0)[/]", soft_wrap=True
     )
+
+
+#: What ``--fail-on`` can name.
+FAIL_ON = ("tool_errors",)
+
+
+def check_fail_on(values: list[str]) -> tuple[str, ...]:
+    """``--fail-on`` values, each one it knows (a typo would silently fail nothing)."""
+    for value in values:
+        if value not in FAIL_ON:
+            fail(
+                f"--fail-on {value!r}: choose {', '.join(FAIL_ON)}",
+                hint="osmosis test agent.py:MyAgent -d rows.jsonl --fail-on tool_errors",
+            )
+    return tuple(dict.fromkeys(values))
+
+
+def check_mock_policy(policy: str) -> str:
+    """``--mock-policy``, one of the mock LLM's policies."""
+    from ..testing.mock_policy import POLICIES
+
+    if policy not in POLICIES:
+        fail(
+            f"--mock-policy {policy!r}: choose {', '.join(POLICIES)}",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --mock-policy all",
+        )
+    return policy

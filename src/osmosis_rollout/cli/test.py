@@ -14,7 +14,9 @@ from . import app
 from ._common import fail, run_async
 from ._target import TARGET_HELP
 from ._test_flags import (
+    check_fail_on,
     check_jobs,
+    check_mock_policy,
     check_mode_flags,
     check_row,
     check_server_debug_dir,
@@ -194,6 +196,71 @@ def command_test(
             show_default=False,
         ),
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="With --output FILE: run only the rows (and samples) FILE does not hold yet, "
+            "and keep the others; refused when the agent's code, the rows or the options "
+            "differ from those FILE was made with.",
+        ),
+    ] = False,
+    samples: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Rollouts per row (a group), each seeded apart: the summary gives each group's "
+            "reward mean, spread, min and max, pass@k for k = 1..N and the share of no-signal "
+            "groups (every sample the same reward).",
+        ),
+    ] = 1,
+    pass_threshold: Annotated[
+        float, typer.Option(help="A sample passes, for pass@k, when its reward is at least this.")
+    ] = 1.0,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            metavar="COLUMN",
+            help="Break the group figures down by this dataset column (e.g. difficulty).",
+            show_default=False,
+        ),
+    ] = None,
+    mock_policy: Annotated[
+        str,
+        typer.Option(
+            "--mock-policy",
+            help="How the mock LLM walks the agent: [bold]walk[/] (one tool call a turn, each "
+            "tool once in a seeded order, submit/answer/final-looking tools last, then an "
+            "answer), all (every tool at once), random, first (the first tool once), none "
+            "(answer nothing at once). A row's mock_replies column scripts its replies.",
+        ),
+    ] = "walk",
+    mock_replies: Annotated[
+        bool,
+        typer.Option(
+            "--mock-replies/--no-mock-replies",
+            help="Let a row's mock_replies column script the mock LLM's replies for it.",
+        ),
+    ] = True,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            metavar="WHAT",
+            help="Also fail the rows that show this (repeatable): [bold]tool_errors[/], a tool "
+            "call that raised or timed out.",
+            show_default=False,
+        ),
+    ] = None,
+    tool_error_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="A tool failing in more than this share of its calls is a tool_error_share "
+            "finding (one failing in all of them: tool_always_fails).",
+        ),
+    ] = 0.2,
     token_check: Annotated[
         bool,
         typer.Option(
@@ -241,6 +308,15 @@ def command_test(
     check_mode_flags(interactive, row=row, output=output, json_output=json_output)
     if replay is None:
         llm = llm_of(llm, llm_given=_given(context, "llm"), model=model, llm_url=llm_url)
+    fail_on_checked = check_fail_on(fail_on or [])
+    if interactive and (samples > 1 or resume or by is not None):
+        flag = "--samples" if samples > 1 else "--resume" if resume else "--by"
+        fail(f"{flag} works only in batch mode, not with --interactive")
+    if resume and output is None:
+        fail(
+            "--resume continues the results file of --output: give it",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl -o results.jsonl --resume",
+        )
     workers = check_jobs(
         jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
     )
@@ -282,6 +358,14 @@ def command_test(
         replay=replay,
         replay_mode=replay_mode,
         token_check=token_check,
+        fail_on=fail_on_checked,
+        mock_policy=check_mock_policy(mock_policy),
+        samples=samples,
+        resume=resume,
+        mock_replies=mock_replies,
+        pass_threshold=pass_threshold,
+        by=by,
+        tool_error_share=tool_error_share,
     )
     try:
         if interactive:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -32,6 +33,25 @@ def validate_command(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds allowed for the dry run.")
     ] = 30.0,
+    reward: Annotated[
+        bool,
+        typer.Option(
+            "--reward",
+            help="Check the reward instead: run a no-op, a random and (with mock_replies) a "
+            "gold policy over --dataset and report leaks, constant, out-of-range or "
+            "non-finite rewards and failing gold rows (docs/evaluating.md).",
+        ),
+    ] = False,
+    dataset: Annotated[
+        Path | None,
+        typer.Option("--dataset", "-d", help="With --reward: the rows.", show_default=False),
+    ] = None,
+    reward_range: Annotated[
+        str, typer.Option(metavar="MIN,MAX", help="With --reward: the rewards' valid range.")
+    ] = "0,1",
+    pass_threshold: Annotated[
+        float, typer.Option(help="With --reward: a gold row passes at this reward or above.")
+    ] = 1.0,
 ) -> None:
     """Check an agent statically, dynamically and with one dry rollout.
 
@@ -43,6 +63,22 @@ def validate_command(
     from ..validator import validate_agent_loop_async
 
     target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
+    if reward:
+        from ._validate_reward import reward_checks
+
+        reward_checks(
+            target,
+            dataset,
+            reward_range=reward_range,
+            pass_threshold=pass_threshold,
+            json_output=json_output,
+            timeout=timeout,
+        )
+    elif dataset is not None:
+        fail(
+            "--dataset is for --reward",
+            hint="osmosis validate agent.py:MyAgent --reward -d rows.jsonl",
+        )
     result = run_async(validate_agent_loop_async(target, dry_run=dry_run, timeout_s=timeout))
     unusable = next((p for p in result.errors if p.code in TARGET_CODES), None)
     if json_output:

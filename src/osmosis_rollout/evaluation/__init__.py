@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .reward_checks import RewardCheckOptions, RewardCheckReport, check_rewards
     from .run import RunObserver, TestOptions, TestReport, run_test
     from .runner import BatchReport, RowInput, RowResult, RunOptions, run_batch, summarise
 
 #: Each public name and the submodule that defines it.
 _HOMES = {
+    "RewardCheckOptions": ".reward_checks",
+    "RewardCheckReport": ".reward_checks",
+    "check_rewards": ".reward_checks",
     "RunObserver": ".run",
     "TestOptions": ".run",
     "TestReport": ".run",
@@ -36,12 +40,15 @@ _HOMES = {
 
 __all__ = [
     "BatchReport",
+    "RewardCheckOptions",
+    "RewardCheckReport",
     "RowInput",
     "RowResult",
     "RunObserver",
     "RunOptions",
     "TestOptions",
     "TestReport",
+    "check_rewards",
     "run_batch",
     "run_test",
     "summarise",

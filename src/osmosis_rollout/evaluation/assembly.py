@@ -137,7 +137,7 @@ def make_backend(options: TestOptions) -> Any:
             )
         from ..testing.backends import MockLLMBackend
 
-        return MockLLMBackend(seed=options.seed)
+        return MockLLMBackend(seed=options.seed, policy=options.mock_policy)
     if kind == "openai":
         from ..testing.openai_backend import OpenAICompatibleBackend
 
@@ -182,7 +182,7 @@ def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPo
             timeout_s=options.llm_timeout,
         )
     else:
-        backend = BackendSpec("mock", seed=options.seed)
+        backend = BackendSpec("mock", seed=options.seed, mock_policy=options.mock_policy)
     debug_dir = options.debug_dir
     spec = WorkerSpec(
         target=options.target,
@@ -205,7 +205,8 @@ def load_rows(
 
     dataset = read_dataset(path, limit=limit, offset=offset, skip_bad_rows=skip_bad_rows)
     rows = [
-        RowInput(index=r.number, messages=r.messages, metadata=r.metadata) for r in dataset.rows
+        RowInput(index=r.number, messages=r.messages, metadata=r.metadata, replies=r.replies)
+        for r in dataset.rows
     ]
     return rows, dataset.skipped
 

@@ -248,6 +248,14 @@ class CassetteWriter:
         self._line(row.model_dump(mode="json", exclude_none=True))
         self.rows_written += 1
 
+    def write_recorded(self, line: str) -> None:
+        """Append a row line as an earlier recording wrote it (``--resume`` keeps those)."""
+        if self._file is None:
+            raise CassetteError(f"the cassette {self.path} is already closed")
+        self._file.write(line.rstrip("\n") + "\n")
+        self._file.flush()
+        self.rows_written += 1
+
     def close(self, *, complete: bool = True) -> None:
         """Finish the file; ``complete=False`` (an interrupted run) leaves out the end line."""
         if self._file is None:

@@ -20,6 +20,8 @@ __all__ = ["MESSAGE_ROLES", "DatasetRow", "row_from"]
 
 #: Roles a dataset message may have.
 MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+#: The column that scripts the mock LLM's replies for a row (docs/evaluating.md).
+REPLIES = "mock_replies"
 _PROMPT_COLUMNS = ("messages", "user_prompt", "system_prompt")
 
 
@@ -35,6 +37,9 @@ class DatasetRow:
     messages: list[dict[str, Any]]
     ground_truth: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: ``mock_replies``: the assistant replies the mock LLM gives this row, in order (kept out
+    #: of the metadata the agent sees: they are the answers).
+    replies: list[Any] | None = None
 
     @property
     def number(self) -> int:
@@ -83,11 +88,41 @@ def row_from(number: int, data: Any, where: str) -> DatasetRow:
     metadata = {
         str(key): _jsonable(value, str(key), number, at)
         for key, value in data.items()
-        if key not in _PROMPT_COLUMNS and key != "ground_truth"
+        if key not in _PROMPT_COLUMNS and key not in ("ground_truth", REPLIES)
     }
     if ground_truth is not None:
         metadata["ground_truth"] = ground_truth
-    return DatasetRow(number - 1, messages, ground_truth, metadata)
+    replies = _replies(data.get(REPLIES), number, at)
+    return DatasetRow(number - 1, messages, ground_truth, metadata, replies)
+
+
+def _replies(value: Any, number: int, at: str) -> list[Any] | None:
+    """A ``mock_replies`` column: a list of replies (or its JSON text, from a CSV file)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, list):
+        raise DatasetError(
+            f"'{REPLIES}' must be a list of assistant replies (strings, or objects with content "
+            f'and tool_calls), e.g. [{{"tool_calls": [{{"name": "add", "arguments": {{"a": 1, '
+            f'"b": 2}}}}]}}, "3"]{at}',
+            row=number,
+            column=REPLIES,
+        )
+    from ..testing.mock_policy import scripted_message
+
+    for turn, item in enumerate(value):
+        try:
+            scripted_message(item, turn)
+        except ValueError as exc:
+            raise DatasetError(
+                f"'{REPLIES}' reply {turn + 1}: {exc}{at}", row=number, column=REPLIES
+            ) from None
+    return list(_jsonable(value, REPLIES, number, at))
 
 
 def _string(value: Any, column: str, number: int, at: str) -> str:

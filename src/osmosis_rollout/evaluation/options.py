@@ -50,3 +50,19 @@ class TestOptions:
     replay: Path | None = None
     replay_mode: str | None = None
     token_check: bool = False
+    #: ``--fail-on``: what else makes a row fail (``"tool_errors"``: a tool call that failed).
+    fail_on: tuple[str, ...] = ()
+    #: ``--samples``: rollouts per row (a group), each seeded apart.
+    samples: int = 1
+    #: ``--pass-threshold``: a sample passes (for pass@k) when its reward is at least this.
+    pass_threshold: float = 1.0
+    #: ``--by``: break the group figures down by this metadata column.
+    by: str | None = None
+    #: How the mock LLM walks the agent (``testing.mock_policy``): walk, all, random, first, none.
+    mock_policy: str = "walk"
+    #: Whether rows' ``mock_replies`` script the mock (``--no-mock-replies``: they do not).
+    mock_replies: bool = True
+    #: ``--resume``: run only the rows (and samples) ``output`` does not hold yet.
+    resume: bool = False
+    #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
+    tool_error_share: float = 0.2

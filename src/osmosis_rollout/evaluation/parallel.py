@@ -352,6 +352,7 @@ def _error_row(row: RowInput, run_id: str, message: str) -> RowResult:
         status="ERROR",
         error_message=message,
         metadata=row.metadata,
+        sample=row.sample,
     )
 
 

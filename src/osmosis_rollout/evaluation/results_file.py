@@ -1,6 +1,7 @@
-"""The ``--output`` results file: one JSON object per row in dataset order, then a summary
-(JSON Lines); or, for a ``.json`` path, the original SDK's one JSON object
-(``{"summary": ..., "results": [...]}``, see :mod:`.v1_results`) written when the run ends."""
+"""The ``--output`` results file: one JSON object per rollout in dataset order (a row's samples
+in sample order), then, with ``--samples``, one per group, then a summary (JSON Lines); or, for
+a ``.json`` path, the original SDK's one JSON object (``{"summary": ..., "results": [...]}``,
+see :mod:`.v1_results`) written when the run ends."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class OrderedRows:
     def __init__(
         self,
         sink: IO[str] | None,
-        order: list[int],
+        order: list[tuple[int, int]],
         output: Path | None,
         *,
         secrets: Iterable[str] = (),
@@ -40,7 +41,7 @@ class OrderedRows:
         self.secrets = [s for s in secrets if s]
         self.order = order
         self.next = 0
-        self.waiting: dict[int, Any] = {}
+        self.waiting: dict[tuple[int, int], Any] = {}  # by (row, sample)
         self.base = output.resolve().parent if output is not None else None
         #: A ``.json`` file holds one object: its rows wait for the summary (v1's shape).
         self.whole: list[dict[str, Any]] | None = (
@@ -51,7 +52,7 @@ class OrderedRows:
         """Hold ``result`` until every earlier row is written, then write what is ready."""
         if self.sink is None:
             return
-        self.waiting[result.index] = result
+        self.waiting[(result.index, result.sample)] = result
         while self.next < len(self.order) and self.order[self.next] in self.waiting:
             self._write(self.waiting.pop(self.order[self.next]))
             self.next += 1

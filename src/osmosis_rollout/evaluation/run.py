@@ -9,6 +9,7 @@ report carries what the command exits with.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -112,9 +113,13 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
+    from .resume import fingerprint, read_previous, recorded_rows
     from .runner import BatchReport, RunOptions, run_batch
+    from .stalls import StallMonitor
+    from .tool_errors import fail_on_tool_errors
 
-    backend, rows, pool = setup.backend, setup.rows, setup.pool
+    backend, pool = setup.backend, setup.pool
+    rows = with_samples(setup.rows, options)
     server_key = options.api_key if options.server is not None else None
     if options.token_check:
         backend = await with_token_check(backend)
@@ -127,6 +132,15 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         completion_params=setup.completion_params,
         timeout_s=options.timeout,
         concurrency=fit.concurrency,
+    )
+    fp = fingerprint(options, setup.agent, setup.rows)
+    previous = read_previous(options.output, fp) if options.resume and options.output else []
+    done = {(r.index, r.sample) for r in previous}
+    # Read before the recorder truncates the cassette: the rows kept are recorded already.
+    recorded = (
+        recorded_rows(options.record, {r.index for r in previous})
+        if options.record is not None and previous
+        else []
     )
     gate = MockTrainGate(backend)
     recorder = None
@@ -144,17 +158,27 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             llm=describe_llm(backend),
             secrets=secrets,
         )
+    todo = [r for r in rows if (r.index, r.sample) not in done]
+    if recorder is not None:
+        for line in recorded:
+            recorder.writer.write_recorded(line)
     sink: IO[str] | None = open_output(options.output) if options.output else None
-    finished: list[RowResult] = []
+    finished: list[RowResult] = list(previous)
     started = time.perf_counter()
-    writer = OrderedRows(sink, [r.index for r in rows], options.output, secrets=secrets)
+    writer = OrderedRows(sink, [(r.index, r.sample) for r in rows], options.output, secrets=secrets)
+    for kept in previous:
+        writer.add(kept)
     progress = observer.batch(
-        len(rows), workers=pool.jobs if pool else None, concurrency=fit.concurrency
+        len(todo), workers=pool.jobs if pool else None, concurrency=fit.concurrency
     )
 
     shown: list[Callable[[RowResult], None]] = []
+    stalls = StallMonitor()
 
     def on_result(result: RowResult) -> None:
+        result.findings.extend(stalls.take(result.rollout_id))
+        if "tool_errors" in options.fail_on:
+            fail_on_tool_errors(result)
         finished.append(result)
         shown[0](result)
         if recorder is not None:
@@ -162,13 +186,13 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         writer.add(result)
 
     try:
-        async with closing(backend):
+        async with closing(backend), stalls:
             if pool is not None:
                 cassette = getattr(backend, "cassette", None)  # a replay: bind rows here
                 with progress as show:
                     shown.append(show)
                     report = await pool.run(
-                        rows,
+                        todo,
                         run_options,
                         cassette=cassette,
                         bind=_binder(backend) if cassette is not None else None,
@@ -187,11 +211,16 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                 ) as harness:
                     with progress as show:
                         shown.append(show)
-                        report = await run_batch(harness, rows, run_options, on_result=on_result)
-        summary = _summary(report, options, setup)
+                        report = await run_batch(harness, todo, run_options, on_result=on_result)
+        if previous:
+            order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
+            report = BatchReport(order, report.wall_s, report.stopped_early)
+        summary = _summary(report, options, setup, fp)
         model_lines = fit.summary(report.rows, summary)
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
+        if sink is not None and writer.whole is None:
+            write_groups(sink, report.rows, options)
         writer.finish(summary)
         if recorder is not None:
             recorder.close(complete=True)
@@ -200,14 +229,15 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         # summary marks it as partial, so a half-written results file is never mistaken for
         # a whole run.
         partial = BatchReport(
-            sorted(finished, key=lambda r: r.index),
+            sorted(finished, key=lambda r: (r.index, r.sample)),
             wall_s=time.perf_counter() - started,
             stopped_early=f"interrupted ({observer.interruption()})",
         )
         if sink is not None:
             writer.flush_all()
-            writer.finish(_summary(partial, options, setup))
-        observer.interrupted(TestReport(partial.rows, _summary(partial, options, setup)), len(rows))
+            writer.finish(_summary(partial, options, setup, fp))
+        partial_summary = _summary(partial, options, setup, fp)
+        observer.interrupted(TestReport(partial.rows, partial_summary), len(rows))
         raise
     finally:
         if sink is not None:
@@ -226,14 +256,54 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     )
 
 
-def _summary(report: Any, options: TestOptions, setup: Setup) -> dict[str, Any]:
-    """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it."""
+def _summary(report: Any, options: TestOptions, setup: Setup, fp: dict[str, str]) -> dict[str, Any]:
+    """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it,
+    the group and tool figures, and the run's fingerprint (what ``--resume`` checks)."""
+    from .groups import group_rows, groups_summary
     from .runner import summarise
+    from .tool_errors import summary_part
 
     summary = summarise(report)
+    summary.update(summary_part(report.rows, options.tool_error_share))
+    summary["groups"] = groups_summary(
+        group_rows(report.rows, options.pass_threshold), samples=options.samples, by=options.by
+    )
     if options.skip_bad_rows:
         summary["bad_rows_skipped"] = setup.bad_rows_skipped
+    summary["fingerprint"] = fp
     return summary
+
+
+def with_samples(rows: list[Any], options: TestOptions) -> list[Any]:
+    """Each row ``samples`` times (sample 0, 1, ...), checking that ``--by`` names a column."""
+    import dataclasses
+
+    from ..errors import ConfigError
+
+    if options.by is not None and rows and not any(options.by in r.metadata for r in rows):
+        columns = sorted({key for r in rows for key in r.metadata}) or ["none"]
+        raise ConfigError(
+            f"--by {options.by!r}: no row has that column; the rows' columns are "
+            f"{', '.join(columns)}"
+        )
+    if not options.mock_replies:
+        rows = [dataclasses.replace(r, replies=None) for r in rows]
+    if options.samples <= 1:
+        return rows
+    if options.record is not None or options.replay is not None:
+        flag = "--record" if options.record is not None else "--replay"
+        raise ConfigError(f"--samples runs with the mock LLM or a model, not with {flag} yet")
+    return [dataclasses.replace(r, sample=k) for r in rows for k in range(options.samples)]
+
+
+def write_groups(sink: IO[str], rows: list[Any], options: TestOptions) -> None:
+    """With ``--samples`` above 1: one ``"type": "group"`` line per row, before the summary."""
+    if options.samples <= 1:
+        return
+    from .groups import group_rows
+
+    for group in group_rows(rows, options.pass_threshold):
+        sink.write(json.dumps({"type": "group", **group.stats()}) + "\n")
 
 
 def _binder(backend: Any) -> Any:

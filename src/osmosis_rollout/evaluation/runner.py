@@ -34,6 +34,15 @@ class RowInput:
     index: int
     messages: list[Message]
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The row's ``mock_replies``: the mock LLM's scripted replies for it.
+    replies: list[Any] | None = None
+    #: Which of the row's ``--samples`` this rollout is (0-based).
+    sample: int = 0
+
+    @property
+    def key(self) -> str:
+        """What seeds the mock LLM's replies: the row and sample, never a run's random id."""
+        return f"{self.index}/{self.sample}" if self.sample else str(self.index)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,28 @@ class RowResult:
     trace: str | None = None
     #: The ``kind`` of the LLM backend error that failed the row, if one did.
     llm_error: str | None = None
+    #: The result's ``extra_fields`` (``reward_components`` among them, if the agent gave any).
+    extra_fields: dict[str, Any] = field(default_factory=dict)
+    #: Which of its row's ``--samples`` this rollout was (0-based; the group is the row).
+    sample: int = 0
+    #: Per tool: ``[calls, errors, timeouts]`` (errors: the tool raised or timed out).
+    tool_counts: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def reward_components(self) -> dict[str, float]:
+        """The reward's named parts, as ``ctx.complete(reward_components=...)`` gave them."""
+        components = self.extra_fields.get("reward_components")
+        return dict(components) if isinstance(components, dict) else {}
+
+    @property
+    def tool_errors(self) -> dict[str, int]:
+        """The failed calls of each tool that failed at least once."""
+        return {name: c[1] for name, c in self.tool_counts.items() if c[1]}
+
+    @property
+    def tool_error_count(self) -> int:
+        """How many tool calls of this rollout raised or timed out."""
+        return sum(c[1] for c in self.tool_counts.values())
 
     @property
     def ground_truth(self) -> Any:
@@ -96,6 +127,8 @@ class RowResult:
         return {
             "type": "row",
             "row": self.index,
+            "group": self.index,
+            "sample": self.sample,
             "rollout_id": self.rollout_id,
             "status": self.status,
             "passed": self.passed,
@@ -103,6 +136,7 @@ class RowResult:
             "error_message": self.error_message,
             "llm_error": self.llm_error,
             "reward": self.reward,
+            "reward_components": self.reward_components,
             "turns": self.turns,
             "tool_calls": self.tool_calls,
             "prompt_tokens": self.prompt_tokens,
@@ -110,12 +144,16 @@ class RowResult:
             "latency_ms": round(self.latency_ms, 3),
             "llm_ms": round(self.llm_ms, 3),
             "tool_ms": round(self.tool_ms, 3),
+            "tool_errors": self.tool_errors,
+            "tool_timeouts": {n: c[2] for n, c in self.tool_counts.items() if c[2]},
+            "tool_counts": self.tool_counts,
             "other_ms": round(self.other_ms, 3),
             "turn_finish_reasons": self.turn_finish_reasons,
             "findings": [f.as_dict() for f in self.findings],
             "metrics": self.metrics,
             "ground_truth": self.ground_truth,
             "metadata": self.metadata,
+            "extra_fields": self.extra_fields,
             "trace": self.trace,
             "final_messages": self.final_messages,  # last: readers can index the rest cheaply
         }
@@ -156,6 +194,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
         row.error_message = f"LLM backend ({backend_error.kind}): {backend_error}"
         row.llm_error = backend_error.kind
     row.reward = result.reward
+    row.extra_fields = dict(result.extra_fields or {})
     row.final_messages = result.final_messages
     if result.metrics is not None:
         m = result.metrics
@@ -164,6 +203,7 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
         row.llm_ms, row.tool_ms = m.llm_latency_ms, tool_wall_ms(m)
         row.latency_ms = m.total_latency_ms
         row.metrics = m.model_dump()
+        row.tool_counts = tool_counts(m)
     return row
 
 
@@ -171,6 +211,25 @@ def tool_wall_ms(metrics: RolloutMetrics) -> float:
     """The rollout time spent in tools: wall time (parallel calls once), not their sum."""
     wall = (metrics.model_extra or {}).get("tool_wall_ms")
     return float(wall) if isinstance(wall, int | float) else metrics.tool_latency_ms
+
+
+def tool_counts(metrics: RolloutMetrics) -> dict[str, list[int]]:
+    """``[calls, errors, timeouts]`` per tool as the context counted them (none from a server
+    older than the counts, or an agent that runs its tools without a ``Toolbox``)."""
+    counts = (metrics.model_extra or {}).get("tool_counts")
+    if not isinstance(counts, dict):
+        return {}
+    return {
+        str(name): [int(n) for n in c[:3]]
+        for name, c in counts.items()
+        if isinstance(c, list) and len(c) >= 3 and all(isinstance(n, int) for n in c[:3])
+    }
+
+
+def rollout_id_of(row: RowInput, run_id: str) -> str:
+    """``row-<n>-<run_id>``, and ``row-<n>-s<k>-<run_id>`` for a row's sample k > 0."""
+    sample = f"s{row.sample}-" if row.sample else ""
+    return f"row-{row.index}-{sample}{run_id}"
 
 
 async def run_batch(
@@ -189,12 +248,13 @@ async def run_batch(
     run_id = run_id or uuid.uuid4().hex[:8]
     results: dict[int, RowResult] = {}
     limiter = anyio.CapacityLimiter(max(1, options.concurrency))
+    bind = getattr(harness.gate.backend, "bind_rollout", None)
     stopped: list[str] = []  # why the batch stopped early, when the server went away
     started = time.perf_counter()
 
     async def one(position: int, row: RowInput) -> None:
         async with limiter:
-            rollout_id = f"row-{row.index}-{run_id}"
+            rollout_id = rollout_id_of(row, run_id)
             if harness.gate.systemic_error is not None or stopped:
                 result = RowResult(
                     index=row.index,
@@ -203,6 +263,8 @@ async def run_batch(
                     error_message="not run: the batch stopped early",
                 )
             else:
+                if bind is not None:
+                    bind(rollout_id, row.key, row.replies)
                 try:
                     outcome = await harness.run(
                         row.messages,
@@ -233,6 +295,7 @@ async def run_batch(
                     trace = harness.trace_path(rollout_id)
                     result.trace = str(trace) if trace is not None else None
         result.metadata = row.metadata
+        result.sample = row.sample
         results[position] = result
         if on_result is not None:
             on_result(result)
@@ -256,6 +319,15 @@ def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     k = max(0, math.ceil(q * len(ordered)) - 1)
     return ordered[k]
+
+
+def _component_means(rows: Sequence[RowResult]) -> dict[str, float]:
+    """Each reward component's mean over the rollouts that gave it."""
+    sums: dict[str, list[float]] = {}
+    for row in rows:
+        for name, value in row.reward_components.items():
+            sums.setdefault(name, []).append(value)
+    return {name: round(sum(v) / len(v), 6) for name, v in sums.items()}
 
 
 def summarise(report: BatchReport) -> dict[str, Any]:
@@ -291,7 +363,9 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "prompt_tokens": sum(r.prompt_tokens for r in rows),
         "response_tokens": sum(r.response_tokens for r in rows),
         "tool_calls": sum(r.tool_calls for r in rows),
+        "tool_errors": sum(r.tool_error_count for r in rows),
         "mean_reward": round(sum(rewards) / len(rewards), 6) if rewards else None,
+        "reward_components": _component_means(rows),
         "wall_s": round(report.wall_s, 3),
         "rollouts_per_s": round(len(ran) / report.wall_s, 3) if report.wall_s > 0 else 0.0,
         "stopped_early": report.stopped_early,

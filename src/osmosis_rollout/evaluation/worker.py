@@ -59,6 +59,7 @@ class BackendSpec:
     model: str | None = None
     timeout_s: float = 120.0
     replay_mode: Literal["strict", "lenient"] = "strict"
+    mock_policy: str = "walk"
 
     def build(self) -> Any:
         """A fresh backend of this kind."""
@@ -72,7 +73,7 @@ class BackendSpec:
             )
         from ..testing.backends import MockLLMBackend
 
-        return MockLLMBackend(seed=self.seed)
+        return MockLLMBackend(seed=self.seed, policy=self.mock_policy)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,9 @@ class WorkerSettings:
 
 def row_rollout_id(row: RowInput, run_id: str) -> str:
     """The rollout id :func:`~.runner.run_batch` gives ``row`` in the run ``run_id``."""
-    return f"row-{row.index}-{run_id}"
+    from .runner import rollout_id_of
+
+    return rollout_id_of(row, run_id)
 
 
 class _RowReplays:
@@ -192,8 +195,10 @@ async def _work(
     from ..testing.harness import Harness
     from ..testing.traingate import MockTrainGate
     from .runner import run_batch
+    from .stalls import StallMonitor
 
     lock = anyio.Lock()
+    stalls = StallMonitor()
     buffer: deque[Item] = deque()
     exhausted = False
     told_stopped = False
@@ -224,6 +229,7 @@ async def _work(
                 replays.expect(rollout_id, recorded)
 
             def send(result: RowResult, at: int = position) -> None:
+                result.findings.extend(stalls.take(result.rollout_id))
                 results.send(("row", at, result))
 
             report = await run_batch(harness, [row], options, on_result=send, run_id=spec.run_id)
@@ -244,6 +250,7 @@ async def _work(
         # The collector set once for the worker's life, not per row's run_batch (collector.py).
         with lighter_gc():
             async with (
+                stalls,
                 Harness(
                     agent,
                     gate=MockTrainGate(backend),

@@ -43,6 +43,8 @@ class Start:
     metadata: dict[str, Any]
     label: str
     row: int | None = None
+    #: The row's ``mock_replies``, for the mock LLM.
+    replies: list[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class RolloutDriver:
         tag = f"row{start.row}" if start.row is not None else "msg"
         rid = f"repl-{tag}-{uuid.uuid4().hex[:6]}"
         self.stepper.active = rid
+        bind = getattr(self.stepper.inner, "bind_rollout", None)
+        if bind is not None:  # the mock's replies: the row's, as a batch run gives them
+            bind(rid, str(start.row) if start.row is not None else "msg", start.replies)
         task = asyncio.create_task(
             self.harness.run(
                 start.messages,

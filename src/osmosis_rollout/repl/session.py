@@ -198,7 +198,8 @@ class _Repl:
         for row in self.rows:
             if row.index == index:
                 self.last_row = index
-                return Start(list(row.messages), dict(row.metadata), f"row {index}", index)
+                label = f"row {index}"
+                return Start(list(row.messages), dict(row.metadata), label, index, row.replies)
         first, last = self.rows[0].index, self.rows[-1].index
         self.say(f"[red]There is no row {index}[/]: the dataset has rows {first}-{last}.")
         return None

@@ -16,8 +16,10 @@ from ..errors import LLMBackendError, UnsatisfiableSchemaError
 from ..protocol import (
     CompletionsRequest,
     CompletionsResponse,
+    RolloutResponse,
 )
 from ._sampling.schema_instances import generate
+from .mock_policy import check_policy, scripted_message, tool_plan
 from .records import RolloutRecord, completion_from_message
 
 __all__ = ["MockLLMBackend", "ScriptedBackend"]
@@ -27,14 +29,15 @@ _CHARS_PER_TOKEN = 4
 
 
 class MockLLMBackend:
-    """An offline, deterministic LLM that needs no key: it calls the agent's tools, then answers.
+    """An offline, deterministic LLM that needs no key: it walks the agent's tools, then answers.
 
-    For each rollout, while fewer than ``tool_turns`` tool-call turns have been made and the
-    server declared tools at init, the reply calls **every declared tool once**, in declaration
-    order (so one tool-call turn exercises every tool). Each call's ``arguments`` are generated
-    from the tool's ``parameters`` schema by :func:`~.schema_instances.generate`, with the seed
-    ``seed + crc32("<rollout_id>/<turn>/<tool index>")``: stable across runs and processes,
-    different per rollout, turn and tool, and varied by ``seed``.
+    ``policy`` says which tools each turn calls (:mod:`.mock_policy`): by default (``walk``)
+    one per turn, each declared tool once, in a seeded order that leaves terminal-looking
+    tools (``submit_answer``) for last; ``all`` calls every tool at once, ``tool_turns`` times.
+    Each call's ``arguments`` are generated from the tool's ``parameters`` schema by
+    :func:`~.schema_instances.generate`, seeded by ``seed`` and ``"<key>/<turn>/<tool index>"``,
+    where the key is what :meth:`bind_rollout` gave (a row and sample) or else the rollout id:
+    stable across runs and processes, different per row, sample, turn and tool.
 
     After that it gives a final text answer that quotes the latest tool results (``"add returned
     7"``) or, without any, the last user message, so rewards computed from the content have
@@ -44,21 +47,43 @@ class MockLLMBackend:
     call becomes plain text, as a real model's would be unusable).
     """
 
-    def __init__(self, seed: int = 0, tool_turns: int = 1) -> None:
+    def __init__(self, seed: int = 0, tool_turns: int = 1, policy: str = "walk") -> None:
         self.seed = seed
         self.tool_turns = tool_turns
+        self.policy = check_policy(policy)
+        self._bound: dict[str, tuple[str, list[Any] | None]] = {}
+
+    def bind_rollout(self, rollout_id: str, key: str, replies: list[Any] | None = None) -> None:
+        """Seed ``rollout_id``'s replies by ``key`` (not the id, which holds a run's random
+        part), and script them with ``replies`` (a row's ``mock_replies``), if given."""
+        self._bound[rollout_id] = (key, replies)
+
+    def rollout_completed(self, record: RolloutRecord, response: RolloutResponse) -> None:
+        """The rollout is over: forget its binding."""
+        self._bound.pop(record.rollout_id, None)
 
     async def complete(
         self, request: CompletionsRequest, record: RolloutRecord
     ) -> CompletionsResponse:
         """Answer one turn of ``record``'s rollout."""
         turn = len(record.replies)
+        key, replies = self._bound.get(record.rollout_id, (record.rollout_id, None))
+        message: dict[str, Any]
+        if replies is not None:
+            if turn < len(replies):
+                message = scripted_message(replies[turn], turn)
+            else:
+                message = {"content": _final_answer(request.messages)}
+            return completion_from_message(request, message, turn=turn)
         tool_turns_made = sum(1 for reply in record.replies if reply.message.tool_calls)
-        if record.tools and tool_turns_made < self.tool_turns:
-            message: dict[str, Any] = {
-                "content": None,
-                "tool_calls": self._tool_calls(record, turn),
-            }
+        plan = tool_plan(self.policy, [t.name for t in record.tools], self.seed, key)
+        if self.policy == "all":
+            plan = plan * self.tool_turns
+        if tool_turns_made < len(plan):
+            calls = self._tool_calls(record, turn, key, plan[tool_turns_made])
+            message = {"content": None, "tool_calls": calls}
+        elif self.policy == "none":
+            message = {"content": ""}
         else:
             message = {"content": _final_answer(request.messages)}
         reply = completion_from_message(request, message, turn=turn)
@@ -66,23 +91,26 @@ class MockLLMBackend:
         if limit is None or reply.usage.completion_tokens <= limit:
             return reply
         if message.get("tool_calls"):
-            calls = ", ".join(
+            shown = ", ".join(
                 f"{c['function']['name']}({c['function']['arguments']})"
                 for c in message["tool_calls"]
             )
-            message = {"content": f"Calling {calls}"}
+            message = {"content": f"Calling {shown}"}
         text = str(message["content"])[: max(0, limit) * _CHARS_PER_TOKEN]
         return _cut(completion_from_message(request, {"content": text}, turn=turn), limit)
 
-    def _tool_calls(self, record: RolloutRecord, turn: int) -> list[dict[str, Any]]:
+    def _tool_calls(
+        self, record: RolloutRecord, turn: int, key: str, which: list[int]
+    ) -> list[dict[str, Any]]:
         calls = []
-        for index, tool in enumerate(record.tools):
-            key = f"{record.rollout_id}/{turn}/{index}".encode()
+        for number, index in enumerate(which):
+            tool = record.tools[index]
+            seeded = f"{key}/{turn}/{index}".encode()
             schema = tool.function.parameters
             if "type" not in schema:  # arguments are always an object, even for `{}`
                 schema = {"type": "object", **schema}
             try:
-                arguments = generate(schema, seed=self.seed + zlib.crc32(key))
+                arguments = generate(schema, seed=self.seed + zlib.crc32(seeded))
             except UnsatisfiableSchemaError as exc:
                 raise LLMBackendError(
                     f"the mock LLM cannot call tool {tool.name!r}: {exc}", kind="tool_schema"
@@ -95,7 +123,7 @@ class MockLLMBackend:
                 )
             calls.append(
                 {
-                    "id": f"call_{turn + 1}_{index + 1}",
+                    "id": f"call_{turn + 1}_{number + 1}",
                     "type": "function",
                     "function": {"name": tool.name, "arguments": json.dumps(arguments)},
                 }

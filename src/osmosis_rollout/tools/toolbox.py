@@ -43,6 +43,15 @@ def _encode(result: Any) -> str:
         raise ToolError(f"the result could not be encoded as JSON: {exc}") from None
 
 
+class _ToolFailed(ToolError):
+    """The tool itself failed (``kind``: it ``"raised"``, or hit its ``"timeout"``), as opposed
+    to a call the model got wrong: what a result's ``tool_errors`` counts."""
+
+    def __init__(self, message: str, *, tool_name: str, kind: str) -> None:
+        super().__init__(message, tool_name=tool_name)
+        self.kind = kind
+
+
 def _on_asyncio() -> bool:
     try:
         asyncio.get_running_loop()
@@ -213,6 +222,7 @@ class Toolbox:
         name = function.get("name")
         started = time.perf_counter()
         error: str | None = None
+        failed: str | None = None
         try:
             tool = name if isinstance(name, str) else None
             with telemetry.tool_span(ctx.request.rollout_id, tool, ctx.turns):
@@ -220,13 +230,15 @@ class Toolbox:
         except ToolError as exc:
             error = _shorten(str(exc))
             content = f"Error: {error}"
+            failed = exc.kind if isinstance(exc, _ToolFailed) else None
         except anyio.get_cancelled_exc_class():
             # Cut by a deadline (the rollout's): its message can name the tool that held it.
             if name in self._specs:
                 ctx._record_tool_cut(name, started)
             raise
         latency_ms = (time.perf_counter() - started) * 1000
-        ctx.record_tool_call(latency_ms)
+        known = name if name in self._specs else None
+        ctx.record_tool_call(latency_ms, tool=known, error=failed)
         result, result_chars = clip_text(content)
         ctx.log_event(
             "tool_call",
@@ -238,6 +250,7 @@ class Toolbox:
             result_chars=result_chars,
             latency_ms=round(latency_ms, 3),
             error=error,
+            **({"failed": failed} if failed else {}),
         )
         return {"role": "tool", "tool_call_id": call_id, "content": content}
 
@@ -260,8 +273,10 @@ class Toolbox:
         with anyio.move_on_after(time_limit) as scope:
             result = await self._invoke(spec, positional, keywords)
         if scope.cancelled_caught:
-            raise ToolError(
-                f"tool {spec.name!r} timed out after {time_limit:g} s", tool_name=spec.name
+            raise _ToolFailed(
+                f"tool {spec.name!r} timed out after {time_limit:g} s",
+                tool_name=spec.name,
+                kind="timeout",
             )
         return _encode(result)
 
@@ -277,12 +292,14 @@ class Toolbox:
                 result = await self._run_in_thread(spec.name, call)
             if inspect.isawaitable(result):
                 result = await result
-        except ToolError:
-            raise  # the tool's own message, meant for the model
+        except ToolError as exc:  # the tool's own message, meant for the model
+            raise _ToolFailed(str(exc), tool_name=spec.name, kind="raised") from None
         except Exception as exc:  # a tool's bug is the model's feedback, not a crash
             logger.debug("tool %r raised", spec.name, exc_info=True)
-            raise ToolError(
-                f"tool {spec.name!r} raised {type(exc).__name__}: {exc}", tool_name=spec.name
+            raise _ToolFailed(
+                f"tool {spec.name!r} raised {type(exc).__name__}: {exc}",
+                tool_name=spec.name,
+                kind="raised",
             ) from None
         return result
 

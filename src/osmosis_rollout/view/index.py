@@ -50,6 +50,11 @@ class RolloutSummary:
     prompt_tokens: int = 0
     response_tokens: int = 0
     latency_ms: float = 0.0
+    #: ``--samples``: which of its row's (its group's) samples; the failed tool calls; the
+    #: reward's named parts.
+    sample: int | None = None
+    tool_errors: int = 0
+    reward_components: dict[str, float] = field(default_factory=dict)
     started: float | None = None
     results_path: Path | None = field(default=None, repr=False)
     offset: int | None = field(default=None, repr=False)
@@ -73,6 +78,9 @@ class RolloutSummary:
             "prompt_tokens": self.prompt_tokens,
             "response_tokens": self.response_tokens,
             "latency_ms": self.latency_ms,
+            "sample": self.sample,
+            "tool_errors": self.tool_errors,
+            "reward_components": self.reward_components,
             "started": self.started,
             "has_trace": self.trace_path is not None,
         }
@@ -214,6 +222,7 @@ def _index_results(path: Path, number: int, warnings: list[str]) -> list[Rollout
                     prompt_tokens=_count(row.get("prompt_tokens")),
                     response_tokens=_count(row.get("response_tokens")),
                     latency_ms=_number(row.get("latency_ms")) or 0.0,
+                    **_group_fields(row),
                     results_path=path,
                     offset=start,
                     trace_path=_absolute(os.path.join(base, trace))
@@ -224,6 +233,24 @@ def _index_results(path: Path, number: int, warnings: list[str]) -> list[Rollout
     if bad:
         warnings.append(f"{path.name}: {bad} line(s) are not JSON and were skipped")
     return found
+
+
+def _group_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A results row's sample, failed tool calls and reward components, where it has them."""
+    sample = row.get("sample")
+    errors = row.get("tool_errors")
+    components = row.get("reward_components")
+    return {
+        "sample": sample if isinstance(sample, int) else None,
+        "tool_errors": sum(v for v in errors.values() if isinstance(v, int))
+        if isinstance(errors, dict)
+        else 0,
+        "reward_components": {
+            str(k): v for k, v in components.items() if isinstance(v, int | float)
+        }
+        if isinstance(components, dict)
+        else {},
+    }
 
 
 def _row_head(line: bytes) -> dict[str, Any] | None:

@@ -189,17 +189,19 @@ function showList(app, params) {
   for (const r of all) if (r.row !== null) sameRow.set(r.row, (sameRow.get(r.row) || 0) + 1);
   // Two runs or more: each rollout says which one (results file or trace folder) it is from.
   const manyRuns = new Set(all.map((r) => r.source)).size > 1;
+  const sampled = all.some((r) => r.sample); // --samples: a column for each rollout's sample
   const shown = rows.slice(0, MAX_ROWS);
   const more = rows.length > shown.length ? ` (first ${shown.length} shown)` : "";
   const body = shown.map((r) => html`
     <tr data-id="${r.id}" data-status="${r.status}">
       <td class="num">${count(r.row)}</td>
+      ${sampled ? html`<td class="num">${count(r.sample)}</td>` : ""}
       <td><a href="#/rollout/${encodeURIComponent(r.id)}">${r.rollout_id || r.id}</a>
         ${sameRow.get(r.row) > 1 ? html`<span class="dim" title="other rollouts of this row">×${sameRow.get(r.row)}</span>` : ""}</td>
       <td>${statusBadge(r.status)}</td>
-      <td class="num">${count(r.reward)}</td>
+      <td class="num" title="${components(r)}">${count(r.reward)}</td>
       <td class="num">${r.turns}</td>
-      <td class="num">${r.tool_calls}</td>
+      <td class="num">${count(r.tool_calls)}${r.tool_errors ? html` <span class="error-text" title="tool calls that raised or timed out">(${count(r.tool_errors)} err)</span>` : ""}</td>
       <td class="num">${r.tokens}</td>
       <td class="num">${ms(r.latency_ms)}</td>
       <td>${joined(r.findings.map((c) => html`<span class="badge warn">${c}</span>`))}
@@ -220,7 +222,7 @@ function showList(app, params) {
     ${warnings}
     <p id="count" class="dim">${rows.length} of ${all.length} rollouts${more}</p>
     <table id="rollouts" class="rollouts">
-      <thead><tr><th>row</th><th>rollout</th><th>status</th><th>reward</th><th>turns</th>
+      <thead><tr><th>row</th>${sampled ? html`<th>sample</th>` : ""}<th>rollout</th><th>status</th><th>reward</th><th>turns</th>
         <th>tools</th><th>tokens</th><th>time</th><th>findings / error</th>${manyRuns ? html`<th>source</th>` : ""}</tr></thead>
       <tbody>${body}</tbody>
     </table>`);
@@ -336,6 +338,9 @@ function rolloutView(data) {
       <dl class="facts">
         <div><dt>row</dt><dd>${count(s.row)}</dd></div>
         <div><dt>reward</dt><dd>${count(s.reward)}</dd></div>
+        ${s.sample !== null && s.sample !== undefined ? html`<div><dt>sample</dt><dd>${count(s.sample)}</dd></div>` : ""}
+        ${Object.keys(s.reward_components || {}).length ? html`<div><dt>reward parts</dt><dd>${components(s)}</dd></div>` : ""}
+        ${s.tool_errors ? html`<div><dt>tool errors</dt><dd class="error-text">${count(s.tool_errors)}</dd></div>` : ""}
         <div><dt>finish</dt><dd>${s.finish_reason || "-"}</dd></div>
         <div><dt>turns</dt><dd>${s.turns}</dd></div>
         <div><dt>tokens</dt><dd>${s.prompt_tokens} in / ${s.response_tokens} out</dd></div>
@@ -361,6 +366,22 @@ function rolloutView(data) {
   return html`<div class="transcript" data-id="${s.id}">${head}${body}</div>`;
 }
 
+// "format 0.2, correct 1": a rollout's reward components, for a title or a fact.
+function components(r) {
+  return Object.entries(r.reward_components || {}).map(([k, v]) => `${k} ${v}`).join(", ");
+}
+
+// --samples: the rollout's group (its row's samples in the same run), side by side by reward.
+function groupStrip(summary) {
+  if (summary.sample === null || summary.sample === undefined || summary.row === null) return "";
+  const group = state.rollouts
+    .filter((r) => r.row === summary.row && r.source === summary.source && r.sample !== null)
+    .sort((a, b) => a.sample - b.sample);
+  if (group.length < 2) return "";
+  const cells = group.map((r) => html`<a class="badge ${r.id === summary.id ? "ok" : "dim"}" href="#/rollout/${encodeURIComponent(r.id)}" title="sample ${count(r.sample)}">${count(r.sample)}: ${count(r.reward)}</a>`);
+  return html`<p class="group">group of row ${count(summary.row)}: ${joined(cells)}</p>`;
+}
+
 function siblings(summary) {
   if (summary.row === null) return [];
   return state.rollouts.filter((r) => r.row === summary.row && r.id !== summary.id);
@@ -370,7 +391,7 @@ async function showRollout(app, id) {
   const data = await loadRollout(id);
   const others = siblings(data.summary).map((r) =>
     html`<a class="compare-link" href="#/compare/${encodeURIComponent(id)}/${encodeURIComponent(r.id)}">compare with ${r.rollout_id || r.id} (${short(r.source)})</a>`);
-  render(app, html`<nav class="crumbs"><a href="#/">← all rollouts</a> ${joined(others)}</nav>${rolloutView(data)}`);
+  render(app, html`<nav class="crumbs"><a href="#/">← all rollouts</a> ${joined(others)}</nav>${groupStrip(data.summary)}${rolloutView(data)}`);
 }
 
 async function showCompare(app, a, b) {

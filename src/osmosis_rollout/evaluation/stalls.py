@@ -1,0 +1,210 @@
+"""The ``event_loop_stall`` finding: an agent that blocks the event loop, named with the line.
+
+Rollouts share one event loop; a ``time.sleep`` or a sync HTTP call in ``async def run`` stops
+every other rollout while it runs, and only shows as slower tool or LLM time elsewhere. A
+heartbeat callback on the loop marks each time the loop gets round to it; a watchdog thread
+that sees the heartbeat late looks at the loop thread's stack: inside a rollout (the frame of
+``run_rollout``), the stall is that rollout's, at the innermost line of the user's own code.
+Stalls shorter than ``threshold_s`` are not reported, nor ones in this library's own code (a
+first ``ctx.chat`` importing its HTTP client, say), nor one the loop thread spent mostly waiting
+for a CPU (a busy machine, not the agent): on Linux its schedstat splits the stall into running,
+waiting on the run queue and sleeping, and a stall counts by what the thread ran or slept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import sysconfig
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from types import FrameType, TracebackType
+from typing import Any
+
+from ..testing.records import Finding
+
+__all__ = ["EVENT_LOOP_STALL", "StallMonitor"]
+
+EVENT_LOOP_STALL = "event_loop_stall"
+#: A stall at least this long is a finding: ten times a typical mock rollout.
+DEFAULT_THRESHOLD_S = 0.2
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.abspath(p)
+        for k in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(k))
+    }
+)
+
+
+@dataclass
+class _Stall:
+    rollout_id: str
+    where: str
+    seconds: float = 0.0
+    count: int = 0
+
+
+class StallMonitor:
+    """Within ``async with StallMonitor():``, find the rollouts that block the loop; each
+    rollout's stall becomes one finding through :meth:`take`."""
+
+    def __init__(self, threshold_s: float = DEFAULT_THRESHOLD_S, tick_s: float = 0.02) -> None:
+        self.threshold_s = threshold_s
+        self.tick_s = tick_s
+        self._lock = threading.Lock()
+        self._beat_at = time.perf_counter()
+        self._open: tuple[float, str, str] | None = None  # (beat it follows, rollout, where)
+        self._native_id = 0
+        # (when, the loop thread's run and run-queue wait times so far in ns), by the watchdog
+        self._waits: deque[tuple[float, tuple[int, int]]] = deque(maxlen=256)
+        self._stalls: dict[str, _Stall] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._handle: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> StallMonitor:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): no monitor
+            return self
+        self._loop_thread = threading.get_ident()
+        self._native_id = threading.get_native_id()
+        self._beat()
+        self._thread = threading.Thread(target=self._watch, name="osmosis-stalls", daemon=True)
+        self._thread.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._thread is not None:
+            self._thread.join()
+
+    def take(self, rollout_id: str) -> list[Finding]:
+        """The stall finding of ``rollout_id`` (once), or none. Called on the loop, so a stall
+        still open (the rollout ended before the heartbeat's next turn) has ended."""
+        with self._lock:
+            self._close(time.perf_counter())
+            stall = self._stalls.pop(rollout_id, None)
+        if stall is None:
+            return []
+        times = f" ({stall.count} stalls, {stall.seconds:.2f} s in all)" if stall.count > 1 else ""
+        return [
+            Finding(
+                EVENT_LOOP_STALL,
+                f"the agent blocked the event loop for {stall.seconds:.2f} s at {stall.where}"
+                f"{times}: every other rollout waited meanwhile. A blocking call in async code "
+                "(time.sleep, a sync HTTP or database client) must be awaited in its async "
+                "form or run in a thread (await anyio.to_thread.run_sync(fn))",
+                rollout_id,
+                details={"stall_s": round(stall.seconds, 3), "where": stall.where},
+            )
+        ]
+
+    def _beat(self) -> None:
+        """On the loop: the heartbeat. A stall reported by the watchdog ends here."""
+        now = time.perf_counter()
+        with self._lock:
+            self._close(now)
+            self._beat_at = now
+        if not self._stop.is_set() and self._loop is not None:
+            self._handle = self._loop.call_later(self.tick_s, self._beat)
+
+    def _close(self, now: float) -> None:
+        """Under the lock, on the loop: the stall the watchdog opened has ended at ``now``."""
+        opened, self._open = self._open, None
+        if opened is None or opened[0] != self._beat_at:
+            return
+        seconds = now - self._beat_at - self.tick_s
+        if seconds >= self.threshold_s and not self._queued(seconds):
+            stall = self._stalls.setdefault(opened[1], _Stall(opened[1], opened[2]))
+            stall.count += 1
+            stall.seconds += seconds
+        self._beat_at = now  # the next stall is counted from here
+
+    def _queued(self, seconds: float) -> bool:
+        """Whether the loop thread neither ran nor slept for ``threshold_s`` of the stall: it
+        waited for a CPU, which is the machine's doing."""
+        before = [times for when, times in self._waits if when <= self._beat_at]
+        now = _sched_times(self._native_id)
+        if not before or now is None:
+            return False
+        ran = (now[0] - before[-1][0]) / 1e9
+        waited = (now[1] - before[-1][1]) / 1e9
+        slept = seconds - ran - waited
+        return max(ran, slept) < self.threshold_s
+
+    def _watch(self) -> None:
+        """In the watchdog thread: when the heartbeat is late, whose code holds the loop."""
+        while not self._stop.wait(self.tick_s):
+            wait = _sched_times(self._native_id)
+            with self._lock:
+                if wait is not None:
+                    self._waits.append((time.perf_counter(), wait))
+                beat_at, opened = self._beat_at, self._open
+            late = time.perf_counter() - beat_at - self.tick_s
+            if opened is not None or late < self.threshold_s / 2:
+                continue
+            frame = sys._current_frames().get(self._loop_thread)
+            found = _rollout_frame(frame) if frame is not None else None
+            if found is not None:
+                with self._lock:
+                    if self._beat_at == beat_at:
+                        self._open = (beat_at, *found)
+
+
+def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
+    """``(rollout id, "file:line in function")`` when the stack is inside a rollout and the
+    innermost frame of ours or the user's is the user's (not, say, ``ctx.chat`` importing)."""
+    from ..rollout import run_rollout
+
+    where: FrameType | None = None
+    frame: FrameType | None = top
+    while frame is not None:
+        if frame.f_code is run_rollout.__code__:
+            request: Any = frame.f_locals.get("request")
+            if request is None or where is None:
+                return None
+            name = os.path.basename(where.f_code.co_filename)
+            return str(request.rollout_id), f"{name}:{where.f_lineno} in {where.f_code.co_name}"
+        if where is None:
+            owner = _owner(frame.f_code.co_filename)
+            if owner == "ours":
+                return None  # this library's own work, whoever called it
+            if owner == "user":
+                where = frame
+        frame = frame.f_back
+    return None
+
+
+def _sched_times(native_id: int) -> tuple[int, int] | None:
+    """How long (ns) the thread has run, and waited on a run queue for a CPU, where the system
+    says (Linux's schedstat), else None."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as stat:
+            fields = stat.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _owner(filename: str) -> str:
+    """Whose code a frame runs: ``"ours"`` (this library), ``"library"`` (the standard library
+    or an installed package) or ``"user"``."""
+    path = os.path.abspath(filename)
+    if path.startswith(_PACKAGE_DIR + os.sep):
+        return "ours"
+    if filename.startswith("<") or any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS):
+        return "library"
+    return "user"

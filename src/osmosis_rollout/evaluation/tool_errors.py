@@ -1,0 +1,111 @@
+"""Tool errors as results: each tool's calls and failures over a run, and their findings.
+
+A tool that raises or times out hands the model an ``"Error: ..."`` message and the rollout
+goes on, so a run whose every tool call failed could pass. The context counts each tool's
+calls, errors and timeouts (``tool_counts`` in the metrics); here they are added up per tool
+for the summary, and turned into run findings: ``tool_always_fails`` (every call of a tool
+failed) and ``tool_error_share`` (more than ``share`` of its calls did). With ``--fail-on
+tool_errors`` each row with a failed tool call also gets a ``tool_errors`` finding, so it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..testing.records import Finding
+
+if TYPE_CHECKING:
+    from .runner import RowResult
+
+__all__ = [
+    "DEFAULT_SHARE",
+    "TOOL_ALWAYS_FAILS",
+    "TOOL_ERRORS",
+    "TOOL_ERROR_SHARE",
+    "by_tool",
+    "fail_on_tool_errors",
+    "run_findings",
+]
+
+TOOL_ERRORS = "tool_errors"
+TOOL_ALWAYS_FAILS = "tool_always_fails"
+TOOL_ERROR_SHARE = "tool_error_share"
+#: A tool failing in more than this share of its calls is a finding (``--tool-error-share``).
+DEFAULT_SHARE = 0.2
+
+
+def by_tool(rows: Iterable[RowResult]) -> dict[str, dict[str, int]]:
+    """``{tool: {"calls", "errors", "timeouts"}}`` over ``rows``, in the order tools appeared."""
+    totals: dict[str, dict[str, int]] = {}
+    for row in rows:
+        for name, (calls, errors, timeouts) in row.tool_counts.items():
+            total = totals.setdefault(name, {"calls": 0, "errors": 0, "timeouts": 0})
+            total["calls"] += calls
+            total["errors"] += errors
+            total["timeouts"] += timeouts
+    return totals
+
+
+def run_findings(totals: dict[str, dict[str, int]], share: float = DEFAULT_SHARE) -> list[Finding]:
+    """The findings about the run's tools: one per tool that always or often failed."""
+    findings = []
+    for name, t in totals.items():
+        calls, errors, timeouts = t["calls"], t["errors"], t["timeouts"]
+        if not calls or not errors:
+            continue
+        how = _how(errors, timeouts)
+        details = {"tool": name, "calls": calls, "errors": errors, "timeouts": timeouts}
+        if errors == calls:
+            findings.append(
+                Finding(
+                    TOOL_ALWAYS_FAILS,
+                    f"tool {name!r} failed in every one of its {calls} call(s) ({how}): the "
+                    "model only ever saw its error message; see the rows' tool_errors and "
+                    "rerun with --debug-dir DIR to read each error",
+                    details=details,
+                )
+            )
+        elif errors / calls > share:
+            findings.append(
+                Finding(
+                    TOOL_ERROR_SHARE,
+                    f"tool {name!r} failed in {errors} of its {calls} calls "
+                    f"({errors / calls:.0%}, over {share:.0%}; {how})",
+                    details=details,
+                )
+            )
+    return findings
+
+
+def fail_on_tool_errors(row: RowResult) -> None:
+    """``--fail-on tool_errors``: a row with a failed tool call gets a finding (and fails)."""
+    errors = row.tool_errors
+    if not errors:
+        return
+    listed = ", ".join(f"{name} x{count}" for name, count in errors.items())
+    row.findings.append(
+        Finding(
+            TOOL_ERRORS,
+            f"{sum(errors.values())} tool call(s) raised or timed out: {listed}",
+            row.rollout_id,
+            details={"tool_errors": errors},
+        )
+    )
+
+
+def summary_part(rows: Sequence[RowResult], share: float) -> dict[str, Any]:
+    """What the summary says of tools: per tool counts and the run findings."""
+    totals = by_tool(rows)
+    return {
+        "tools": totals,
+        "run_findings": [f.as_dict() for f in run_findings(totals, share)],
+    }
+
+
+def _how(errors: int, timeouts: int) -> str:
+    if timeouts == errors:
+        return "timed out"
+    if not timeouts:
+        return "raised"
+    return f"{errors - timeouts} raised, {timeouts} timed out"
