@@ -76,7 +76,8 @@ async def test_streaming_replies_are_the_same_turns() -> None:
 
 async def test_the_trace_is_a_ctx_chat_agents_trace(tmp_path: Path) -> None:
     """--debug-dir: each call is a `turn` event with the messages it added and the reply."""
-    report = await _report("OpenAISdkAgent", limit=1, debug_dir=tmp_path)
+    # "all": the mock calls every tool in turn 1, then answers: two turns.
+    report = await _report("OpenAISdkAgent", limit=1, debug_dir=tmp_path, mock_policy="all")
     assert report.summary["passed"] == 1
     events = _trace_events(tmp_path)
     turns = [e for e in events if e["event"] == "turn"]

@@ -99,7 +99,10 @@ async def test_grants_are_per_rollout_on_one_listener() -> None:
 
 async def test_a_subprocess_harness_passes_osmosis_test_offline() -> None:
     report = await run_test(
-        TestOptions(target=HARNESS_AGENT, dataset=HARNESS / "dataset.jsonl", limit=2)
+        # The mock answers all tools in one turn ("all"), then the final answer: two turns.
+        TestOptions(
+            target=HARNESS_AGENT, dataset=HARNESS / "dataset.jsonl", limit=2, mock_policy="all"
+        )
     )
     assert report.summary["passed"] == 2, [(r.error_message, r.findings) for r in report.rows]
     assert report.summary["trainable"] is True
@@ -138,7 +141,11 @@ async def test_the_harness_gets_the_rollouts_url_in_its_environment(tmp_path: Pa
     """--debug-dir: the harness's calls are the rollout's traced turns."""
     report = await run_test(
         TestOptions(
-            target=HARNESS_AGENT, dataset=HARNESS / "dataset.jsonl", limit=1, debug_dir=tmp_path
+            target=HARNESS_AGENT,
+            dataset=HARNESS / "dataset.jsonl",
+            limit=1,
+            debug_dir=tmp_path,
+            mock_policy="all",  # every tool in turn 1, then the answer: two turns
         )
     )
     assert report.summary["passed"] == 1
