@@ -17,7 +17,15 @@ if TYPE_CHECKING:
     from ..agent import RolloutAgentLoop
     from .registry import RolloutEntry
 
-__all__ = ["agent_deadline", "cancelled_response", "grade", "name_agent_timeout", "wants_grade"]
+__all__ = [
+    "RunState",
+    "agent_deadline",
+    "cancelled_response",
+    "grade",
+    "name_agent_timeout",
+    "settled_result",
+    "wants_grade",
+]
 
 
 def agent_deadline(
@@ -74,4 +82,38 @@ async def grade(
         timeout_s=rollout_timeout_s if limit is None else limit,
         control=entry.control,
         secret=request.api_key_value,
+    )
+
+
+class RunState:
+    """How far one rollout got, for the scheduler's error paths: what the agent made, the
+    result settled for delivery, and whether delivery took it over."""
+
+    __slots__ = ("handed", "response", "settled")
+
+    def __init__(self) -> None:
+        self.response: RolloutResponse | None = None
+        self.settled: RolloutResponse | None = None
+        self.handed = False
+
+
+def settled_result(entry: RolloutEntry, run: RunState, why: str) -> RolloutResponse:
+    """The result an error path delivers: the settled one, else what the agent made (or an
+    internal-error result saying ``why``) settled without a grade."""
+    if run.settled is not None:
+        return run.settled
+    assert entry.target is not None
+    response = run.response or ended_response(entry.request, "error", why)
+    run.settled, entry.terminal = entry.target.settle(response, None)
+    return run.settled
+
+
+def ended_response(request: RolloutRequest, reason: str, message: str) -> RolloutResponse:
+    """The ERROR result of a rollout that ended without the agent's (a bug, a stop)."""
+    return RolloutResponse(
+        rollout_id=request.rollout_id,
+        status=RolloutStatus.ERROR,
+        final_messages=list(request.messages),
+        finish_reason=reason,
+        error_message=message,
     )

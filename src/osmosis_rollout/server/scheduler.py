@@ -34,17 +34,19 @@ from ..protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
     RolloutResponse,
-    RolloutStatus,
 )
 from ..redaction import loggable, scrub
 from ..rollout import run_rollout
 from ..tools.tool_set import resolve_tool_set
 from .delivery import Delivery, log_exception
 from .phases import (
+    RunState,
     agent_deadline,
     cancelled_response,
+    ended_response,
     grade,
     name_agent_timeout,
+    settled_result,
     wants_grade,
 )
 from .registry import (
@@ -292,7 +294,7 @@ class Scheduler:
         target = entry.target
         assert self.client is not None  # the lifespan opened it
         assert target is not None  # admit set it
-        run = _Run()
+        run = RunState()
         with scope:
             try:
                 # Opened inside the try: at the file limit even opening a span can fail (the
@@ -303,7 +305,7 @@ class Scheduler:
                 log_exception(request.rollout_id, request.api_key_value, "internal error")
                 if not run.handed:
                     await self.delivery.deliver(
-                        self.client, entry, self._settled(entry, run, "internal error")
+                        self.client, entry, settled_result(entry, run, "internal error")
                     )
             except BaseException:
                 if not run.handed:  # stopped before delivery: the result is still kept
@@ -315,7 +317,7 @@ class Scheduler:
                             self.metrics.rollout_ended(
                                 run.response.status.value, run.response.finish_reason
                             )
-                    await self.delivery.to_outbox(target, self._settled(entry, run, why), why)
+                    await self.delivery.to_outbox(target, settled_result(entry, run, why), why)
                 raise
             finally:
                 self._counted.discard(entry.key)
@@ -328,7 +330,7 @@ class Scheduler:
                     await self._release_lease(entry)
 
     async def _live(
-        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema], run: _Run
+        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema], run: RunState
     ) -> None:
         """The rollout's life: a slot, the agent, the grade, then one delivery (``run`` says how
         far it got, for ``_run``'s error paths)."""
@@ -357,16 +359,6 @@ class Scheduler:
             # the outbox at once, not when the process exits.
             with anyio.CancelScope() as entry.delivery:
                 await self.delivery.deliver(self.client, entry, run.settled)
-
-    def _settled(self, entry: RolloutEntry, run: _Run, why: str) -> RolloutResponse:
-        """The result ``_run``'s error paths deliver: the settled one, else what the agent made
-        (or an internal-error result) settled without a grade."""
-        if run.settled is not None:
-            return run.settled
-        assert entry.target is not None
-        response = run.response or _ended(entry.request, "error", why)
-        run.settled, entry.terminal = entry.target.settle(response, None)
-        return run.settled
 
     async def _take_slot(self, entry: RolloutEntry) -> bool:
         """Wait for a concurrency slot; False (no slot held) if the trainer cancels it first (a
@@ -415,13 +407,7 @@ class Scheduler:
             )
         except Exception as exc:  # a toolkit bug must still end in one callback
             log_exception(request.rollout_id, request.api_key_value, "internal error")
-            response = RolloutResponse(
-                rollout_id=request.rollout_id,
-                status=RolloutStatus.ERROR,
-                final_messages=list(request.messages),
-                finish_reason="error",
-                error_message=f"internal error: {type(exc).__name__}",
-            )
+            response = ended_response(request, "error", f"internal error: {type(exc).__name__}")
         name_agent_timeout(response, agent_limit, queued_s, timeout_s)
         if response.metrics is not None:
             response.metrics = response.metrics.model_copy(
@@ -485,25 +471,3 @@ class Scheduler:
             await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
         except StateUnavailable as exc:
             logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
-
-
-class _Run:
-    """How far one rollout got: its result, once made, and whether delivery took it over."""
-
-    __slots__ = ("handed", "response", "settled")
-
-    def __init__(self) -> None:
-        self.response: RolloutResponse | None = None
-        self.settled: RolloutResponse | None = None
-        self.handed = False
-
-
-def _ended(request: RolloutRequest, reason: str, message: str) -> RolloutResponse:
-    """The ERROR result of a rollout that ended without the agent's (a bug, a stop)."""
-    return RolloutResponse(
-        rollout_id=request.rollout_id,
-        status=RolloutStatus.ERROR,
-        final_messages=list(request.messages),
-        finish_reason=reason,
-        error_message=message,
-    )
