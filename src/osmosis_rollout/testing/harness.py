@@ -7,7 +7,9 @@ turns and callbacks through :meth:`MockTrainGate.post_transport` (straight to th
 handlers). Every byte still goes through the real serialisation and parsing on both sides. With
 ``server_url`` the harness drives an already running server instead, over ``httpx2``, and the
 mock TrainGate listens on 127.0.0.1 for its calls. ``osmosis test``, ``osmosis validate``'s dry
-run and the REPL all use this.
+run and the REPL all use this. ``protocol="v2"`` drives the server over protocol v2 instead
+(``POST /rollout``, two callbacks, status, cancel: :mod:`.traingate_v2`); rows, findings and
+results read the same on both wires.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..agent import RolloutAgentLoop
 from ..client import RetryPolicy, TrainGateClient
 from ..errors import ConfigError
 from ..protocol import Message, RolloutRequest, RolloutResponse, describe_validation_error
-from ..transport import AsgiTransport, Httpx2Transport, PostTransport, TransportFailure
+from ..transport import AsgiTransport, Httpx2Transport, PostTransport, Reply, TransportFailure
 
 if TYPE_CHECKING:
     from ..server import RolloutServer
@@ -39,6 +41,10 @@ __all__ = ["Harness", "RolloutOutcome", "ServerUnreachable"]
 _SERVER_BASE = "http://rollout-server.test"
 #: The per-rollout secret the mock TrainGate hands out and expects back on every call.
 MOCK_API_KEY = "mock-traingate-key"
+#: On v2, the second secret: the bearer of the two callbacks, never the agent's to hold.
+MOCK_CALLBACK_KEY = "mock-traingate-callback-key"
+#: The wires a harness speaks (``osmosis test --protocol``).
+PROTOCOLS = ("v1", "v2")
 
 
 class ServerUnreachable(ConfigError):
@@ -106,9 +112,17 @@ class Harness:
         max_concurrent: int = 100,
         debug_dir: str | Path | None = None,
         outbox_dir: str | Path | None = None,
+        protocol: str = "v1",
+        v2_slack_s: float = 60.0,
     ) -> None:
         if (agent is None) == (server_url is None):
             raise ConfigError("give either an agent (in-process server) or a server_url")
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"unknown protocol {protocol!r}; choose v1 or v2")
+        #: The wire spoken to the server; on v2 a controller waits for the grader callback
+        #: up to agent + grader timeouts + ``v2_slack_s`` (spec: 60 s), then cancels.
+        self.protocol = protocol
+        self.v2_slack_s = v2_slack_s
         self.agent = agent
         self.gate = gate or MockTrainGate(backend)
         if backend is not None and gate is not None:
@@ -272,6 +286,7 @@ class Harness:
         max_turns: int = 10,
         max_tokens_total: int = 8192,
         timeout_s: float = 60.0,
+        grader_timeout_s: float | None = None,
     ) -> RolloutOutcome:
         """Send one init, wait for its completion callback, and report what happened.
 
@@ -279,6 +294,8 @@ class Harness:
         (the server's own deadline starts later, when the agent starts), so that an agent that
         runs too long shows up as the server's ``ERROR``/``timeout``, not as a lost callback.
         Raises ``ConfigError`` when the request itself is invalid (e.g. metadata too large).
+        On v2, ``timeout_s`` is the ``agent_timeout_sec`` and ``grader_timeout_s`` (default:
+        the same) the ``grader_timeout_sec`` of the ``POST /rollout``.
         """
         if self._server_post is None:
             raise RuntimeError("use the Harness inside `async with`")
@@ -300,9 +317,13 @@ class Harness:
             ) from None
         started = time.perf_counter()
         try:
-            record, response = await self.gate.init_rollout_via(
-                self._server_post, self._server_base, request, server_key=self.server_key
-            )
+            if self.protocol == "v2":
+                grader_s = timeout_s if grader_timeout_s is None else grader_timeout_s
+                record, response = await self._run_v2(request, timeout_s, grader_s)
+            else:
+                record, response = await self.gate.init_rollout_via(
+                    self._server_post, self._server_base, request, server_key=self.server_key
+                )
         except TransportFailure as exc:
             raise ServerUnreachable(
                 f"cannot reach the rollout server at {self.server_url}: {exc.kind}"
@@ -311,11 +332,11 @@ class Harness:
             init_body: Any = response.json()
         except ValueError:
             init_body = response.text[:500]
-        if response.status_code == 202:
+        if response.status_code == 202 and self.protocol == "v1":
             record = await self.gate.wait_completed(rid, timeout_s + max(1.0, timeout_s / 10))
         tracer = self.rollout_server.tracer if self.rollout_server is not None else None
         if tracer is not None and record.findings:
-            tracer.sink(rid, secrets=[MOCK_API_KEY])(
+            tracer.sink(rid, secrets=[MOCK_API_KEY, MOCK_CALLBACK_KEY])(
                 {"event": "findings", "rollout_id": rid}
                 | {"findings": [f.as_dict() for f in record.findings]}
             )
@@ -327,3 +348,33 @@ class Harness:
             wall_ms=(time.perf_counter() - started) * 1000,
             findings=list(record.findings),
         )
+
+    async def _run_v2(
+        self, request: RolloutRequest, agent_s: float, grader_s: float
+    ) -> tuple[RolloutRecord, Reply]:
+        """One v2 rollout: ``POST /rollout`` (429s waited out), then its grader callback, the
+        status check, or the deadline and a cancel (:class:`~.traingate_v2.V2Endpoints`)."""
+        assert self._server_post is not None
+        declared = None
+        if self.agent is not None:  # what the agent declares, for `tools_not_sent`
+            from ..tools.tool_set import resolve_tools
+
+            with contextlib.suppress(Exception):  # a broken get_tools: the server reports it
+                declared = await resolve_tools(self.agent, request)
+        wait_s = max(0.0, agent_s) + max(0.0, grader_s) + self.v2_slack_s
+        record, reply = await self.gate.v2.start(
+            self._server_post,
+            self._server_base,
+            request,
+            llm_key=MOCK_API_KEY,
+            callback_key=MOCK_CALLBACK_KEY,
+            agent_timeout_s=agent_s,
+            grader_timeout_s=grader_s,
+            server_key=self.server_key,
+            declared=declared,
+            give_up_at=time.monotonic() + wait_s,
+        )
+        http = self.server_http
+        if reply.status_code == 202 and http is not None:
+            await self.gate.v2.finish(record, http, wait_s=wait_s, server_key=self.server_key)
+        return record, reply
