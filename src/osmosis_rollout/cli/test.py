@@ -16,6 +16,7 @@ from ._target import TARGET_HELP
 from ._test_flags import (
     check_jobs,
     check_mode_flags,
+    check_protocol,
     check_server_debug_dir,
     check_server_url,
     check_token_check,
@@ -77,6 +78,16 @@ def command_test(
             "instead of TARGET."
         ),
     ] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            "--protocol",
+            metavar="v1|v2",
+            help="The wire the mock TrainGate speaks to the server: v1 (POST /v1/rollout/init, "
+            "one callback) or v2 (POST /rollout, completion and grader callbacks, status, "
+            "cancel), in-process or with --server. See docs/protocol-v2.md.",
+        ),
+    ] = "v1",
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -218,6 +229,7 @@ def command_test(
             hint="osmosis test agent.py:MyAgent --dataset dataset.jsonl",
         )
     check_mode_flags(interactive, row=row, output=output, json_output=json_output)
+    protocol = check_protocol(protocol, interactive=interactive)
     workers = check_jobs(
         jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
     )
@@ -257,6 +269,7 @@ def command_test(
         replay=replay,
         replay_mode=replay_mode,
         token_check=token_check,
+        protocol=protocol,
     )
     try:
         if interactive:

@@ -32,6 +32,14 @@ def validate_command(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds allowed for the dry run.")
     ] = 30.0,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            "--protocol",
+            metavar="v1|v2",
+            help="The wire of the dry run: v1 or v2 (docs/protocol-v2.md).",
+        ),
+    ] = "v1",
 ) -> None:
     """Check an agent statically, dynamically and with one dry rollout.
 
@@ -42,8 +50,16 @@ def validate_command(
     from ..render import validation_report
     from ..validator import validate_agent_loop_async
 
+    wire = protocol.strip().lower()
+    if wire not in ("v1", "v2"):
+        fail(
+            f"--protocol {protocol!r}: choose v1 or v2",
+            hint="osmosis validate agent.py:MyAgent --protocol v2",
+        )
     target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
-    result = run_async(validate_agent_loop_async(target, dry_run=dry_run, timeout_s=timeout))
+    result = run_async(
+        validate_agent_loop_async(target, dry_run=dry_run, timeout_s=timeout, protocol=wire)
+    )
     unusable = next((p for p in result.errors if p.code in TARGET_CODES), None)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))

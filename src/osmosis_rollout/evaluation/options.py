@@ -16,6 +16,7 @@ class TestOptions:
     (``max_turns`` is 10 otherwise). ``jobs`` is a number of worker processes (1: none).
     ``skip_bad_rows`` runs a dataset's good rows when some are malformed, and counts the others
     in the summary (``bad_rows_skipped``); without it, bad rows are a ``DatasetError``.
+    ``protocol`` is the wire the mock TrainGate speaks to the server: ``"v1"`` or ``"v2"``.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -45,3 +46,4 @@ class TestOptions:
     replay: Path | None = None
     replay_mode: str | None = None
     token_check: bool = False
+    protocol: str = "v1"

@@ -136,6 +136,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             agent=options.target,
             llm=describe_llm(backend),
             secrets=secrets,
+            protocol=options.protocol,
         )
     sink: IO[str] | None = open_output(options.output) if options.output else None
     finished: list[RowResult] = []
@@ -176,6 +177,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     rollout_timeout_s=options.timeout,
                     max_concurrent=options.concurrency,
                     debug_dir=options.debug_dir,
+                    protocol=options.protocol,
                 ) as harness:
                     with progress as show:
                         shown.append(show)
