@@ -691,7 +691,9 @@ async def test_platform_health_needs_the_server_key(tmp_path: Path) -> None:
     assert missing.status_code == 401
     assert bad.status_code == 401
     assert good.status_code == 200
-    assert good.json() == {
+    body = good.json()
+    assert isinstance(body.pop("instance_id"), str)  # v2's key: the replica, or the platform's
+    assert body == {
         "status": "healthy",
         "agent_loop": "srv-tools",
         "active_rollouts": 0,
@@ -699,6 +701,7 @@ async def test_platform_health_needs_the_server_key(tmp_path: Path) -> None:
         "queued_rollouts": 0,
         "state": "memory",
         "state_reachable": True,
+        "concurrency": {"max_concurrent": 100, "queued": 0, "running": 0},
     }
 
 

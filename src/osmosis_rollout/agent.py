@@ -82,6 +82,13 @@ class RolloutAgentLoop(ABC):
 
     A plain ``ABC`` (no metaclass of its own), so ``class MyAgent(RolloutAgentLoop,
     pydantic.BaseModel)`` works; declare ``name: ClassVar[str] = "..."`` there.
+
+    Optionally define ``async def grade(self, ctx, result) -> float``: the grader phase. It runs
+    once ``run()`` completed (not after ``ctx.error``), with the same context and the
+    ``RolloutResult`` run returned, and its return value is the rollout's reward: under the
+    init's ``grader_timeout_sec`` on protocol v2, before the completion callback on v1. An
+    exception or a non-finite value fails the grade (v1: the rollout ends ``ERROR``; v2: the
+    grader callback is a ``failure``). Without it, the reward ``run()`` returned is the grade.
     """
 
     name: ClassVar[str]
@@ -158,6 +165,7 @@ class RolloutContext:
         self.request = request
         self._shared_tools = tools
         self._tools: list[OpenAIFunctionToolSchema] | None = None
+        self._dumped_tools: list[dict[str, Any]] | None = None
         self._backend = backend
         self._trace = trace
         self._observer = observer
@@ -213,7 +221,26 @@ class RolloutContext:
         body.update({k: v for k, v in params.items() if k not in _NEVER_SENT})
         for key in _NEVER_SENT:
             body.pop(key, None)
+        if getattr(self._backend, "sends_tools", False):
+            # Protocol v2 declares no tools at init: they travel with every call, and so does
+            # the agent's tool_choice when it gives one.
+            tools = self._wire_tools()
+            if tools:
+                body["tools"] = tools
+            if params.get("tool_choice") is not None:
+                body["tool_choice"] = params["tool_choice"]
         return body
+
+    def _wire_tools(self) -> list[dict[str, Any]]:
+        """The tools as sent with each v2 call: dumped once while the agent has not replaced
+        or read ``ctx.tools`` (the common case), else from its own list each call."""
+        if self._tools is not None:
+            return [tool.model_dump(mode="json", exclude_none=True) for tool in self._tools]
+        if self._dumped_tools is None:
+            self._dumped_tools = [
+                tool.model_dump(mode="json", exclude_none=True) for tool in self._shared_tools
+            ]
+        return self._dumped_tools
 
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
         """Run one LLM turn on the full history ``messages``.

@@ -202,6 +202,22 @@ class TrainGateClient:
             callback=True,
         )
 
+    async def post(
+        self,
+        url: str,
+        content: bytes,
+        *,
+        api_key: str | None,
+        request_id: str,
+        callback: bool = False,
+    ) -> Reply:
+        """POST ``content`` (JSON) to ``url`` with this client's retries and auth: the carrier
+        of protocol v2's chat turns and callbacks (``chat_v2.py``, ``server/wire/v2_target.py``),
+        whose URLs the trainer gives whole."""
+        return await self._post(
+            url, content, api_key=api_key, request_id=request_id, callback=callback
+        )
+
     # -- retries ----------------------------------------------------------------------------
 
     async def _post(

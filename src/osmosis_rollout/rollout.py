@@ -24,6 +24,7 @@ from pydantic_core import PydanticSerializationError
 from . import telemetry
 from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, TurnObserver
 from .errors import OsmosisError
+from .grading import error_category
 from .protocol import (
     Message,
     OpenAIFunctionToolSchema,
@@ -46,13 +47,16 @@ logger = logging.getLogger("osmosis_rollout.rollout")
 class RolloutControl:
     """Lets the owner of a running rollout cancel it; the rollout then ends ``cancelled``."""
 
-    __slots__ = ("cancelled", "context", "reason", "scope")
+    __slots__ = ("cancelled", "category", "context", "reason", "scope")
 
     def __init__(self) -> None:
         self.scope: anyio.CancelScope | None = None
         self.cancelled = False
         self.reason = "server shutting down"
         self.context: RolloutContext | None = None
+        #: Why the agent failed, in protocol v2's ``err_category`` terms (``grading``), when
+        #: an exception or a bad return value ended it.
+        self.category: str | None = None
 
     def cancel(self, reason: str = "server shutting down") -> None:
         """Cancel the agent; ``run_rollout`` still returns its ``ERROR``/``cancelled`` response,
@@ -118,9 +122,11 @@ async def run_rollout(
                 await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled before start: no turn
                 result = await agent.run(ctx)
             except OsmosisError as exc:
+                control.category = error_category(exc)
                 error_message = scrub(f"{type(exc).__name__}: {exc}", request.api_key_value)
                 logger.warning("rollout %s failed: %s", loggable(request.rollout_id), error_message)
             except Exception as exc:
+                control.category = error_category(exc)
                 error_message = f"agent raised {type(exc).__name__}: {exc}"
                 _log_agent_crash(request)
                 ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
@@ -132,15 +138,18 @@ async def run_rollout(
                 error_message = _deadline_message(ctx, deadline_s, deadline_at)
             result = None
         if result is not None and not isinstance(result, RolloutResult):
+            control.category = "validation_error"
             error_message = (
                 f"run() returned {type(result).__name__}; it must return ctx.complete(messages) "
                 "or ctx.error(message)"
             )
             result = None
         if isinstance(result, RolloutResult) and not _valid_reward(result.reward):
+            control.category = "validation_error"
             error_message = f"reward must be a finite number or None, got {result.reward!r}"
             result = None
         if result is None and error_message is None:
+            control.category = "validation_error"
             error_message = (
                 "run() returned None; it must return ctx.complete(...) or ctx.error(...)"
             )
@@ -170,6 +179,7 @@ async def run_rollout(
                     describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
                 )
                 error_message = f"run() returned a result that cannot be sent: {detail}"
+                control.category = "validation_error"
                 response = None
         if response is None:
             # A result that could not be sent keeps its own messages (made JSON-safe below).

@@ -169,7 +169,7 @@ def replay_command(
     from ..client import RetryPolicy, TrainGateClient
     from ..server.delivery import replay_outbox
     from ..server.state import StateUnavailable
-    from ..server.wire.v1 import V1
+    from ..server.wire import target_factory
     from ._outbox_view import matches
 
     backend = _open(state, outbox_dir)
@@ -183,7 +183,7 @@ def replay_command(
                 return []
             async with TrainGateClient(retry=RetryPolicy(retries=1, base_delay_s=0.5)) as client:
                 return await replay_outbox(
-                    backend, client, target_of=V1().target_of, ids=full, api_key=api_key
+                    backend, client, target_of=target_factory(), ids=full, api_key=api_key
                 )
         finally:
             await backend.close()

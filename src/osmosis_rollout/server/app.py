@@ -3,7 +3,8 @@
 The edge checks what every request must pass before the core sees it: the server key, the
 body's size and arrival time (413, 408, 400), the body's shape (422, via the wire), and the
 503 while the server is draining or not running. The routes are ``/health``,
-``/platform/health``, ``/metrics`` and the wire's start route (v1: ``POST /v1/rollout/init``).
+``/platform/health``, ``/metrics`` and each wire's start route (v1: ``POST /v1/rollout/init``,
+v2: ``POST /rollout``) with its status and cancel routes.
 Everything behind them is ``RolloutServer`` (``core.py``).
 """
 
@@ -32,6 +33,7 @@ from .registry import Answer
 from .state import StateUnavailable
 from .wire import Wire
 from .wire.v1 import V1
+from .wire.v2 import V2
 
 __all__ = ["Edge", "Hook", "build_app", "create_app"]
 
@@ -94,7 +96,7 @@ def create_app(
     server = RolloutServer(
         agent_loop,
         settings,
-        wires=(V1(),),
+        wires=(V1(), V2()),
         client=client,
         delivery_grace_s=_DELIVERY_GRACE_S,
     )
@@ -109,7 +111,7 @@ def build_app(server: RolloutServer) -> Starlette:
     routes: list[BaseRoute] = []
     for wire in server.wires:
         routes.append(Route(wire.start_path, edge.start_route(wire), methods=["POST"]))
-        routes.extend(wire.routes(server))
+        routes.extend(wire.routes(edge))
     routes.append(Route("/health", edge.health, methods=["GET"]))
     routes.append(Route("/platform/health", edge.platform_health, methods=["GET"]))
     if server.metrics is not None:
@@ -139,6 +141,21 @@ class Edge:
         return self._server_key is None or key_matches(
             request.headers.get("authorization"), self._server_key
         )
+
+    # -- for the wires' own routes (status, cancel) ---------------------------------------------
+
+    def authorized(self, request: Request) -> bool:
+        """Whether the request carries the server key (or the server has none)."""
+        return self._authorized(request)
+
+    async def read_body(self, request: Request) -> bytes | Response:
+        """The body within the limits (or the 413/408/400 to answer)."""
+        return await self._read_body(request)
+
+    @staticmethod
+    def validation_body(exc: ValidationError) -> dict[str, Any]:
+        """A bounded 422 body that echoes no input."""
+        return _validation_body(exc)
 
     # -- GET /health, GET /platform/health, GET /metrics ----------------------------------------
 

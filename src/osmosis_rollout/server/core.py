@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import sniffio
@@ -33,6 +33,7 @@ from .registry import RolloutRegistry
 from .replicas import Replicas
 from .scheduler import Scheduler
 from .state import StateBackend, open_state
+from .target import targets_by_protocol
 
 if TYPE_CHECKING:
     from .metrics import ServerMetrics
@@ -78,9 +79,10 @@ class RolloutServer:
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.agent = agent
-        #: The wire protocols served (each its own start route); the first is the one whose
-        #: callbacks the outbox and the leases keep (they record no protocol yet).
+        #: The wire protocols served (each its own start route); leases and outbox entries name
+        #: theirs, and ``target_of`` rebuilds their targets by it.
         self.wires = tuple(wires)
+        self.target_of = targets_by_protocol(self.wires)
         self.registry = RolloutRegistry(
             max_concurrent=settings.max_concurrent,
             max_queued=settings.max_queued,
@@ -92,6 +94,8 @@ class RolloutServer:
         self.state: StateBackend = open_state(settings.state, outbox_dir=self.outbox_dir)
         #: This process among the replicas sharing the state (leases and queue places name it).
         self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        #: What ``/health`` reports as ``instance_id`` (v2): the platform's, else the replica.
+        self.instance_id = os.environ.get("_OSMOSIS_ROLLOUT_INSTANCE_ID") or self.replica
         self.delivery_grace_s = delivery_grace_s
         #: How long the edge waits for a start request's body (then 408).
         self.body_timeout_s = body_timeout_s
@@ -124,7 +128,7 @@ class RolloutServer:
             self.replicas = Replicas(
                 self.scheduler,
                 self.delivery,
-                target_of=self.wires[0].target_of,
+                target_of=self.target_of,
             )
 
     @property
@@ -220,4 +224,30 @@ class RolloutServer:
             queued_rollouts=registry.queued,
             state=self.state.name,
             state_reachable=reachable,
+            concurrency={
+                "max_concurrent": self.settings.max_concurrent,
+                "queued": registry.queued,
+                "running": registry.active,
+            },
+            instance_id=self.instance_id,
         )
+
+    # -- status and cancel beyond this process (a shared state) ---------------------------------
+
+    async def shared_status(self, rollout_id: str, protocol: str) -> dict[str, Any] | None:
+        """The status another replica published for ``rollout_id``, or None."""
+        if self.replicas is None:
+            return None
+        return await self.replicas.status(rollout_id, protocol)
+
+    async def cancel_remote(self, rollout_id: str, protocol: str) -> str:
+        """Cancel a rollout another replica runs; its disposition (``not_found`` without)."""
+        if self.replicas is None:
+            return "not_found"
+        return await self.replicas.cancel(rollout_id, protocol)
+
+    async def cancel_remote_matching(self, prefix: str, protocol: str) -> dict[str, str]:
+        """Cancel the other replicas' rollouts whose id starts with ``prefix``."""
+        if self.replicas is None:
+            return {}
+        return await self.replicas.cancel_matching(prefix, protocol, self.replica)

@@ -5,18 +5,22 @@ does not take (or that shutdown interrupts) is kept by ``Delivery.keep`` in the 
 and in a file on this host if the state cannot take it. ``redeliver`` sends one kept entry
 again: the server's redelivery loop (shared state) and ``osmosis outbox replay`` both use it.
 Entries the trainer accepts are removed; the others stay with the attempt counted, so a replay
-can be repeated safely (TrainGate deduplicates callbacks by their ``X-Request-Id``).
+can be repeated safely (TrainGate deduplicates callbacks by their ``X-Request-Id``). An entry
+names its wire protocol and, for v2, which of its two callbacks are still due: a redelivery
+sends only those, and one that gets the completion through but not the grader callback
+replaces the entry by one holding only the grader callback.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -108,6 +112,8 @@ class Delivery:
             written_at=time.time(),
             response=scrub_data(wire(response), api_key),
             api_key=api_key,
+            protocol=target.protocol,
+            route=scrub_data(target.record(), api_key),
         )
         try:
             with anyio.CancelScope(shield=True), anyio.fail_after(10):
@@ -121,7 +127,13 @@ class Delivery:
         if not where:  # the last resort: this host's disk
             try:
                 path = write_outbox(
-                    self.outbox_dir, target.server_url, response, entry.error, api_key
+                    self.outbox_dir,
+                    target.server_url,
+                    response,
+                    entry.error,
+                    api_key,
+                    protocol=entry.protocol,
+                    route=entry.route,
                 )
                 where = str(path)
             except Exception as exc:
@@ -135,7 +147,7 @@ class Delivery:
                 )
                 return
         logger.error(
-            "rollout %s: completion callback failed (%s); saved to %s",
+            "rollout %s: callback failed (%s); saved to %s",
             loggable(rollout_id),
             entry.error,
             where,
@@ -172,9 +184,17 @@ async def redeliver(
     except ValueError as exc:  # an unreadable entry: leave it for a person to look at
         return ReplayOutcome(entry, False, f"not a valid callback: {exc}")
     try:
-        await target_of(entry.rollout_id, entry.server_url, key).deliver(client, response)
+        target = target_of(entry.protocol, entry.rollout_id, entry.server_url, key, entry.route)
+    except ValueError as exc:  # a protocol this version does not speak
+        return ReplayOutcome(entry, False, str(exc))
+    try:
+        await target.deliver(client, response)
     except TrainGateError as exc:
         error = scrub(str(exc), key)
+        route = target.record()
+        if _pending(route) != _pending(entry.route):  # a part got through: keep only the rest
+            await _replace(state, entry, scrub_data(route, key), error)
+            return ReplayOutcome(entry, False, error)
         refused = isinstance(exc, TrainGateHTTPError) and not (
             exc.status_code == 429 or exc.status_code >= 500
         )
@@ -184,6 +204,21 @@ async def redeliver(
         return ReplayOutcome(entry, False, error)
     await state.outbox_done(entry)
     return ReplayOutcome(entry, True)
+
+
+def _pending(route: dict[str, Any] | None) -> Any:
+    return None if route is None else route.get("pending")
+
+
+async def _replace(
+    state: StateBackend, entry: OutboxEntry, route: dict[str, Any] | None, error: str
+) -> None:
+    """Swap ``entry`` for one whose route says what is still due (put first: never lost)."""
+    remaining = dataclasses.replace(
+        entry, id="", location="", route=route, error=error, attempts=entry.attempts + 1
+    )
+    await state.outbox_put(remaining)
+    await state.outbox_done(entry)
 
 
 async def replay_outbox(

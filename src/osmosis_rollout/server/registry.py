@@ -34,6 +34,7 @@ __all__ = [
     "Phase",
     "RolloutEntry",
     "RolloutRegistry",
+    "Terminal",
     "refusal",
 ]
 
@@ -46,16 +47,19 @@ AcceptedBody = Callable[[str, bytes], bytes]
 
 class Answer(NamedTuple):
     """The core's answer to a start request (and to its duplicates): a status and a JSON body,
-    with ``Retry-After`` if asked. The wire turns it into its HTTP response."""
+    with ``Retry-After`` if asked. The wire turns it into its HTTP response; ``reason`` lets it
+    pick its own status for a cause (v1 answers ``busy`` with 503, v2 with 429; a ``conflict``
+    gets each wire's own wording)."""
 
     status: int
     body: bytes
     retry_after: bool = False
+    reason: str = ""
 
 
-def refusal(status: int, detail: str, *, retry_after: bool = False) -> Answer:
+def refusal(status: int, detail: str, *, retry_after: bool = False, reason: str = "") -> Answer:
     """An ``{"detail": ...}`` answer."""
-    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after)
+    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after, reason)
 
 
 class _Tools:
@@ -73,6 +77,7 @@ class Phase(Enum):
     PENDING = "pending"  # init in progress (get_tools running)
     QUEUED = "queued"  # accepted, waiting for a concurrency slot
     RUNNING = "running"  # agent running
+    GRADING = "grading"  # the agent's grade() running
     DELIVERING = "delivering"  # sending the completion callback
     DONE = "done"
 
@@ -94,10 +99,13 @@ class RolloutEntry:
     init_body: bytes = b""  # a refusal's body (an accepted one is rebuilt from ``tools``)
     control: RolloutControl = field(default_factory=RolloutControl)
     delivery: anyio.CancelScope | None = None  # set while the callback is being sent
+    waiting: anyio.CancelScope | None = None  # set while it waits for a slot (a cancel ends it)
     accepted_at: float = field(default_factory=time.perf_counter)
     outcome: str = "done"  # set by the server before finish(): the callback's status or "outbox"
     tools: _Tools | None = None
     target: DeliveryTarget | None = None  # where its traffic goes (set by the scheduler)
+    #: How it ended, once known (set before its callbacks are sent): status, reward, message.
+    terminal: Terminal | None = None
     _init_ready: anyio.Event | None = None
     _finished: anyio.Event | None = None
 
@@ -138,10 +146,29 @@ class RolloutEntry:
         return Answer(self.init_status, self.init_body)
 
 
-class FinishedRecord:
-    """What remains of a finished rollout for the record TTL: enough to answer a duplicate."""
+class Terminal(NamedTuple):
+    """How a rollout ended, as status routes report it: ``success``, ``failure`` or
+    ``cancelled``, the reward (only for a success) and the error message (only otherwise)."""
 
-    __slots__ = ("done_at", "fingerprint", "key", "outcome", "rollout_id", "tools")
+    status: str
+    reward: float | None = None
+    err_message: str | None = None
+
+
+class FinishedRecord:
+    """What remains of a finished rollout for the record TTL: enough to answer a duplicate and
+    a status request (the terminal status, reward and message: about 60 bytes more)."""
+
+    __slots__ = (
+        "done_at",
+        "fingerprint",
+        "key",
+        "outcome",
+        "protocol",
+        "rollout_id",
+        "terminal",
+        "tools",
+    )
     phase = Phase.DONE
 
     def __init__(self, entry: RolloutEntry, tools: _Tools, done_at: float) -> None:
@@ -151,6 +178,8 @@ class FinishedRecord:
         self.outcome = entry.outcome
         self.tools = tools
         self.done_at = done_at
+        self.terminal = entry.terminal
+        self.protocol = entry.target.protocol if entry.target is not None else ""
 
     async def init_answer(self, accepted: AcceptedBody) -> Answer:
         """The first init's 202, rebuilt by ``accepted``."""
@@ -184,6 +213,8 @@ class RolloutRegistry:
         self._records: collections.deque[FinishedRecord] = collections.deque()  # oldest first
         self._tool_sets: weakref.WeakValueDictionary[bytes, _Tools] = weakref.WeakValueDictionary()
         self.by_id: dict[str, RolloutEntry] = {}  # rollouts not yet done, by rollout_id
+        #: Finished records by rollout_id (the latest of each id), for status requests.
+        self.finished_ids: dict[str, FinishedRecord] = {}
         self.completed_total = 0
         self.draining = False
         self._drained: anyio.Event | None = None
@@ -262,6 +293,7 @@ class RolloutRegistry:
             else:
                 record = FinishedRecord(entry, entry.tools, time.perf_counter())
                 self.by_key[entry.key] = record
+                self.finished_ids[entry.rollout_id] = record
                 self._records.append(record)
                 while len(self._records) > self.max_records:
                     self._drop(self._records.popleft())
@@ -271,6 +303,10 @@ class RolloutRegistry:
     def start(self, entry: RolloutEntry) -> None:
         """The rollout got a concurrency slot; its agent starts now."""
         self._move(entry, Phase.RUNNING)
+
+    def grading(self, entry: RolloutEntry) -> None:
+        """The agent is done; its ``grade()`` runs now."""
+        self._move(entry, Phase.GRADING)
 
     def delivering(self, entry: RolloutEntry) -> None:
         """The agent is done; the completion callback is being sent."""
@@ -285,8 +321,9 @@ class RolloutRegistry:
 
     @property
     def active(self) -> int:
-        """Rollouts whose agent is running or whose callback is being sent."""
-        return self._counts[Phase.RUNNING] + self._counts[Phase.DELIVERING]
+        """Rollouts whose agent (or grade) is running or whose callback is being sent."""
+        counts = self._counts
+        return counts[Phase.RUNNING] + counts[Phase.GRADING] + counts[Phase.DELIVERING]
 
     @property
     def queued(self) -> int:
@@ -316,6 +353,8 @@ class RolloutRegistry:
     def _drop(self, record: FinishedRecord) -> None:
         if self.by_key.get(record.key) is record:
             del self.by_key[record.key]
+        if self.finished_ids.get(record.rollout_id) is record:
+            del self.finished_ids[record.rollout_id]
 
     def _stale(self, entry: RolloutEntry | FinishedRecord, now: float) -> bool:
         return isinstance(entry, FinishedRecord) and now - entry.done_at > self.record_ttl_s

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -173,7 +173,9 @@ class Replicas:
                 "lease); the rollout was lost with it"
             ),
         )
-        target = self.target_of(orphan.rollout_id, orphan.server_url, orphan.api_key)
+        target = self.target_of(
+            orphan.protocol, orphan.rollout_id, orphan.server_url, orphan.api_key, orphan.route
+        )
         try:
             await target.deliver(self.client, response)
         except Exception as exc:
@@ -182,6 +184,29 @@ class Replicas:
             error = f"delivery interrupted: {type(exc).__name__}"
             await self.delivery.keep(target, response, error)
             raise
+
+    # -- status and cancel across replicas ------------------------------------------------------
+
+    async def status(self, rollout_id: str, protocol: str) -> dict[str, Any] | None:
+        """The status of a rollout another replica runs or ran, from the shared state."""
+        try:
+            return await self.state.rollout_status(rollout_id, protocol)
+        except StateUnavailable:
+            return None
+
+    async def cancel(self, rollout_id: str, protocol: str) -> str:
+        """Ask the replica that runs ``rollout_id`` to cancel it; the disposition."""
+        try:
+            return await self.state.request_cancel(rollout_id, protocol)
+        except StateUnavailable:
+            return "not_found"
+
+    async def cancel_matching(self, prefix: str, protocol: str, replica: str) -> dict[str, str]:
+        """Cancel the other replicas' in-flight rollouts whose id starts with ``prefix``."""
+        try:
+            return await self.state.request_cancel_matching(prefix, protocol, replica)
+        except StateUnavailable:
+            return {}
 
     async def _redeliver_outbox(self) -> None:
         """Retry undeliverable results kept in the shared outbox, with exponential backoff."""

@@ -28,6 +28,7 @@ import anyio.abc
 from .. import telemetry
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
+from ..grading import Grade, has_grade, run_grade
 from ..protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
@@ -197,7 +198,7 @@ class Scheduler:
         leased_at = time.monotonic()
         try:
             admitted = await self.state.accept(
-                LeasedRollout.of(rollout),
+                LeasedRollout.of(rollout, target),
                 digest=str(digest),
                 replica=self.replica,
                 status=202,
@@ -211,7 +212,9 @@ class Scheduler:
         finally:
             self._admitting -= 1
         if not admitted:
-            busy = refusal(503, "too many rollouts queued; retry later", retry_after=True)
+            busy = refusal(
+                503, "too many rollouts queued; retry later", retry_after=True, reason="busy"
+            )
             return await self._refuse(entry, busy)
         registry.accept(entry, tools_json)
         if self.state.shared:
@@ -261,9 +264,9 @@ class Scheduler:
         tools: Sequence[OpenAIFunctionToolSchema],
         scope: anyio.CancelScope,
     ) -> None:
-        """Run the agent when a slot frees up, then deliver exactly once; all of it in ``scope``
-        (cancelled at shutdown) and the rollout's OpenTelemetry span, so the callback joins its
-        trace."""
+        """Run the agent when a slot frees up, grade it, then deliver exactly once; all of it in
+        ``scope`` (cancelled at shutdown) and the rollout's OpenTelemetry span, so the callback
+        joins its trace. A cancel while queued ends it at once, without a slot."""
         with scope, telemetry.rollout_span(entry.rollout_id, self.agent.name):
             request = entry.request
             target = entry.target
@@ -271,40 +274,18 @@ class Scheduler:
             assert target is not None  # admit set it
             response: RolloutResponse | None = None
             try:
-                async with self._slots:
-                    if entry.key in self._counted:
-                        self._counted.discard(entry.key)
-                        await self._unqueue(entry)
-                    self.registry.start(entry)
-                    if self.metrics is not None:
-                        self.metrics.started.inc()
-                    queued_ms = round((time.perf_counter() - entry.accepted_at) * 1000, 3)
+                if await self._take_slot(entry):
                     try:
-                        response = await run_rollout(
-                            self.agent,
-                            request,
-                            target.channel(self.client),
-                            tools=tools,
-                            deadline_s=self.settings.rollout_timeout_s,
-                            tracer=self.tracer,
-                            control=entry.control,
-                            observer=self.metrics,
-                        )
-                    except Exception as exc:  # a toolkit bug must still end in one callback
-                        log_exception(request.rollout_id, request.api_key_value, "internal error")
-                        response = RolloutResponse(
-                            rollout_id=request.rollout_id,
-                            status=RolloutStatus.ERROR,
-                            final_messages=list(request.messages),
-                            finish_reason="error",
-                            error_message=f"internal error: {type(exc).__name__}",
-                        )
-                if response.metrics is not None:
-                    response.metrics = response.metrics.model_copy(
-                        update={"queue_latency_ms": queued_ms}
-                    )
-                if self.metrics is not None:
-                    self.metrics.rollout_ended(response.status.value, response.finish_reason)
+                        response = await self._run_agent(entry, tools)
+                    finally:
+                        self._slots.release()
+                else:  # cancelled while it waited for a slot
+                    response = _cancelled(request, entry.control.reason, "before it ran")
+                    if self.metrics is not None:
+                        self.metrics.rollout_ended(response.status.value, response.finish_reason)
+                response, entry.terminal = target.settle(
+                    response, await self._grade(entry, response), entry.control.category
+                )
                 self.registry.delivering(entry)
                 if await self._still_ours(entry):
                     # A drain that gives up on this delivery cancels this scope: the result goes to
@@ -313,15 +294,10 @@ class Scheduler:
                         await self.delivery.deliver(self.client, entry, response)
             except BaseException:
                 if response is None:  # stopped before the agent ran: the result is still kept
-                    cancelled = RolloutResponse(
-                        rollout_id=request.rollout_id,
-                        status=RolloutStatus.ERROR,
-                        final_messages=list(request.messages),
-                        finish_reason="cancelled",
-                        error_message="rollout cancelled (server stopped before it ran)",
-                    )
+                    cancelled = _cancelled(request, "server stopped before it ran", "")
                     if self.metrics is not None:
                         self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
+                    cancelled, entry.terminal = target.settle(cancelled, None)
                     await self.delivery.to_outbox(
                         target, cancelled, "server stopped before the rollout ran"
                     )
@@ -335,6 +311,97 @@ class Scheduler:
                         await self._release_lease(entry)
                 else:  # this process's memory: nothing to wait for, nothing to interrupt
                     await self._release_lease(entry)
+
+    async def _take_slot(self, entry: RolloutEntry) -> bool:
+        """Wait for a concurrency slot; False (no slot held) if the trainer cancels it first (a
+        drain does not: what it leaves queued is stopped and kept in the outbox)."""
+        control = entry.control
+        with anyio.CancelScope() as waiting:
+            entry.waiting = waiting
+            if control.cancelled:
+                waiting.cancel()
+            await self._slots.acquire()
+        entry.waiting = None
+        if waiting.cancelled_caught:
+            return False
+        if control.cancelled:  # the slot came with the cancel: give it back
+            self._slots.release()
+            return False
+        return True
+
+    async def _run_agent(
+        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]
+    ) -> RolloutResponse:
+        """The agent phase, with a slot held: ``run_rollout`` under the rollout's deadline."""
+        request = entry.request
+        assert entry.target is not None
+        assert self.client is not None
+        if entry.key in self._counted:
+            self._counted.discard(entry.key)
+            await self._unqueue(entry)
+        self.registry.start(entry)
+        if self.metrics is not None:
+            self.metrics.started.inc()
+        queued_s = time.perf_counter() - entry.accepted_at
+        deadline_s = self.settings.rollout_timeout_s
+        # v2's agent_timeout_sec counts from acceptance, queue time included (as the
+        # controller's own deadline does): docs/protocol-v2.md, U13.
+        agent_limit: float | None = getattr(request, "agent_timeout_sec", None)
+        if agent_limit is not None:
+            deadline_s = min(deadline_s, max(0.0, agent_limit - queued_s))
+        try:
+            response = await run_rollout(
+                self.agent,
+                request,
+                entry.target.channel(self.client),
+                tools=tools,
+                deadline_s=deadline_s,
+                tracer=self.tracer,
+                control=entry.control,
+                observer=self.metrics,
+            )
+        except Exception as exc:  # a toolkit bug must still end in one callback
+            log_exception(request.rollout_id, request.api_key_value, "internal error")
+            response = RolloutResponse(
+                rollout_id=request.rollout_id,
+                status=RolloutStatus.ERROR,
+                final_messages=list(request.messages),
+                finish_reason="error",
+                error_message=f"internal error: {type(exc).__name__}",
+            )
+        if (
+            agent_limit is not None
+            and response.finish_reason == "timeout"
+            and agent_limit - queued_s < self.settings.rollout_timeout_s
+        ):
+            queued = f" ({queued_s:.1f} s of it spent queued)" if queued_s >= 0.1 else ""
+            response.error_message = (
+                f"rollout exceeded its agent_timeout_sec of {agent_limit:g} s{queued}"
+            )
+        if response.metrics is not None:
+            response.metrics = response.metrics.model_copy(
+                update={"queue_latency_ms": round(queued_s * 1000, 3)}
+            )
+        if self.metrics is not None:
+            self.metrics.rollout_ended(response.status.value, response.finish_reason)
+        return response
+
+    async def _grade(self, entry: RolloutEntry, response: RolloutResponse) -> Grade | None:
+        """The grader phase, when the agent has ``grade`` and ``run()`` completed: under v2's
+        ``grader_timeout_sec``, else the server's rollout timeout."""
+        if not has_grade(self.agent) or response.status is not RolloutStatus.COMPLETED:
+            return None
+        request = entry.request
+        limit: float | None = getattr(request, "grader_timeout_sec", None)
+        self.registry.grading(entry)
+        return await run_grade(
+            self.agent,
+            entry.control.context,
+            response,
+            timeout_s=self.settings.rollout_timeout_s if limit is None else limit,
+            control=entry.control,
+            secret=request.api_key_value,
+        )
 
     async def _unqueue(self, entry: RolloutEntry) -> None:
         try:
@@ -367,3 +434,14 @@ class Scheduler:
             await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
         except StateUnavailable as exc:
             logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
+
+
+def _cancelled(request: RolloutRequest, reason: str, when: str) -> RolloutResponse:
+    """The ``ERROR``/``cancelled`` result of a rollout stopped before its agent ran."""
+    return RolloutResponse(
+        rollout_id=request.rollout_id,
+        status=RolloutStatus.ERROR,
+        final_messages=list(request.messages),
+        finish_reason="cancelled",
+        error_message=f"rollout cancelled ({reason}){' ' + when if when else ''}",
+    )

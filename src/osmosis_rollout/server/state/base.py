@@ -15,10 +15,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import OsmosisError
 from ...protocol import RolloutRequest
+
+if TYPE_CHECKING:
+    from ..target import DeliveryTarget
 
 __all__ = [
     "Claim",
@@ -78,23 +81,36 @@ def fingerprint(request: RolloutRequest) -> int:
 
 @dataclass(frozen=True, slots=True)
 class LeasedRollout:
-    """What a peer needs to end a rollout whose replica died: where and how to call back."""
+    """What a peer needs to end a rollout whose replica died: where and how to call back
+    (``protocol`` and ``route`` rebuild its wire's target, see ``DeliveryTarget.record``)."""
 
     key: str
     rollout_id: str
     server_url: str
     api_key: str | None
     messages: list[dict[str, Any]]
+    protocol: str = "v1"
+    route: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, request: RolloutRequest) -> LeasedRollout:
-        """The lease data of ``request``."""
+    def of(cls, request: RolloutRequest, target: DeliveryTarget | None = None) -> LeasedRollout:
+        """The lease data of ``request``, delivered to ``target`` (v1's when None)."""
+        if target is None:
+            return cls(
+                key=request.dedup_key,
+                rollout_id=request.rollout_id,
+                server_url=request.server_url,
+                api_key=request.api_key_value,
+                messages=list(request.messages),
+            )
         return cls(
             key=request.dedup_key,
             rollout_id=request.rollout_id,
-            server_url=request.server_url,
-            api_key=request.api_key_value,
+            server_url=target.server_url,
+            api_key=target.api_key,
             messages=list(request.messages),
+            protocol=target.protocol,
+            route=target.record(),
         )
 
     def to_json(self) -> str:
@@ -111,7 +127,8 @@ class LeasedRollout:
 
 @dataclass
 class OutboxEntry:
-    """One completion callback that could not be delivered (yet)."""
+    """One result that could not be delivered (yet); ``protocol`` and ``route`` rebuild its
+    wire's target, ``route`` also saying which parts are still to deliver (v2)."""
 
     id: str
     rollout_id: str
@@ -123,6 +140,8 @@ class OutboxEntry:
     attempts: int = 0
     next_at: float | None = None  # when a replica retries it; None = only on replay
     location: str = ""  # a file path or ``redis://.../stream#id``, for people
+    protocol: str = "v1"
+    route: dict[str, Any] | None = None
 
     def public(self) -> dict[str, Any]:
         """What ``osmosis outbox list`` may show: everything except the per-rollout key."""
@@ -130,6 +149,8 @@ class OutboxEntry:
             "id": self.id,
             "rollout_id": self.rollout_id,
             "server_url": self.server_url,
+            "protocol": self.protocol,
+            "pending": (self.route or {}).get("pending", ["completion"]),
             "status": self.response.get("status"),
             "finish_reason": self.response.get("finish_reason"),
             "error": self.error,
@@ -227,6 +248,39 @@ class StateBackend(abc.ABC):
     async def claim_orphans(self, limit: int, record_ttl_s: float) -> list[LeasedRollout]:
         """Take rollouts whose lease lapsed; each is returned to exactly one caller. Their
         records stay ``record_ttl_s`` for duplicates; their ids are free to run again."""
+
+    # -- status and cancel across replicas (only a shared state has any) -------------------------
+
+    async def publish_status(  # noqa: B027 - optional hook
+        self,
+        rollout_id: str,
+        protocol: str,
+        replica: str,
+        status: str,
+        *,
+        reward: float | None = None,
+        err_message: str | None = None,
+        ttl_s: float | None = None,
+    ) -> None:
+        """Publish a rollout's status for its peers (``ttl_s``: kept that long, once terminal)."""
+
+    async def rollout_status(self, rollout_id: str, protocol: str) -> dict[str, Any] | None:
+        """A status a peer published for ``rollout_id`` (a status route's body), or None."""
+        return None
+
+    async def request_cancel(self, rollout_id: str, protocol: str) -> str:
+        """Pass a cancel on to the replica running ``rollout_id``; its disposition."""
+        return "not_found"
+
+    async def request_cancel_matching(
+        self, prefix: str, protocol: str, replica: str
+    ) -> dict[str, str]:
+        """``request_cancel`` for every in-flight rollout of other replicas matching ``prefix``."""
+        return {}
+
+    async def take_cancels(self, replica: str) -> list[str]:
+        """The rollout ids peers asked ``replica`` to cancel since the last call."""
+        return []
 
     # -- outbox ---------------------------------------------------------------------------------
 

@@ -9,19 +9,22 @@ Undeliverable callbacks are JSON files that survive the process (``write_outbox`
 ``osmosis outbox replay``, not automatically, because the files do not keep the per-rollout key.
 
 One JSON file per undelivered callback, ``<rollout id>.<UTC time>.<random>.json``:
-``{"server_url", "error", "written_at", "response"}``. The per-rollout ``api_key`` is never
-written, in any form (raw, JSON-, repr- or URL-escaped), wherever the agent or TrainGate put it;
-whoever replays a file supplies it again.
+``{"server_url", "error", "written_at", "response"}``, plus ``"protocol"`` and ``"route"`` for a
+v2 rollout (its callback URLs and which of its two callbacks are still to deliver). The
+per-rollout ``api_key`` is never written, in any form (raw, JSON-, repr- or URL-escaped),
+wherever the agent or TrainGate put it; whoever replays a file supplies it again.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio.to_thread
 
@@ -139,7 +142,16 @@ class MemoryState(StateBackend):
         """Write one JSON file (without the api_key); returns its path."""
         response = RolloutResponse.model_validate(entry.response)
         path = await anyio.to_thread.run_sync(
-            write_outbox, self.outbox_dir, entry.server_url, response, entry.error, entry.api_key
+            functools.partial(
+                write_outbox,
+                self.outbox_dir,
+                entry.server_url,
+                response,
+                entry.error,
+                entry.api_key,
+                protocol=entry.protocol,
+                route=entry.route,
+            )
         )
         return str(path)
 
@@ -166,6 +178,9 @@ def write_outbox(
     response: RolloutResponse,
     error: str,
     secret: str | None = None,
+    *,
+    protocol: str = "v1",
+    route: dict[str, Any] | None = None,
 ) -> Path:
     """Atomically write one undelivered callback, ``secret`` scrubbed; returns the file's path."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -173,15 +188,17 @@ def write_outbox(
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     stem = safe_trace_name(response.rollout_id).removesuffix(".jsonl")
     target = directory / f"{stem}.{stamp}.{secrets.token_hex(3)}.json"
-    record = scrub_data(
-        {
-            "server_url": server_url,
-            "error": error,
-            "written_at": time.time(),
-            "response": wire(response),
-        },
-        secret,
-    )
+    data: dict[str, Any] = {
+        "server_url": server_url,
+        "error": error,
+        "written_at": time.time(),
+        "response": wire(response),
+    }
+    if protocol != "v1":
+        data["protocol"] = protocol
+    if route is not None:
+        data["route"] = route
+    record = scrub_data(data, secret)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -227,6 +244,8 @@ def read_outbox_dir(directory: Path) -> list[OutboxEntry]:
                     response=dict(response),
                     attempts=int(data.get("attempts", 0)),
                     location=str(path),
+                    protocol=str(data.get("protocol", "v1")),
+                    route=dict(data["route"]) if data.get("route") else None,
                 )
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:

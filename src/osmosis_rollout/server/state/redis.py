@@ -227,6 +227,8 @@ class RedisState(StateBackend):
             "written_at": entry.written_at,
             "response": entry.response,
             "api_key": entry.api_key,
+            "protocol": entry.protocol,
+            "route": entry.route,
         }
         stream, due, _, _ = self._outbox_keys()
         entry_id = await self._call(
@@ -250,6 +252,8 @@ class RedisState(StateBackend):
             api_key=record.get("api_key"),
             attempts=int(tries or 0),
             location=f"{self._k('outbox')}#{ident}",
+            protocol=str(record.get("protocol") or "v1"),
+            route=record.get("route"),
         )
 
     async def outbox_list(self) -> list[OutboxEntry]:

@@ -8,18 +8,20 @@ The URLs themselves are built by ``TrainGateClient`` (``chat_completions``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from starlette.responses import Response
 
-from ...protocol import RolloutRequest, RolloutResponse
+from ...protocol import RolloutRequest, RolloutResponse, RolloutStatus
+from ..registry import Terminal
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
     from ...client import RolloutChannel, TrainGateClient
-    from ..core import RolloutServer
+    from ...grading import Grade
+    from ..app import Edge
     from ..registry import Answer
 
 __all__ = ["V1", "V1Callback"]
@@ -33,6 +35,7 @@ class V1Callback:
     """A v1 rollout's target: chat turns and one completion callback to its ``server_url``."""
 
     __slots__ = ("api_key", "rollout_id", "server_url")
+    protocol = "v1"
 
     def __init__(self, rollout_id: str, server_url: str, api_key: str | None) -> None:
         self.rollout_id = rollout_id
@@ -45,14 +48,45 @@ class V1Callback:
 
         return RolloutChannel(client, self.server_url, self.api_key)
 
+    def settle(
+        self, response: RolloutResponse, grade: Grade | None, category: str | None = None
+    ) -> tuple[RolloutResponse, Terminal]:
+        """A grade's reward replaces the agent's; a failed grade ends the rollout ``ERROR``."""
+        if grade is not None:
+            if grade.error is None:
+                response = response.model_copy(update={"reward": grade.reward})
+            else:
+                response = response.model_copy(
+                    update={
+                        "status": RolloutStatus.ERROR,
+                        "finish_reason": "cancelled" if grade.cancelled else "error",
+                        "error_message": grade.error,
+                        "reward": None,
+                    }
+                )
+        return response, terminal_of(response)
+
+    def record(self) -> dict[str, Any] | None:
+        """Nothing beyond the URL and the key."""
+        return None
+
     async def deliver(self, client: TrainGateClient, response: RolloutResponse) -> None:
         """POST ``/v1/rollout/completed`` (retried by the client; raises when not taken)."""
         await client.complete_rollout(self.server_url, response, api_key=self.api_key)
 
 
+def terminal_of(response: RolloutResponse) -> Terminal:
+    """What status routes report for a v1 result."""
+    if response.status is RolloutStatus.COMPLETED:
+        return Terminal("success", response.reward)
+    status = "cancelled" if response.finish_reason == "cancelled" else "failure"
+    return Terminal(status, None, response.error_message)
+
+
 class V1:
     """The v1 wire (see the module docstring)."""
 
+    protocol = "v1"
     start_path = "/v1/rollout/init"
 
     def parse(self, body: bytes, *, max_metadata_bytes: int) -> RolloutRequest:
@@ -65,7 +99,13 @@ class V1:
         """The init's ``server_url`` and ``api_key``."""
         return V1Callback(request.rollout_id, request.server_url, request.api_key_value)
 
-    def target_of(self, rollout_id: str, server_url: str, api_key: str | None) -> V1Callback:
+    def target_of(
+        self,
+        rollout_id: str,
+        server_url: str,
+        api_key: str | None,
+        route: dict[str, Any] | None = None,
+    ) -> V1Callback:
         """A v1 callback rebuilt from the outbox or a lease."""
         return V1Callback(rollout_id, server_url, api_key)
 
@@ -81,6 +121,9 @@ class V1:
         headers = _RETRY_AFTER if answer.retry_after else None
         return Response(answer.body, status_code=answer.status, media_type=_JSON, headers=headers)
 
-    def routes(self, server: RolloutServer) -> list[BaseRoute]:
-        """None beyond the init."""
-        return []
+    def routes(self, edge: Edge) -> list[BaseRoute]:
+        """This project's extension (docs/protocol.md): ``GET /v1/rollout/{id}/status`` and
+        ``POST /v1/rollout/cancel``, shaped as v2's, over v1 rollouts."""
+        from .control import control_routes
+
+        return control_routes(edge, "v1", "/v1/rollout")

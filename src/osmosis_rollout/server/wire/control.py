@@ -1,0 +1,144 @@
+"""Status and cancel routes, for v2 (spec 3.2, 3.3, 14.5) and as v1's documented extension.
+
+``GET <prefix>/{rollout_id}/status`` answers ``{"rollout_id", "status", "reward",
+"err_message"}``: ``queued``, ``running``, ``grading`` in flight, then ``success``, ``failure``
+or ``cancelled`` (known before the callbacks are sent) for the record TTL, ``unknown``
+otherwise. ``POST <prefix>/cancel`` takes exactly one of ``ids``, ``prefix``, ``all`` and answers
+each rollout's disposition. A cancelled rollout still ends in its callbacks (v1: ``ERROR`` with
+finish reason ``cancelled``; v2: completion ``cancelled``, grader ``failure``). Each wire sees
+only its own rollouts. With a shared state, a rollout another replica runs is answered from the
+store and its cancel is passed on to that replica (``RolloutServer.cancel_remote``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ..registry import Phase, RolloutEntry, Terminal
+from .v2_body import CancelBody
+
+if TYPE_CHECKING:
+    from ..app import Edge
+
+__all__ = ["CANCELLED_BY_TRAINER", "control_routes", "disposition", "status_of"]
+
+_JSON = "application/json"
+CANCELLED_BY_TRAINER = "cancelled by the trainer"
+_ONE_SELECTOR = {"detail": "pass exactly one selector: ids, prefix, or all"}
+_IN_FLIGHT = {
+    Phase.PENDING: "queued",
+    Phase.QUEUED: "queued",
+    Phase.RUNNING: "running",
+    Phase.GRADING: "grading",
+    Phase.DELIVERING: "grading",
+}
+
+
+def _json(status: int, body: Any) -> Response:
+    return Response(json.dumps(body), status_code=status, media_type=_JSON)
+
+
+def status_body(rollout_id: str, status: str, terminal: Terminal | None = None) -> dict[str, Any]:
+    """A status answer; ``reward`` only for a success, ``err_message`` only otherwise."""
+    if terminal is not None:
+        return {
+            "rollout_id": rollout_id,
+            "status": terminal.status,
+            "reward": terminal.reward if terminal.status == "success" else None,
+            "err_message": None if terminal.status == "success" else terminal.err_message,
+        }
+    return {"rollout_id": rollout_id, "status": status, "reward": None, "err_message": None}
+
+
+def status_of(entry: RolloutEntry) -> dict[str, Any]:
+    """A live rollout's status: its terminal once known (before its callbacks go), else its
+    phase."""
+    if entry.terminal is not None:
+        return status_body(entry.rollout_id, "", entry.terminal)
+    return status_body(entry.rollout_id, _IN_FLIGHT.get(entry.phase, "unknown"))
+
+
+def disposition(entry: RolloutEntry) -> str:
+    """What a cancel does to ``entry`` (spec 14.5), doing it."""
+    control = entry.control
+    if control.cancelled or entry.terminal is not None:
+        return "not_found"
+    if entry.phase in (Phase.PENDING, Phase.QUEUED):
+        control.cancel(CANCELLED_BY_TRAINER)
+        if entry.waiting is not None:
+            entry.waiting.cancel()
+        return "cancelled_queued"
+    if entry.phase in (Phase.RUNNING, Phase.GRADING):
+        control.cancel(CANCELLED_BY_TRAINER)
+        return "cancelled_running"
+    return "not_found"
+
+
+def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
+    """The two routes of ``protocol`` under ``prefix``, behind the server key."""
+    server = edge.server
+
+    def live(rollout_id: str) -> RolloutEntry | None:
+        entry = server.registry.by_id.get(rollout_id)
+        if entry is None or entry.target is None or entry.target.protocol != protocol:
+            return None
+        return entry
+
+    async def status(request: Request) -> Response:
+        if not edge.authorized(request):
+            return _json(401, {"detail": "Invalid or missing API key"})
+        rollout_id = request.path_params["rollout_id"]
+        entry = live(rollout_id)
+        if entry is not None:
+            return _json(200, status_of(entry))
+        record = server.registry.finished_ids.get(rollout_id)
+        if record is not None and record.protocol == protocol:
+            return _json(200, status_body(rollout_id, "unknown", record.terminal))
+        shared = await server.shared_status(rollout_id, protocol)
+        if shared is not None:
+            return _json(200, shared)
+        return _json(200, status_body(rollout_id, "unknown"))
+
+    async def cancel(request: Request) -> Response:
+        if not edge.authorized(request):
+            return _json(401, {"detail": "Invalid or missing API key"})
+        body = await edge.read_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            selector = CancelBody.model_validate_json(body)
+        except ValidationError as exc:
+            return _json(422, edge.validation_body(exc))
+        if selector.selectors() != 1:
+            return _json(422, _ONE_SELECTOR)
+        dispositions: dict[str, str] = {}
+        if selector.ids is not None:
+            for rollout_id in selector.ids:
+                entry = live(rollout_id)
+                if entry is not None:
+                    dispositions[rollout_id] = disposition(entry)
+                else:
+                    dispositions[rollout_id] = await server.cancel_remote(rollout_id, protocol)
+        else:
+            wanted = selector.prefix or ""
+            for entry in list(server.registry.by_id.values()):
+                if entry.target is None or entry.target.protocol != protocol:
+                    continue
+                if selector.all or entry.rollout_id.startswith(wanted):
+                    done = disposition(entry)
+                    if done != "not_found":
+                        dispositions[entry.rollout_id] = done
+            for rollout_id, done in (await server.cancel_remote_matching(wanted, protocol)).items():
+                dispositions.setdefault(rollout_id, done)
+        return _json(200, {"dispositions": dispositions})
+
+    return [
+        Route(f"{prefix}/cancel", cancel, methods=["POST"]),
+        Route(f"{prefix}/{{rollout_id}}/status", status, methods=["GET"]),
+    ]

@@ -1,0 +1,184 @@
+"""A v2 rollout's target: its chat channel and its two callbacks (spec sections 5 and 14.4).
+
+``settle`` maps our result (and its grade) onto v2's completion body (the agent phase's
+verdict) and grader body (the sample and its reward: the terminal event). ``deliver`` posts
+what is still pending, completion first, each part marked delivered as the trainer takes it:
+a failed grader callback never resends the completion, and the outbox entry's ``record()``
+holds only the parts still due, with their bodies, so a redelivery sends exactly those.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ...protocol import RolloutResponse, RolloutStatus
+from ..registry import Terminal
+
+if TYPE_CHECKING:
+    from ...chat_v2 import V2ChatChannel
+    from ...client import TrainGateClient
+    from ...grading import Grade
+
+__all__ = ["V2Target", "callback_bodies"]
+
+_NO_REWARD = "no reward: run() returned none and the agent has no grade(); a kept sample needs one"
+
+
+class V2Target:
+    """Where one v2 rollout's chat turns and callbacks go (see the module docstring)."""
+
+    protocol = "v2"
+
+    def __init__(
+        self,
+        rollout_id: str,
+        completion_url: str,
+        api_key: str | None,
+        *,
+        grader_url: str | None,
+        id_given: bool = True,
+        label: str | None = None,
+        chat_url: str = "",
+        llm_key: str | None = None,
+        bodies: dict[str, Any] | None = None,
+        pending: list[str] | None = None,
+    ) -> None:
+        self.rollout_id = rollout_id
+        self.server_url = completion_url
+        self.api_key = api_key
+        self.grader_url = grader_url
+        self.id_given = id_given
+        self.label = label
+        self.chat_url = chat_url
+        self._llm_key = llm_key
+        self.bodies = bodies
+        parts = ["completion", "grader"] if grader_url else ["completion"]
+        self.pending = list(parts if pending is None else pending)
+
+    def channel(self, client: TrainGateClient) -> V2ChatChannel:
+        """``<chat_completions_url>/chat/completions`` with the LLM key."""
+        from ...chat_v2 import V2ChatChannel
+
+        return V2ChatChannel(client, self.chat_url, self._llm_key)
+
+    def settle(
+        self, response: RolloutResponse, grade: Grade | None, category: str | None = None
+    ) -> tuple[RolloutResponse, Terminal]:
+        """Build both callback bodies now (kept with the outbox entry if not delivered)."""
+        bodies, terminal = callback_bodies(
+            response,
+            grade,
+            category,
+            rollout_id=self.rollout_id if self.id_given else None,
+            label=self.label,
+            graded=self.grader_url is not None,
+        )
+        self.bodies = bodies
+        if grade is not None and grade.error is None:
+            response = response.model_copy(update={"reward": grade.reward})
+        return response, terminal
+
+    def record(self) -> dict[str, Any]:
+        """The grader URL, the body id rule, and the parts still due with their bodies."""
+        return {
+            "grader_callback_url": self.grader_url,
+            "id_given": self.id_given,
+            "label": self.label,
+            "pending": list(self.pending),
+            "bodies": self.bodies,
+        }
+
+    async def deliver(self, client: TrainGateClient, response: RolloutResponse) -> None:
+        """Post the pending parts in order; a part the trainer took is never sent again."""
+        if self.bodies is None:  # rebuilt from a lease: the bodies follow from the response
+            self.settle(response, None)
+        assert self.bodies is not None
+        while self.pending:
+            part = self.pending[0]
+            url = self.server_url if part == "completion" else self.grader_url
+            assert url is not None  # a grader part exists only with a grader URL
+            content = json.dumps(self.bodies[part], ensure_ascii=False, separators=(",", ":"))
+            await client.post(
+                url,
+                content.encode(),
+                api_key=self.api_key,
+                request_id=f"{self.rollout_id}:{part}",
+                callback=True,
+            )
+            self.pending.pop(0)
+
+
+def callback_bodies(
+    response: RolloutResponse,
+    grade: Grade | None,
+    category: str | None,
+    *,
+    rollout_id: str | None,
+    label: str | None,
+    graded: bool,
+) -> tuple[dict[str, Any], Terminal]:
+    """The completion and grader bodies of a result (spec 14.4), and its terminal status."""
+    cancelled = response.finish_reason == "cancelled"
+    if response.status is RolloutStatus.COMPLETED:
+        completion: dict[str, Any] = {
+            "status": "success",
+            "err_message": None,
+            "err_category": None,
+        }
+    else:
+        if response.finish_reason == "timeout":
+            category = "timeout"
+        elif cancelled:
+            category = "agent_error"
+        category = category or "agent_error"
+        completion = {
+            "status": "cancelled" if cancelled else "failure",
+            "err_message": response.error_message,
+            "err_category": None if cancelled else category,
+        }
+    completion = {"rollout_id": rollout_id, "extra_fields": None, **completion}
+    bodies: dict[str, Any] = {"completion": completion}
+
+    reward: float | None = None
+    error: str | None = None
+    err_category: str | None = None
+    if response.status is not RolloutStatus.COMPLETED:
+        error, err_category = response.error_message, category
+    elif grade is not None and grade.error is not None:
+        error, err_category = grade.error, grade.category
+        cancelled = grade.cancelled
+    elif grade is not None:
+        reward = grade.reward
+    elif response.reward is not None:
+        reward = response.reward
+    else:
+        error, err_category = _NO_REWARD, "validation_error"
+    if graded:
+        metrics = response.metrics.model_dump(mode="json") if response.metrics else {}
+        extra = dict(response.extra_fields)
+        extra.setdefault("finish_reason", response.finish_reason)
+        sample = {
+            "messages": response.final_messages,
+            "label": label,
+            "reward": reward if error is None else None,
+            "remove_sample": False,
+            "metrics": {k: v for k, v in metrics.items() if isinstance(v, int | float)},
+            "extra_fields": extra,
+        }
+        bodies["grader"] = {
+            "status": "success" if error is None else "failure",
+            "rollout_id": rollout_id,
+            "sample": sample,
+            "err_message": error,
+            "err_category": err_category,
+        }
+    if error is None:
+        terminal = Terminal("success", reward)
+    elif cancelled:
+        terminal = Terminal("cancelled", None, error)
+    elif not graded and response.status is RolloutStatus.COMPLETED and grade is None:
+        terminal = Terminal("success", None)  # no grader phase asked for: nothing is missing
+    else:
+        terminal = Terminal("failure", None, error)
+    return bodies, terminal
