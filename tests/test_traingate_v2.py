@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 
+from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
+from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.protocol import CompletionsRequest
 from osmosis_rollout.testing import Harness, MockLLMBackend, MockTrainGate
 from osmosis_rollout.testing.records import completion_from_message
 from osmosis_rollout.testing.traingate_v2 import retry_after, sse_reply, v2_route
 from osmosis_rollout.testing.v2_bodies import GraderCallback, Sample, v2_result
 
-from .support import serve_in_thread, wait_until
-from .v2_stub import Behaviour, V2Stub
+from .support import load_asset, serve_in_thread, wait_until
+from .v2_stub import ADD_TOOL, Behaviour, V2Stub
 
 pytestmark = pytest.mark.anyio
 
@@ -282,3 +284,52 @@ def test_the_two_callbacks_make_one_neutral_result() -> None:
     assert result.error_message == "timeout: workflow exceeded its 1s deadline"
     assert result.final_messages == MESSAGES
     assert result.reward is None
+
+
+# -- in process: our server over v2, the kept checks and tools_not_sent --------------------
+
+ROWS = [RowInput(index=i, messages=[{"role": "user", "content": f"question {i}"}]) for i in (1, 2)]
+
+
+async def run_in_process(agent: Any) -> list[set[str]]:
+    async with Harness(agent, backend=MockLLMBackend(seed=1), protocol="v2") as harness:
+        report = await run_batch(harness, ROWS, RunOptions(timeout_s=10, concurrency=2))
+    return [{f.code for f in row.findings} for row in report.rows]
+
+
+@pytest.mark.parametrize(
+    ("agent_name", "finding"),
+    [
+        ("RewritesHistoryAgent", "history_rewritten"),
+        ("UnknownToolAgent", "unknown_tool"),
+    ],
+)
+async def test_the_kept_checks_fire_on_v2_too(agent_name: str, finding: str) -> None:
+    agent = getattr(load_asset("bad_agents"), agent_name)()
+    assert await run_in_process(agent) == [{finding}, {finding}]
+
+
+async def test_good_agents_are_clean_on_v2_in_process() -> None:
+    good = load_asset("bad_agents").GoodAgent()
+    calculator = load_asset("../../examples/calculator/agent").CalculatorAgent()
+    for agent in (good, calculator):
+        assert await run_in_process(agent) == [set(), set()]
+
+
+class _BareChatAgent(RolloutAgentLoop):
+    """Declares a tool, then calls its chat channel itself, without the tools."""
+
+    name = "bare-chat"
+
+    def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+        return [ADD_TOOL]
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages = list(ctx.request.messages)
+        request = CompletionsRequest(rollout_id=ctx.request.rollout_id, messages=messages)
+        reply = await ctx.llm.chat_completions(request, request_id="bare-1")  # type: ignore[attr-defined]
+        return ctx.complete([*messages, reply.message.model_dump(exclude_none=True)], reward=1.0)
+
+
+async def test_a_chat_call_without_the_declared_tools_is_tools_not_sent() -> None:
+    assert await run_in_process(_BareChatAgent()) == [{"tools_not_sent"}, {"tools_not_sent"}]

@@ -408,3 +408,17 @@ def test_every_template_and_example_passes_on_v2(tmp_path: Path) -> None:
         assert summary["rows"] > 0, name
         assert summary["passed"] == summary["rows"], (name, summary)
         assert summary["findings"] == {}, (name, summary)
+
+
+def test_osmosis_test_server_protocol_v2_drives_osmosis_serve(server: ServeProcess) -> None:
+    """The command itself, against the running server: the same summary as on v1."""
+    from .commands import run_cli
+
+    result = run_cli(
+        "test", "--server", server.url, "--api-key", SERVER_KEY, "--protocol", "v2",
+        "-d", str(REPO / "examples/calculator/dataset.jsonl"), "--limit", "3", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["rows"], summary["passed"], summary["findings"]) == (3, 3, {})
+    assert summary["mean_reward"] == 1.0
