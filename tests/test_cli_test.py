@@ -776,3 +776,35 @@ def test_a_cassette_replays_only_on_the_wire_it_was_recorded_on(tmp_path: Path) 
     assert json.loads(cassette.read_text().splitlines()[0])["protocol"] == "v1"
     result = invoke(CALCULATOR, "--replay", str(cassette), "--protocol", "v2")
     assert_one_clear_error(result, "was recorded with --protocol v1; replay it with --protocol v1")
+
+
+def test_jobs_run_the_rows_over_v2_as_well(tmp_path: Path) -> None:
+    """--jobs workers speak the wire the run asked for: an agent rewarded 1.0 only when its
+    chat channel is the v2 one."""
+    agent = tmp_path / "wire_agent.py"
+    agent.write_text(WIRE_AGENT)
+    args = [f"{agent}:WireAgent", "-d", DATASET, "--limit", "4", "--jobs", "2", "--json"]
+    for protocol, reward in (("v2", 1.0), ("v1", 0.0)):
+        result = invoke(*args, "--protocol", protocol)
+        assert result.exit_code == 0, result.stdout + result.stderr
+        summary = json.loads(result.stdout)
+        assert (summary["rows"], summary["passed"], summary["findings"]) == (4, 4, {})
+        assert summary["mean_reward"] == reward, protocol
+
+
+WIRE_AGENT = """
+from osmosis_rollout import RolloutAgentLoop
+
+
+class WireAgent(RolloutAgentLoop):
+    name = "wire"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages)
+        v2 = type(ctx.llm).__name__ == "V2ChatChannel"
+        return ctx.complete([*messages, result.message], reward=1.0 if v2 else 0.0)
+"""
