@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
+from osmosis_rollout.errors import ConfigError
 from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.protocol import CompletionsRequest
 from osmosis_rollout.testing import Harness, MockLLMBackend, MockTrainGate
@@ -333,3 +334,21 @@ class _BareChatAgent(RolloutAgentLoop):
 
 async def test_a_chat_call_without_the_declared_tools_is_tools_not_sent() -> None:
     assert await run_in_process(_BareChatAgent()) == [{"tools_not_sent"}, {"tools_not_sent"}]
+
+
+async def test_a_server_without_v2_is_one_clear_error_before_any_row() -> None:
+    """--server URL --protocol v2 against a v1-only server: a ConfigError at start, not a
+    404 for every row."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def health(request: Any) -> JSONResponse:
+        return JSONResponse({"status": "healthy"})
+
+    v1_only = Starlette(routes=[Route("/health", health)])
+    with serve_in_thread(v1_only) as url:
+        harness = Harness(server_url=url, protocol="v2")
+        with pytest.raises(ConfigError, match=r"does not speak protocol v2 \(POST /rollout"):
+            async with harness:
+                pass

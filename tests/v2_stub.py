@@ -34,6 +34,9 @@ ADD_TOOL = {
 }
 
 
+_REQUIRED = ("initial_messages", "chat_completions_url", "completion_callback_url")
+
+
 @dataclass
 class Behaviour:
     """What the stub does; the defaults follow the spec (and our guarantees) to the letter."""
@@ -89,8 +92,11 @@ class V2Stub:
         return JSONResponse({"status": "ok", "concurrency": {"running": running}})
 
     async def start(self, request: Request) -> JSONResponse:
-        self.inits += 1
         body = await request.json()
+        missing = [k for k in _REQUIRED if k not in body]
+        if missing:  # validation comes first (spec §3.1), and starts nothing
+            return JSONResponse({"detail": f"missing {', '.join(missing)}"}, status_code=422)
+        self.inits += 1
         in_flight = sum(1 for r in self.rollouts.values() if r.status in ("queued", "running"))
         if in_flight >= self.behaviour.max_in_flight:
             self.refused += 1

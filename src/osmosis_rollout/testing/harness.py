@@ -238,6 +238,26 @@ class Harness:
                 "is this an osmosis rollout server?"
             )
         await self._probe_key(http)
+        if self.protocol == "v2":
+            await self._probe_v2(http)
+
+    async def _probe_v2(self, http: httpx2.AsyncClient) -> None:
+        """Fail fast when the server has no ``POST /rollout`` (an older ``osmosis serve``, or
+        another server): an empty body is refused (422) by a v2 server before anything starts,
+        and answered 404/405 by one without the route."""
+        headers = {"Content-Type": "application/json"}
+        if self.server_key:
+            headers["Authorization"] = f"Bearer {self.server_key}"
+        try:
+            response = await http.post("/rollout", content=b"{}", headers=headers, timeout=10.0)
+        except httpx2.TransportError:
+            return  # /health answered a moment ago: let the run report what happens
+        if response.status_code in (404, 405):
+            raise ConfigError(
+                f"the rollout server at {self.server_url} does not speak protocol v2 (POST "
+                f"/rollout answered HTTP {response.status_code}); drop --protocol v2 to test "
+                "it over v1, or serve the agent with an osmosis serve that has v2"
+            )
 
     async def _probe_key(self, http: httpx2.AsyncClient) -> None:
         """Check the server key once, before any row: a wrong or missing key would otherwise

@@ -194,7 +194,8 @@ class V2Endpoints:
             return found
         record, exchange = found
         token = _bearer(headers)
-        if exchange.callback_key and _same(token, exchange.callback_key):
+        callback_key = exchange.callback_key
+        if callback_key and callback_key != record.api_key and _same(token, callback_key):
             record.add(
                 CALLBACK_KEY_IN_CHAT,
                 "chat call carried the callback key (controller_api_key): the agent must "
