@@ -16,8 +16,9 @@ from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
 from osmosis_rollout.protocol import CompletionsRequest
 from osmosis_rollout.testing import Harness, MockLLMBackend, MockTrainGate
 from osmosis_rollout.testing.records import completion_from_message
-from osmosis_rollout.testing.traingate_v2 import retry_after, sse_reply, v2_route
+from osmosis_rollout.testing.traingate_v2 import sse_reply, v2_route
 from osmosis_rollout.testing.v2_bodies import GraderCallback, Sample, v2_result
+from osmosis_rollout.testing.v2_driver import retry_after
 
 from .support import load_asset, serve_in_thread, wait_until
 from .v2_stub import ADD_TOOL, Behaviour, V2Stub

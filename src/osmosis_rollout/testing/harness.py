@@ -373,7 +373,7 @@ class Harness:
         self, request: RolloutRequest, agent_s: float, grader_s: float
     ) -> tuple[RolloutRecord, Reply]:
         """One v2 rollout: ``POST /rollout`` (429s waited out), then its grader callback, the
-        status check, or the deadline and a cancel (:class:`~.traingate_v2.V2Endpoints`)."""
+        status check, or the deadline and a cancel (:class:`~.v2_driver.V2Controller`)."""
         assert self._server_post is not None
         declared = None
         if self.agent is not None:  # what the agent declares, for `tools_not_sent`

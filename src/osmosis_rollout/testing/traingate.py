@@ -52,7 +52,8 @@ from .records import (
     LLMBackend,
     RolloutRecord,
 )
-from .traingate_v2 import V2Endpoints, v2_route
+from .traingate_v2 import v2_route
+from .v2_driver import V2Controller
 
 __all__ = ["GateTransport", "MockTrainGate"]
 
@@ -88,7 +89,7 @@ class MockTrainGate:
             ]
         )
         #: The protocol v2 routes and driver (spec §11).
-        self.v2 = V2Endpoints(self)
+        self.v2 = V2Controller(self)
         #: The ASGI app serving the two endpoints; tests may wrap it (any ASGI app will do).
         self.app: Any = self._own_app
         #: Tools already parsed, by the exact bytes of an init answer's tools (see _learn_tools).

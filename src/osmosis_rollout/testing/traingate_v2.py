@@ -1,12 +1,10 @@
-"""The mock TrainGate as a protocol v2 controller (spec §11 and §14.6).
+"""The mock TrainGate as a protocol v2 controller (spec §11 and §14.6): the routes side.
 
 Three routes scoped to one rollout by its path: ``/v1/rollouts/{id}/chat/completions`` (the
 agent's turns, with the LLM key, JSON or SSE replies), ``.../completion`` and ``.../grader``
 (the two callbacks, with the callback key). A rollout is found by its path id; a body id, when
-present, must be the same. The driver half starts a rollout with ``POST /rollout`` (honouring
-429's ``Retry-After``), waits for the grader callback (the terminal event) until agent + grader
-+ 60 s, cancels the rollout when that deadline passes, and reads ``GET /rollout/{id}/status``
-to check it agrees with the callbacks.
+present, must be the same. The driver side (``POST /rollout``, the deadline, status and
+cancel) is :mod:`.v2_driver`.
 
 Every call becomes records and findings on the same :class:`RolloutRecord` the v1 routes use;
 when the grader callback arrives, the two callbacks become one neutral result
@@ -16,15 +14,12 @@ read the same on both wires.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import json
-import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import anyio
 from pydantic import TypeAdapter, ValidationError
@@ -37,37 +32,29 @@ from ..protocol import (
     RolloutRequest,
     describe_validation_error,
 )
-from ..transport import PostTransport, Reply
+from ..transport import Reply
 from .protocol_checks import check_completion
 from .protocol_checks_v2 import (
-    check_cancel,
     check_chat_v2,
     check_completion_callback,
     check_grader_callback,
-    check_status,
 )
 from .records import (
     BAD_API_KEY,
     BODY_ID_MISMATCH,
     CALLBACK_KEY_IN_CHAT,
     MALFORMED_REQUEST,
-    MISSING_GRADER_CALLBACK,
-    NO_COMPLETION,
     UNKNOWN_ROLLOUT,
     Finding,
     RolloutRecord,
 )
 from .v2_bodies import (
-    TERMINAL_STATUSES,
     CompletionCallback,
     GraderCallback,
-    start_body,
     v2_result,
 )
 
 if TYPE_CHECKING:
-    import httpx2
-
     from .traingate import MockTrainGate
 
 __all__ = ["V2Endpoints", "V2Exchange", "v2_route"]
@@ -75,11 +62,8 @@ __all__ = ["V2Endpoints", "V2Exchange", "v2_route"]
 #: Route kinds under ``/v1/rollouts/{id}/``.
 CHAT, COMPLETION, GRADER = "chat/completions", "completion", "grader"
 _PREFIX = "/v1/rollouts/"
-_TOOLS = TypeAdapter(list[OpenAIFunctionToolSchema])
+TOOLS = TypeAdapter(list[OpenAIFunctionToolSchema])
 _JSON = {"content-type": "application/json"}
-#: How long the status answer may lag behind the grader callback's ack (the server records
-#: the outcome as the delivery returns): a few polls, then a finding.
-STATUS_GRACE_S = 1.0
 
 
 @dataclass
@@ -215,7 +199,7 @@ class V2Endpoints:
         raw.pop("stream_options", None)
         tools_wire = raw.pop("tools", None)
         try:
-            tools = _TOOLS.validate_python(tools_wire) if tools_wire is not None else []
+            tools = TOOLS.validate_python(tools_wire) if tools_wire is not None else []
             params = record.request.completion_params if record.request is not None else {}
             body = CompletionsRequest.model_validate({**params, **raw, "rollout_id": rollout_id})
         except ValidationError as exc:
@@ -305,162 +289,6 @@ class V2Endpoints:
             "this rollout's URL: the ids must be the same",
         )
         return _reply(422, {"detail": "rollout_id mismatch"})
-
-    # -- driving a v2 rollout server ------------------------------------------------------
-
-    async def start(
-        self,
-        post: PostTransport,
-        server_url: str,
-        request: RolloutRequest,
-        *,
-        llm_key: str,
-        callback_key: str,
-        agent_timeout_s: float,
-        grader_timeout_s: float,
-        server_key: str | None = None,
-        declared: list[OpenAIFunctionToolSchema] | None = None,
-        give_up_at: float | None = None,
-    ) -> tuple[RolloutRecord, Reply]:
-        """Register the rollout and ``POST /rollout`` until it is not 429 (waiting what each
-        ``Retry-After`` says, clamped to 0.05-60 s, until ``give_up_at``, a monotonic time)."""
-        record = self.expect(
-            request.rollout_id,
-            api_key=llm_key,
-            callback_key=callback_key,
-            tools=declared,
-            request=request,
-        )
-        exchange = record.v2
-        assert exchange is not None
-        content = json.dumps(
-            start_body(
-                request,
-                base_url=self.gate.base_url,
-                llm_key=llm_key,
-                callback_key=callback_key,
-                agent_timeout_s=agent_timeout_s,
-                grader_timeout_s=grader_timeout_s,
-            ),
-            separators=(",", ":"),
-        ).encode()
-        headers = _headers(server_key)
-        while True:
-            reply = await post.post(f"{server_url}/rollout", content, headers)
-            if reply.status_code != 429:
-                break
-            wait = retry_after(reply.headers.get("retry-after"))
-            if give_up_at is not None and time.monotonic() + wait > give_up_at:
-                break
-            exchange.throttled += 1
-            await anyio.sleep(wait)
-        if reply.status_code == 202:
-            self._accepted(record, reply)
-        else:
-            exchange.closed = True
-        return record, reply
-
-    def _accepted(self, record: RolloutRecord, reply: Reply) -> None:
-        try:
-            data = reply.json()
-        except ValueError:
-            return
-        if not isinstance(data, dict):
-            return
-        named = data.get("rollout_id")
-        if named is not None and named != record.rollout_id:
-            record.add(
-                BODY_ID_MISMATCH,
-                f"the 202 names rollout_id {str(named)[:80]!r}, not the id this rollout was "
-                "started with",
-            )
-        tools = data.get("tools")  # our server's extension: the tools get_tools returned
-        exchange = record.v2
-        if isinstance(tools, list) and exchange is not None and exchange.declared is None:
-            with contextlib.suppress(ValidationError):  # a bad list: simply not known
-                exchange.declared = _TOOLS.validate_python(tools)
-
-    async def finish(
-        self,
-        record: RolloutRecord,
-        http: httpx2.AsyncClient,
-        *,
-        wait_s: float,
-        server_key: str | None,
-    ) -> None:
-        """Wait for the grader callback up to ``wait_s``; then read the status, or (at the
-        deadline) report what is missing and cancel the rollout."""
-        exchange = record.v2
-        assert exchange is not None
-        with anyio.move_on_after(wait_s):
-            await exchange.terminal.wait()
-        headers = _headers(server_key)
-        rid = quote(record.rollout_id, safe="")
-        if exchange.terminal.is_set():
-            exchange.status = await self._status(http, rid, headers)
-            check_status(record, exchange, *exchange.status)
-        else:
-            if not exchange.completions:
-                record.add(NO_COMPLETION, f"no completion callback within {wait_s:g} s")
-            record.add(
-                MISSING_GRADER_CALLBACK,
-                f"no grader callback within {wait_s:g} s (agent + grader timeouts + 60 s); "
-                "the rollout was cancelled",
-            )
-            exchange.cancel = await _answer(
-                http, "POST", "/rollout/cancel", headers, {"ids": [record.rollout_id]}
-            )
-            check_cancel(record, exchange, *exchange.cancel)
-            if exchange.completions:
-                first = exchange.completions[0]
-                record.completions.append(v2_result(record.rollout_id, first, None))
-            exchange.closed = True
-
-    async def _status(
-        self, http: httpx2.AsyncClient, rid: str, headers: dict[str, str]
-    ) -> tuple[int, Any]:
-        give_up = time.monotonic() + STATUS_GRACE_S
-        while True:
-            answer = await _answer(http, "GET", f"/rollout/{rid}/status", headers, None)
-            status = answer[1].get("status") if isinstance(answer[1], dict) else None
-            if status in TERMINAL_STATUSES or answer[0] != 200 or time.monotonic() > give_up:
-                return answer
-            await anyio.sleep(0.02)
-
-
-async def _answer(
-    http: httpx2.AsyncClient, method: str, path: str, headers: dict[str, str], body: Any
-) -> tuple[int, Any]:
-    """One status or cancel call: (HTTP status, JSON body or None); a transport failure is 0."""
-    import httpx2
-
-    try:
-        response = await http.request(method, path, headers=headers, json=body, timeout=10.0)
-    except httpx2.TransportError:
-        return 0, None
-    try:
-        return response.status_code, response.json()
-    except ValueError:
-        return response.status_code, None
-
-
-def _headers(server_key: str | None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json"}
-    if server_key:
-        headers["Authorization"] = f"Bearer {server_key}"
-    return headers
-
-
-def retry_after(value: str | None) -> float:
-    """A 429's ``Retry-After`` in seconds, clamped to 0.05-60 (1 when missing or unreadable),
-    as the original controller reads it."""
-    try:
-        seconds = float(value) if value is not None else 1.0
-    except ValueError:
-        return 1.0
-    if not math.isfinite(seconds):
-        return 1.0
-    return min(60.0, max(0.05, seconds))
 
 
 def sse_reply(reply: CompletionsResponse) -> bytes:
