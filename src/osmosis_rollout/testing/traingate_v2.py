@@ -115,7 +115,7 @@ def _reply(status: int, data: Any) -> Reply:
 
 
 class V2Endpoints:
-    """The v2 routes and driver of one :class:`~.traingate.MockTrainGate` (``gate.v2``)."""
+    """The v2 routes of one :class:`~.traingate.MockTrainGate` (``gate.v2`` adds the driver)."""
 
     def __init__(self, gate: MockTrainGate) -> None:
         self.gate = gate
