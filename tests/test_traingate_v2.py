@@ -353,3 +353,15 @@ async def test_a_server_without_v2_is_one_clear_error_before_any_row() -> None:
         with pytest.raises(ConfigError, match=r"does not speak protocol v2 \(POST /rollout"):
             async with harness:
                 pass
+
+
+def test_v2_urls_in_error_messages_are_named_for_what_they_are() -> None:
+    from osmosis_rollout.testing.traingate import name_gate_urls
+
+    base = "http://traingate.test"
+    text = (
+        f"POST {base}/v1/rollouts/row-1%2Fa/chat/completions: HTTP 503; {base}/v1/rollouts/x/grader"
+    )
+    assert name_gate_urls(text, base) == (
+        "POST the mock TrainGate's chat endpoint: HTTP 503; the mock TrainGate's grader endpoint"
+    )
