@@ -583,6 +583,27 @@ async def test_the_request_carries_host_length_agent_and_the_callers_headers() -
         assert server.seen[1].header("host") == f"127.0.0.1:{port}"
 
 
+async def test_urls_of_one_origin_each_send_their_own_path() -> None:
+    """Protocol v2 calls a new URL per rollout on one origin: each request line carries its own
+    path (the origin's parsed form is reused), the Host and the Basic auth of the origin stay,
+    and a bad path on a known origin is still refused."""
+    async with raw() as server, lean() as http:
+        port = server.url.rsplit(":", 1)[1]
+        base = server.url.replace("//", "//gate:pw@")
+        for rid in ("a", "b", "c-1"):
+            await http.post(f"{base}/v1/rollouts/{rid}/completion", b"{}", {})
+        heads = [seen.head.split(b"\r\n", 1)[0] for seen in server.seen]
+        assert heads == [
+            b"POST /v1/rollouts/a/completion HTTP/1.1",
+            b"POST /v1/rollouts/b/completion HTTP/1.1",
+            b"POST /v1/rollouts/c-1/completion HTTP/1.1",
+        ]
+        assert {seen.header("host") for seen in server.seen} == {f"127.0.0.1:{port}"}
+        assert {seen.header("authorization") for seen in server.seen} == {"Basic Z2F0ZTpwdw=="}
+        with pytest.raises(InvalidTarget, match="invalid path"):
+            await http.post(f"{base}/v1/rollouts/a b/completion", b"", {})
+
+
 async def test_ipv6_literals_and_default_ports() -> None:
     if not socket.has_ipv6:
         pytest.skip("this machine has no IPv6")

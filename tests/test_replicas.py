@@ -23,7 +23,8 @@ from osmosis_rollout.server.state import open_state
 
 from .gates import CallbackGate, init
 from .processes import REPO, ServeProcess, clean_env, osmosis_serve
-from .support import wait_until
+from .support import serve_in_thread, wait_until
+from .v2_gate import V2Gate, v2_init
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -149,3 +150,99 @@ async def test_kill_9_of_a_replica_under_load_loses_nothing(
     survivors = [c[0].body for rid, c in recorder.callbacks.items() if rid not in orphans]
     assert all(body["status"] == "COMPLETED" for body in survivors)
     assert {body["extra_fields"]["pid"] for body in survivors} == {a.proc.pid}
+
+
+# -- protocol v2 on replicas sharing Redis ------------------------------------------------------
+
+
+@pytest.fixture
+def v2_gate() -> Iterator[V2Gate]:
+    """A v2 controller stand-in on 127.0.0.1 (uvicorn in a thread)."""
+    recorder = V2Gate(replies=[{"content": "unused"}])
+    with serve_in_thread(recorder.app()) as url:
+        recorder.url = url
+        yield recorder
+
+
+def _v2_body(gate: V2Gate, rid: str, sleep_s: float) -> dict[str, object]:
+    return v2_init(gate.url, rid, metadata={"sleep_s": sleep_s})
+
+
+async def test_v2_status_and_cancel_from_any_replica(
+    tmp_path: Path, redis_url: str, v2_gate: V2Gate
+) -> None:
+    """A v2 rollout running on A: B answers its status, and B's cancel reaches A, which ends it
+    in a cancelled completion and a failed grader callback; B then reports it cancelled."""
+    with replicas(tmp_path, redis_url) as (a, b):
+        async with httpx2.AsyncClient(timeout=30) as http:
+            started = await http.post(f"{a.url}/rollout", json=_v2_body(v2_gate, "v2-far", 30))
+            await anyio.sleep(0.5)
+            running = (await http.get(f"{b.url}/rollout/v2-far/status")).json()
+            cancel = await http.post(f"{b.url}/rollout/cancel", json={"ids": ["v2-far"]})
+            await wait_until(lambda: v2_gate.ended("v2-far"), 15)
+            ended = (await http.get(f"{b.url}/rollout/v2-far/status")).json()
+            by_prefix = await http.post(f"{b.url}/rollout/cancel", json={"prefix": "v2-"})
+
+    assert started.status_code == 202
+    assert running["status"] == "running"
+    assert cancel.json() == {"dispositions": {"v2-far": "cancelled_running"}}
+    assert v2_gate.completions["v2-far"][0].body["status"] == "cancelled"
+    assert v2_gate.graders["v2-far"][0].body["status"] == "failure"
+    assert ended["status"] == "cancelled"
+    assert "cancelled by the trainer" in ended["err_message"]
+    assert by_prefix.json() == {"dispositions": {}}
+
+
+async def test_kill_9_of_a_v2_replica_loses_nothing(
+    tmp_path: Path, redis_url: str, v2_gate: V2Gate
+) -> None:
+    """60 v2 rollouts over two replicas, B killed with SIGKILL while its rollouts run: each
+    ends in exactly one completion and one grader callback (B's as failures, sent by A once
+    their lease lapses, with the controller key), or an outbox entry holding what is missing."""
+    total = 60
+    with replicas(tmp_path, redis_url) as (a, b):
+        async with httpx2.AsyncClient(timeout=30) as http:
+
+            async def send(i: int) -> None:
+                target = a if i % 2 else b
+                sleep_s = 30.0 if target is b else 0.2 + (i % 10) * 0.2
+                response = await http.post(
+                    f"{target.url}/rollout", json=_v2_body(v2_gate, f"k-{i}", sleep_s)
+                )
+                assert response.status_code == 202
+
+            async with anyio.create_task_group() as tasks:
+                for i in range(total):
+                    tasks.start_soon(send, i)
+            os.kill(b.proc.pid, signal.SIGKILL)
+            b.proc.wait(timeout=10)
+            state = open_state(redis_url, outbox_dir=tmp_path / "unused")
+            try:
+                with anyio.fail_after(LEASE_TTL_S * 4 + 20):
+                    while True:
+                        kept = {e.rollout_id for e in await state.outbox_list()}
+                        with v2_gate.lock:
+                            done = set(v2_gate.graders)
+                        if len(done | kept) >= total:
+                            break
+                        await anyio.sleep(0.1)
+                await anyio.sleep(LEASE_TTL_S)  # a late duplicate would arrive about now
+                kept_entries = await state.outbox_list()
+            finally:
+                await state.close()
+
+    assert kept_entries == []
+    with v2_gate.lock:
+        completions = {rid: [c.body for c in calls] for rid, calls in v2_gate.completions.items()}
+        graders = {rid: [c.body for c in calls] for rid, calls in v2_gate.graders.items()}
+    assert {rid: len(c) for rid, c in completions.items()} == {f"k-{i}": 1 for i in range(total)}
+    assert {rid: len(g) for rid, g in graders.items()} == {f"k-{i}": 1 for i in range(total)}
+    for i in range(total):
+        [completion], [grader] = completions[f"k-{i}"], graders[f"k-{i}"]
+        if i % 2:  # A's: ran to the end
+            assert (completion["status"], grader["status"]) == ("success", "failure")
+            assert grader["err_category"] == "validation_error"  # no reward, no grade()
+        else:  # B's: ended by A's sweep
+            assert completion["status"] == "failure"
+            assert "stopped" in completion["err_message"]
+            assert grader["status"] == "failure"

@@ -220,7 +220,7 @@ async def test_cancel_while_queued_and_while_running(tmp_path: Path) -> None:
     async with v2_served(tmp_path, max_concurrent=1) as s:
         await s.start(v2_init(s.gate.url, "run-1", metadata={"sleep_s": 30}))
         await s.start(v2_init(s.gate.url, "queued-1"))
-        await wait_until(lambda: True, 0.1)
+        await anyio.sleep(0.2)
         before = [await s.status("run-1"), await s.status("queued-1")]
         first = await s.cancel({"ids": ["run-1", "queued-1", "nobody"]})
         for rid in ("run-1", "queued-1"):

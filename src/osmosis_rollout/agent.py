@@ -41,6 +41,11 @@ logger = logging.getLogger("osmosis_rollout.agent")
 _NEVER_SENT = frozenset({"tools", "tool_choice", "messages", "rollout_id"})
 
 
+#: Tool lists as v2 chat bodies carry them, by the shared (checked, cached) list they come from;
+#: each entry holds its list, so its id cannot be reused while it is here.
+_DUMPED_TOOLS: dict[int, tuple[Sequence[OpenAIFunctionToolSchema], list[dict[str, Any]]]] = {}
+
+
 class TurnObserver(Protocol):
     """Told about each LLM turn and tool call as it ends (the server's Prometheus metrics)."""
 
@@ -165,7 +170,6 @@ class RolloutContext:
         self.request = request
         self._shared_tools = tools
         self._tools: list[OpenAIFunctionToolSchema] | None = None
-        self._dumped_tools: list[dict[str, Any]] | None = None
         self._backend = backend
         self._trace = trace
         self._observer = observer
@@ -232,15 +236,18 @@ class RolloutContext:
         return body
 
     def _wire_tools(self) -> list[dict[str, Any]]:
-        """The tools as sent with each v2 call: dumped once while the agent has not replaced
-        or read ``ctx.tools`` (the common case), else from its own list each call."""
+        """The tools as sent with each v2 call: dumped once per shared tool list while the agent
+        has not replaced or read ``ctx.tools``, else from its own list each call."""
         if self._tools is not None:
             return [tool.model_dump(mode="json", exclude_none=True) for tool in self._tools]
-        if self._dumped_tools is None:
-            self._dumped_tools = [
-                tool.model_dump(mode="json", exclude_none=True) for tool in self._shared_tools
-            ]
-        return self._dumped_tools
+        shared = self._shared_tools
+        found = _DUMPED_TOOLS.get(id(shared))
+        if found is None or found[0] is not shared:
+            if len(_DUMPED_TOOLS) >= 256:
+                _DUMPED_TOOLS.clear()
+            dumped = [tool.model_dump(mode="json", exclude_none=True) for tool in shared]
+            found = _DUMPED_TOOLS[id(shared)] = (shared, dumped)
+        return found[1]
 
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
         """Run one LLM turn on the full history ``messages``.

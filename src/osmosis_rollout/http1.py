@@ -93,6 +93,9 @@ class Http1Transport:
         #: CPU per LLM turn through ``ctx.chat`` (bench_turn_overhead.py, docs/benchmarks.md
         #: section 18); cleared when it grows past _MAX_NAMES (many TrainGates).
         self._targets: dict[str, _Target] = {}
+        #: Parsed origins (``scheme://authority``) with their Host lines: protocol v2 calls a new
+        #: URL per rollout (the id in its path), on a few origins.
+        self._origins: dict[str, tuple[_Target, bytes]] = {}
         self._idle: dict[tuple[str, str, int], collections.deque[Connection]] = {}
         self._idle_count = 0
         #: Connections counted against ``max_connections`` (connecting, busy or idle).
@@ -151,6 +154,43 @@ class Http1Transport:
     # -- URLs and requests ------------------------------------------------------------------
 
     def _target(self, url: str) -> _Target:
+        start = url.find("://")
+        slash = url.find("/", start + 3) if start > 0 else -1
+        if slash > 0:
+            known = self._origins.get(url[:slash])
+            path = url[slash:]
+            if (
+                known is not None
+                and path.isascii()
+                and not any(c in path for c in " ?#")
+                and not _BAD_VALUE.search(path)
+            ):
+                origin, tail = known
+                target = _Target(
+                    origin.key,
+                    origin.host,
+                    origin.port,
+                    origin.tls,
+                    b"POST " + path.encode() + b" HTTP/1.1\r\n" + tail,
+                    origin.auth,
+                )
+                return self._remember(url, target)
+        target = self._parse_target(url)
+        if slash > 0 and not any(c in url[slash:] for c in "?#"):
+            line = b"POST " + url[slash:].encode() + b" HTTP/1.1\r\n"
+            if target.head.startswith(line):
+                if len(self._origins) >= _MAX_NAMES:
+                    self._origins.clear()
+                self._origins[url[:slash]] = (target, target.head[len(line) :])
+        return self._remember(url, target)
+
+    def _remember(self, url: str, target: _Target) -> _Target:
+        if len(self._targets) >= _MAX_NAMES:
+            self._targets.clear()
+        self._targets[url] = target
+        return target
+
+    def _parse_target(self, url: str) -> _Target:
         try:
             parts = urlsplit(url)
             port = parts.port
@@ -184,13 +224,9 @@ class Http1Transport:
         if parts.username is not None:  # user:password@host, as httpx2 sends it
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             head += f"Authorization: Basic {base64.b64encode(secret.encode()).decode()}\r\n"
-        target = _Target(
+        return _Target(
             (scheme, host, port), host, port, scheme == "https", head.encode(), "@" in parts.netloc
         )
-        if len(self._targets) >= _MAX_NAMES:
-            self._targets.clear()
-        self._targets[url] = target
-        return target
 
     def _request(self, target: _Target, content: bytes, headers: Mapping[str, str]) -> bytes:
         parts = [target.head, b"Content-Length: %d\r\n" % len(content)]

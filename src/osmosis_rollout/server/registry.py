@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .target import DeliveryTarget
 
 __all__ = [
+    "CANCELLED_BY_TRAINER",
     "DEFAULT_MAX_RECORDS",
     "AcceptedBody",
     "Answer",
@@ -35,12 +36,15 @@ __all__ = [
     "RolloutEntry",
     "RolloutRegistry",
     "Terminal",
+    "cancel_entry",
     "refusal",
 ]
 
 #: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
 #: each (see docs/security.md), so the cap bounds them near 200 MB.
 DEFAULT_MAX_RECORDS = 1_000_000
+#: The reason a trainer's cancel gives (its callback's error message says so).
+CANCELLED_BY_TRAINER = "cancelled by the trainer"
 #: Builds the 202 body of an accepted rollout from its id and its tools' JSON (the wire's).
 AcceptedBody = Callable[[str, bytes], bytes]
 
@@ -184,6 +188,24 @@ class FinishedRecord:
     async def init_answer(self, accepted: AcceptedBody) -> Answer:
         """The first init's 202, rebuilt by ``accepted``."""
         return Answer(202, accepted(self.rollout_id, self.tools.json))
+
+
+def cancel_entry(entry: RolloutEntry, reason: str) -> str:
+    """Cancel a live rollout for its trainer; the disposition (spec 14.5): ``cancelled_queued``
+    before its agent runs, ``cancelled_running`` while it (or its grade) runs, ``not_found``
+    once its result is known or it was cancelled already."""
+    control = entry.control
+    if control.cancelled or entry.terminal is not None:
+        return "not_found"
+    if entry.phase in (Phase.PENDING, Phase.QUEUED):
+        control.cancel(reason)
+        if entry.waiting is not None:
+            entry.waiting.cancel()
+        return "cancelled_queued"
+    if entry.phase in (Phase.RUNNING, Phase.GRADING):
+        control.cancel(reason)
+        return "cancelled_running"
+    return "not_found"
 
 
 @dataclass(frozen=True)

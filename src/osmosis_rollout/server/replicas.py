@@ -20,8 +20,16 @@ import anyio.abc
 from ..protocol import RolloutResponse, RolloutStatus
 from ..redaction import loggable
 from .delivery import Delivery, redeliver
-from .registry import AcceptedBody, Answer, Conflict, refusal
+from .registry import (
+    CANCELLED_BY_TRAINER,
+    AcceptedBody,
+    Answer,
+    Conflict,
+    cancel_entry,
+    refusal,
+)
 from .state import ClaimOutcome, LeasedRollout, StateBackend, StateUnavailable
+from .status import publish_status
 from .target import TargetFactory
 
 if TYPE_CHECKING:
@@ -117,6 +125,7 @@ class Replicas:
         tasks.start_soon(self._renew_leases)
         tasks.start_soon(self._sweep_orphans)
         tasks.start_soon(self._redeliver_outbox)
+        tasks.start_soon(self._take_cancels)
 
     async def _renew_leases(self) -> None:
         """Keep this replica's leases (and its heartbeat) fresh, a fifth of the TTL apart."""
@@ -176,6 +185,16 @@ class Replicas:
         target = self.target_of(
             orphan.protocol, orphan.rollout_id, orphan.server_url, orphan.api_key, orphan.route
         )
+        response, terminal = target.settle(response, None)
+        await publish_status(
+            self.state,
+            orphan.rollout_id,
+            orphan.protocol,
+            self.scheduler.replica,
+            terminal.status,
+            terminal,
+            self.record_ttl_s,
+        )
         try:
             await target.deliver(self.client, response)
         except Exception as exc:
@@ -207,6 +226,20 @@ class Replicas:
             return await self.state.request_cancel_matching(prefix, protocol, replica)
         except StateUnavailable:
             return {}
+
+    async def _take_cancels(self) -> None:
+        """Cancel the rollouts peers asked this replica to cancel (polled twice a second)."""
+        registry = self.registry
+        while True:
+            await anyio.sleep(0.5)
+            try:
+                wanted = await self.state.take_cancels(self.scheduler.replica)
+            except StateUnavailable:
+                continue
+            for rollout_id in wanted:
+                entry = registry.by_id.get(rollout_id)
+                if entry is not None:
+                    cancel_entry(entry, CANCELLED_BY_TRAINER)
 
     async def _redeliver_outbox(self) -> None:
         """Retry undeliverable results kept in the shared outbox, with exponential backoff."""

@@ -28,7 +28,7 @@ import anyio.abc
 from .. import telemetry
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
-from ..grading import Grade, has_grade, run_grade
+from ..grading import Grade
 from ..protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
@@ -39,7 +39,22 @@ from ..redaction import loggable, scrub
 from ..rollout import run_rollout
 from ..tools.tool_set import resolve_tool_set
 from .delivery import Delivery, log_exception
-from .registry import AcceptedBody, Answer, Conflict, RolloutEntry, RolloutRegistry, refusal
+from .phases import (
+    agent_deadline,
+    cancelled_response,
+    grade,
+    name_agent_timeout,
+    wants_grade,
+)
+from .registry import (
+    AcceptedBody,
+    Answer,
+    Conflict,
+    RolloutEntry,
+    RolloutRegistry,
+    Terminal,
+    refusal,
+)
 from .replicas import claim_init
 from .state import (
     BODY_CHANGED,
@@ -48,6 +63,7 @@ from .state import (
     StateUnavailable,
     fingerprint,
 )
+from .status import publish_status
 from .target import DeliveryTarget
 
 if TYPE_CHECKING:
@@ -219,6 +235,7 @@ class Scheduler:
         registry.accept(entry, tools_json)
         if self.state.shared:
             self.leased_at[entry.key] = leased_at
+            await self._publish(entry, "queued")
         if queue:
             self._counted.add(entry.key)
         self._start(entry, tool_set.tools)
@@ -280,13 +297,14 @@ class Scheduler:
                     finally:
                         self._slots.release()
                 else:  # cancelled while it waited for a slot
-                    response = _cancelled(request, entry.control.reason, "before it ran")
+                    response = cancelled_response(request, entry.control.reason, "before it ran")
                     if self.metrics is not None:
                         self.metrics.rollout_ended(response.status.value, response.finish_reason)
                 response, entry.terminal = target.settle(
                     response, await self._grade(entry, response), entry.control.category
                 )
                 self.registry.delivering(entry)
+                await self._publish(entry, "", entry.terminal)
                 if await self._still_ours(entry):
                     # A drain that gives up on this delivery cancels this scope: the result goes to
                     # the outbox at once, not when the process exits.
@@ -294,7 +312,7 @@ class Scheduler:
                         await self.delivery.deliver(self.client, entry, response)
             except BaseException:
                 if response is None:  # stopped before the agent ran: the result is still kept
-                    cancelled = _cancelled(request, "server stopped before it ran", "")
+                    cancelled = cancelled_response(request, "server stopped before it ran")
                     if self.metrics is not None:
                         self.metrics.rollout_ended(cancelled.status.value, cancelled.finish_reason)
                     cancelled, entry.terminal = target.settle(cancelled, None)
@@ -342,13 +360,10 @@ class Scheduler:
         self.registry.start(entry)
         if self.metrics is not None:
             self.metrics.started.inc()
+        await self._publish(entry, "running")
         queued_s = time.perf_counter() - entry.accepted_at
-        deadline_s = self.settings.rollout_timeout_s
-        # v2's agent_timeout_sec counts from acceptance, queue time included (as the
-        # controller's own deadline does): docs/protocol-v2.md, U13.
-        agent_limit: float | None = getattr(request, "agent_timeout_sec", None)
-        if agent_limit is not None:
-            deadline_s = min(deadline_s, max(0.0, agent_limit - queued_s))
+        timeout_s = self.settings.rollout_timeout_s
+        deadline_s, agent_limit = agent_deadline(request, timeout_s, queued_s)
         try:
             response = await run_rollout(
                 self.agent,
@@ -369,15 +384,7 @@ class Scheduler:
                 finish_reason="error",
                 error_message=f"internal error: {type(exc).__name__}",
             )
-        if (
-            agent_limit is not None
-            and response.finish_reason == "timeout"
-            and agent_limit - queued_s < self.settings.rollout_timeout_s
-        ):
-            queued = f" ({queued_s:.1f} s of it spent queued)" if queued_s >= 0.1 else ""
-            response.error_message = (
-                f"rollout exceeded its agent_timeout_sec of {agent_limit:g} s{queued}"
-            )
+        name_agent_timeout(response, agent_limit, queued_s, timeout_s)
         if response.metrics is not None:
             response.metrics = response.metrics.model_copy(
                 update={"queue_latency_ms": round(queued_s * 1000, 3)}
@@ -387,21 +394,27 @@ class Scheduler:
         return response
 
     async def _grade(self, entry: RolloutEntry, response: RolloutResponse) -> Grade | None:
-        """The grader phase, when the agent has ``grade`` and ``run()`` completed: under v2's
-        ``grader_timeout_sec``, else the server's rollout timeout."""
-        if not has_grade(self.agent) or response.status is not RolloutStatus.COMPLETED:
+        """The grader phase, if the agent has one and ``run()`` completed (``phases.grade``)."""
+        if not wants_grade(self.agent, response):
             return None
-        request = entry.request
-        limit: float | None = getattr(request, "grader_timeout_sec", None)
         self.registry.grading(entry)
-        return await run_grade(
-            self.agent,
-            entry.control.context,
-            response,
-            timeout_s=self.settings.rollout_timeout_s if limit is None else limit,
-            control=entry.control,
-            secret=request.api_key_value,
-        )
+        await self._publish(entry, "grading")
+        return await grade(self.agent, entry, response, self.settings.rollout_timeout_s)
+
+    async def _publish(
+        self, entry: RolloutEntry, status: str, terminal: Terminal | None = None
+    ) -> None:
+        """Tell the other replicas (a shared state only) where the rollout is."""
+        if self.state.shared and entry.target is not None:
+            await publish_status(
+                self.state,
+                entry.rollout_id,
+                entry.target.protocol,
+                self.replica,
+                status,
+                terminal,
+                self.settings.record_ttl_s,
+            )
 
     async def _unqueue(self, entry: RolloutEntry) -> None:
         try:
@@ -434,14 +447,3 @@ class Scheduler:
             await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
         except StateUnavailable as exc:
             logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
-
-
-def _cancelled(request: RolloutRequest, reason: str, when: str) -> RolloutResponse:
-    """The ``ERROR``/``cancelled`` result of a rollout stopped before its agent ran."""
-    return RolloutResponse(
-        rollout_id=request.rollout_id,
-        status=RolloutStatus.ERROR,
-        final_messages=list(request.messages),
-        finish_reason="cancelled",
-        error_message=f"rollout cancelled ({reason}){' ' + when if when else ''}",
-    )

@@ -13,6 +13,9 @@ This module maps ``StateBackend`` onto them. Keys (``P`` is the prefix, ``osmosi
     P:outbox            stream of undeliverable callbacks
     P:outbox:due        zset entry id -> next attempt (ms)
     P:outbox:tries      hash entry id -> attempts;  P:outbox:errors: entry id -> last error
+    P:status:<rid>      hash protocol, replica, status, reward, err     status from any replica
+    P:inflight          set of rollout ids not yet terminal             cancel by prefix / all
+    P:cancels:<replica> list of rollout ids a peer asked it to cancel   polled by the owner
 
 The store holds per-rollout API keys (to call TrainGate back for a dead replica and to redeliver
 the outbox): protect it like the hosts themselves (no public bind, a password or ACL, TLS).
@@ -207,6 +210,80 @@ class RedisState(StateBackend):
             )
         )
         return [LeasedRollout.from_json(data) for data in found]
+
+    # -- status and cancel across replicas -------------------------------------------------------
+
+    async def publish_status(
+        self,
+        rollout_id: str,
+        protocol: str,
+        replica: str,
+        status: str,
+        *,
+        reward: float | None = None,
+        err_message: str | None = None,
+        ttl_s: float | None = None,
+    ) -> None:
+        """See ``StateBackend.publish_status``; in flight it lives a day at most (an orphan
+        sweep publishes the end of a dead replica's rollouts)."""
+        terminal = ttl_s is not None
+        await self._call(
+            self._scripts.status_set(
+                keys=[self._k("status", rollout_id), self._k("inflight")],
+                args=[
+                    rollout_id,
+                    protocol,
+                    replica,
+                    status,
+                    "" if reward is None else repr(reward),
+                    err_message or "",
+                    _ms(ttl_s if ttl_s is not None else 86_400.0),
+                    int(terminal),
+                ],
+            )
+        )
+
+    async def rollout_status(self, rollout_id: str, protocol: str) -> dict[str, Any] | None:
+        """See ``StateBackend.rollout_status``."""
+        redis: Any = self._redis
+        found = await self._call(redis.hgetall(self._k("status", rollout_id)))
+        if not found or _text(found.get(b"protocol", b"")) != protocol:
+            return None
+        status = _text(found[b"status"])
+        reward = _text(found.get(b"reward", b""))
+        err = _text(found.get(b"err", b""))
+        success = status == "success"
+        return {
+            "rollout_id": rollout_id,
+            "status": status,
+            "reward": float(reward) if reward and success else None,
+            "err_message": err if err and status in ("failure", "cancelled") else None,
+        }
+
+    async def request_cancel(self, rollout_id: str, protocol: str) -> str:
+        """See ``StateBackend.request_cancel``."""
+        done = await self._call(
+            self._scripts.cancel(
+                keys=[self._k("status", rollout_id)], args=[rollout_id, protocol, self.prefix]
+            )
+        )
+        return _text(done)
+
+    async def request_cancel_matching(
+        self, prefix: str, protocol: str, replica: str
+    ) -> dict[str, str]:
+        """See ``StateBackend.request_cancel_matching``."""
+        found = await self._call(
+            self._scripts.cancel_matching(
+                keys=[self._k("inflight")], args=[prefix, protocol, self.prefix, replica]
+            )
+        )
+        return {_text(found[i]): _text(found[i + 1]) for i in range(0, len(found), 2)}
+
+    async def take_cancels(self, replica: str) -> list[str]:
+        """See ``StateBackend.take_cancels``."""
+        found = await self._call(self._scripts.take_cancels(keys=[self._k("cancels", replica)]))
+        return [_text(rid) for rid in found]
 
     # -- outbox: a stream -----------------------------------------------------------------------
 

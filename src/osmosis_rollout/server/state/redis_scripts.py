@@ -198,6 +198,69 @@ return 1
 )
 
 
+# KEYS: status, inflight.  ARGV: rid, protocol, replica, status, reward, err, ttl_ms, terminal
+# A cancel already asked for stays asked for (a later phase must not clear it).
+_STATUS_SET = """
+redis.call('HSET', KEYS[1], 'protocol', ARGV[2], 'replica', ARGV[3], 'status', ARGV[4],
+           'reward', ARGV[5], 'err', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+if ARGV[8] == '1' then redis.call('SREM', KEYS[2], ARGV[1])
+else redis.call('SADD', KEYS[2], ARGV[1]) end
+return 1
+"""
+
+# The disposition of one rollout's cancel, passed on to its replica's cancel list.
+_CANCEL_ONE = """
+local function cancel_one(status_key, rid, protocol, prefix, skip)
+  local s = redis.call('HMGET', status_key, 'protocol', 'replica', 'status', 'cancel')
+  if not s[1] or s[1] ~= protocol or s[4] or s[2] == skip then return 'not_found' end
+  local d
+  if s[3] == 'queued' then d = 'cancelled_queued'
+  elseif s[3] == 'running' or s[3] == 'grading' then d = 'cancelled_running'
+  else return 'not_found' end
+  redis.call('HSET', status_key, 'cancel', '1')
+  local list = prefix .. ':cancels:' .. s[2]
+  redis.call('RPUSH', list, rid)
+  redis.call('PEXPIRE', list, 600000)
+  return d
+end
+"""
+
+# KEYS: status.  ARGV: rid, protocol, prefix
+_CANCEL = (
+    _CANCEL_ONE
+    + """
+return cancel_one(KEYS[1], ARGV[1], ARGV[2], ARGV[3], '')
+"""
+)
+
+# KEYS: inflight.  ARGV: id prefix, protocol, key prefix, this replica (its own are skipped)
+_CANCEL_MATCHING = (
+    _CANCEL_ONE
+    + """
+local out = {}
+for _, rid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if string.sub(rid, 1, string.len(ARGV[1])) == ARGV[1] then
+    local key = ARGV[3] .. ':status:' .. rid
+    if redis.call('EXISTS', key) == 0 then redis.call('SREM', KEYS[1], rid)
+    else
+      local d = cancel_one(key, rid, ARGV[2], ARGV[3], ARGV[4])
+      if d ~= 'not_found' then table.insert(out, rid); table.insert(out, d) end
+    end
+  end
+end
+return out
+"""
+)
+
+# KEYS: cancels.  Takes the whole list.
+_TAKE_CANCELS = """
+local ids = redis.call('LRANGE', KEYS[1], 0, -1)
+redis.call('DEL', KEYS[1])
+return ids
+"""
+
+
 class Scripts:
     """The scripts registered on one client, one attribute per operation."""
 
@@ -215,3 +278,7 @@ class Scripts:
         self.outbox_put = register(_OUTBOX_PUT)
         self.outbox_due = register(_OUTBOX_DUE)
         self.outbox_retry = register(_OUTBOX_RETRY)
+        self.status_set = register(_STATUS_SET)
+        self.cancel = register(_CANCEL)
+        self.cancel_matching = register(_CANCEL_MATCHING)
+        self.take_cancels = register(_TAKE_CANCELS)

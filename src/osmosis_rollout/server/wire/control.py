@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..registry import Phase, RolloutEntry, Terminal
+from ..registry import CANCELLED_BY_TRAINER, Phase, RolloutEntry, Terminal, cancel_entry
 from .v2_body import CancelBody
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["CANCELLED_BY_TRAINER", "control_routes", "disposition", "status_of"]
 
 _JSON = "application/json"
-CANCELLED_BY_TRAINER = "cancelled by the trainer"
 _ONE_SELECTOR = {"detail": "pass exactly one selector: ids, prefix, or all"}
 _IN_FLIGHT = {
     Phase.PENDING: "queued",
@@ -65,19 +64,8 @@ def status_of(entry: RolloutEntry) -> dict[str, Any]:
 
 
 def disposition(entry: RolloutEntry) -> str:
-    """What a cancel does to ``entry`` (spec 14.5), doing it."""
-    control = entry.control
-    if control.cancelled or entry.terminal is not None:
-        return "not_found"
-    if entry.phase in (Phase.PENDING, Phase.QUEUED):
-        control.cancel(CANCELLED_BY_TRAINER)
-        if entry.waiting is not None:
-            entry.waiting.cancel()
-        return "cancelled_queued"
-    if entry.phase in (Phase.RUNNING, Phase.GRADING):
-        control.cancel(CANCELLED_BY_TRAINER)
-        return "cancelled_running"
-    return "not_found"
+    """What a trainer's cancel does to ``entry``, doing it."""
+    return cancel_entry(entry, CANCELLED_BY_TRAINER)
 
 
 def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:

@@ -9,8 +9,9 @@ holds only the parts still due, with their bodies, so a redelivery sends exactly
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
+
+import pydantic_core
 
 from ...protocol import RolloutResponse, RolloutStatus
 from ..registry import Terminal
@@ -98,10 +99,9 @@ class V2Target:
             part = self.pending[0]
             url = self.server_url if part == "completion" else self.grader_url
             assert url is not None  # a grader part exists only with a grader URL
-            content = json.dumps(self.bodies[part], ensure_ascii=False, separators=(",", ":"))
             await client.post(
                 url,
-                content.encode(),
+                pydantic_core.to_json(self.bodies[part]),
                 api_key=self.api_key,
                 request_id=f"{self.rollout_id}:{part}",
                 callback=True,
