@@ -808,3 +808,13 @@ class WireAgent(RolloutAgentLoop):
         v2 = type(ctx.llm).__name__ == "V2ChatChannel"
         return ctx.complete([*messages, result.message], reward=1.0 if v2 else 0.0)
 """
+
+
+def test_max_turns_on_v2_says_it_cannot_reach_the_agent() -> None:
+    result = invoke(
+        CALCULATOR, "-d", DATASET, "--limit", "1", "--protocol", "v2", "--max-turns", "3"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "--max-turns: protocol v2 has no turn budget" in result.stderr
+    quiet = invoke(CALCULATOR, "-d", DATASET, "--limit", "1", "--protocol", "v2")
+    assert "--max-turns" not in quiet.stderr

@@ -365,3 +365,15 @@ def test_v2_urls_in_error_messages_are_named_for_what_they_are() -> None:
     assert name_gate_urls(text, base) == (
         "POST the mock TrainGate's chat endpoint: HTTP 503; the mock TrainGate's grader endpoint"
     )
+
+
+async def test_the_runs_sampling_reaches_each_v2_call_through_the_mock() -> None:
+    """v2's init has no sampling parameters: the controller applies --temperature and
+    --max-tokens to each call (the agent's own values, where it gives them, win)."""
+    calculator = load_asset("../../examples/calculator/agent").CalculatorAgent()
+    async with Harness(calculator, backend=MockLLMBackend(seed=1), protocol="v2") as harness:
+        outcome = await harness.run(
+            MESSAGES, completion_params={"temperature": 0.25, "max_tokens": 400}
+        )
+    assert outcome.findings == []
+    assert [(c.temperature, c.max_tokens) for c in outcome.record.chats] == [(0.25, 400)] * 2

@@ -161,6 +161,18 @@ def check_server_url(url: str) -> None:
         )
 
 
+def say_no_turn_budget() -> None:
+    """``--max-turns`` with ``--protocol v2``: v2 carries no turn budget, so it cannot reach the
+    agent (``--temperature`` and ``--max-tokens`` do: the mock applies them to each call)."""
+    from ._common import stderr_console
+
+    stderr_console().print(
+        "[dim]--max-turns: protocol v2 has no turn budget, so the agent's own limit applies "
+        "(--temperature and --max-tokens still reach each chat call)[/]",
+        soft_wrap=True,
+    )
+
+
 def say_auto_jobs(reason: str) -> None:
     """One dim line saying why ``--jobs auto`` chose one process (a surprise otherwise)."""
     from rich.markup import escape

@@ -23,6 +23,7 @@ from ._test_flags import (
     jobs_count,
     run_rows,
     say_auto_jobs,
+    say_no_turn_budget,
     warm_up_workers,
 )
 
@@ -230,6 +231,8 @@ def command_test(
         )
     check_mode_flags(interactive, row=row, output=output, json_output=json_output)
     protocol = check_protocol(protocol, interactive=interactive)
+    if protocol == "v2" and _given(context, "max_turns"):
+        say_no_turn_budget()
     workers = check_jobs(
         jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
     )
