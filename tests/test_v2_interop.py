@@ -24,6 +24,7 @@ from osmosis_rollout.scaffold import list_templates
 from osmosis_rollout.testing import Harness, MockLLMBackend
 from osmosis_rollout.testing.harness import MOCK_API_KEY, MOCK_CALLBACK_KEY, RolloutOutcome
 from osmosis_rollout.testing.v2_bodies import start_body
+from osmosis_rollout.testing.v2_driver import HttpxCalls
 
 from .processes import REPO, ServeProcess, clean_env, osmosis_serve
 
@@ -308,7 +309,8 @@ async def test_duplicate_init(server: ServeProcess) -> None:
         )
         other = json.loads(content) | {"initial_messages": message("something else")}
         conflict = await harness.server_http.post("/rollout", json=other, headers=AUTH)
-        await harness.gate.v2.finish(record, harness.server_http, wait_s=20, server_key=SERVER_KEY)
+        calls = HttpxCalls(harness.server_http)
+        await harness.gate.v2.finish(record, calls, server.url, wait_s=20, server_key=SERVER_KEY)
         await anyio.sleep(0.5)  # a second rollout's callbacks would have come by now
     assert first.status_code == 202
     assert again.status_code == 202

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..server import RolloutServer
 from .records import Finding, LLMBackend, RolloutRecord
 from .traingate import MockTrainGate
+from .v2_driver import HttpxCalls, ServerCalls
 
 __all__ = ["Harness", "RolloutOutcome", "ServerUnreachable"]
 
@@ -377,10 +378,11 @@ class Harness:
         assert self._server_post is not None
         declared = None
         if self.agent is not None:  # what the agent declares, for `tools_not_sent`
-            from ..tools.tool_set import resolve_tools
+            from ..tools.tool_set import resolve_tool_set
 
             with contextlib.suppress(Exception):  # a broken get_tools: the server reports it
-                declared = await resolve_tools(self.agent, request)
+                # the shared, checked models (read, never changed): no copy per row
+                declared = list((await resolve_tool_set(self.agent, request)).tools)
         wait_s = max(0.0, agent_s) + max(0.0, grader_s) + self.v2_slack_s
         record, reply = await self.gate.v2.start(
             self._server_post,
@@ -394,7 +396,17 @@ class Harness:
             declared=declared,
             give_up_at=time.monotonic() + wait_s,
         )
-        http = self.server_http
-        if reply.status_code == 202 and http is not None:
-            await self.gate.v2.finish(record, http, wait_s=wait_s, server_key=self.server_key)
+        if reply.status_code == 202:
+            await self.gate.v2.finish(
+                record, self._server_calls(), self._server_base,
+                wait_s=wait_s, server_key=self.server_key,
+            )  # fmt: skip
         return record, reply
+
+    def _server_calls(self) -> ServerCalls:
+        """How status and cancel reach the server: a direct call of the in-process app (as the
+        init), or the ``httpx2`` client of ``--server``."""
+        if isinstance(self._server_post, AsgiTransport):
+            return self._server_post
+        assert self._server_http is not None
+        return HttpxCalls(self._server_http)

@@ -119,6 +119,10 @@ class V2Endpoints:
 
     def __init__(self, gate: MockTrainGate) -> None:
         self.gate = gate
+        #: The last tool list a chat call sent, and its models: an agent sends the same tools
+        #: on every call of every rollout, so they are validated once (the models are shared
+        #: by the records, read-only).
+        self._last_tools: tuple[list[Any], list[OpenAIFunctionToolSchema]] = ([], [])
 
     # -- registering ----------------------------------------------------------------------
 
@@ -149,6 +153,15 @@ class V2Endpoints:
             )
             return _reply(404, {"detail": "unknown rollout_id"})
         return record, record.v2
+
+    def _tools(self, wire: Any) -> list[OpenAIFunctionToolSchema]:
+        """A chat call's tools as models: the last list's when it is equal (the usual case)."""
+        last_wire, last = self._last_tools
+        if wire == last_wire and last:
+            return list(last)
+        tools = TOOLS.validate_python(wire)
+        self._last_tools = (wire, tools)
+        return list(tools)
 
     @staticmethod
     def _parse(content: bytes) -> dict[str, Any] | None:
@@ -199,7 +212,7 @@ class V2Endpoints:
         raw.pop("stream_options", None)
         tools_wire = raw.pop("tools", None)
         try:
-            tools = TOOLS.validate_python(tools_wire) if tools_wire is not None else []
+            tools = self._tools(tools_wire) if tools_wire is not None else []
             params = record.request.completion_params if record.request is not None else {}
             body = CompletionsRequest.model_validate({**params, **raw, "rollout_id": rollout_id})
         except ValidationError as exc:

@@ -13,14 +13,15 @@ import contextlib
 import json
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 import anyio
 from pydantic import ValidationError
 
 from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
-from ..transport import PostTransport, Reply
+from ..transport import PostTransport, Reply, TransportFailure
 from .protocol_checks_v2 import check_cancel, check_status
 from .records import BODY_ID_MISMATCH, MISSING_GRADER_CALLBACK, NO_COMPLETION, RolloutRecord
 from .traingate_v2 import TOOLS, V2Endpoints
@@ -29,7 +30,7 @@ from .v2_bodies import TERMINAL_STATUSES, start_body, v2_result
 if TYPE_CHECKING:
     import httpx2
 
-__all__ = ["V2Controller", "retry_after"]
+__all__ = ["HttpxCalls", "ServerCalls", "V2Controller", "retry_after"]
 
 #: How long the status answer may lag behind the grader callback's ack (the server records
 #: the outcome as the delivery returns): a few polls, then a finding.
@@ -114,65 +115,95 @@ class V2Controller(V2Endpoints):
     async def finish(
         self,
         record: RolloutRecord,
-        http: httpx2.AsyncClient,
+        calls: ServerCalls,
+        server_url: str,
         *,
         wait_s: float,
         server_key: str | None,
     ) -> None:
         """Wait for the grader callback up to ``wait_s``; then read the status, or (at the
-        deadline) report what is missing and cancel the rollout."""
+        deadline) report what is missing and cancel the rollout. ``calls`` reaches the server
+        at ``server_url`` (an in-process app's ``AsgiTransport``, or :class:`HttpxCalls`)."""
         exchange = record.v2
         assert exchange is not None
         with anyio.move_on_after(wait_s):
             await exchange.terminal.wait()
         headers = _headers(server_key)
-        rid = quote(record.rollout_id, safe="")
         if exchange.terminal.is_set():
-            exchange.status = await self._status(http, rid, headers)
+            rid = quote(record.rollout_id, safe="")
+            exchange.status = await _status(calls, f"{server_url}/rollout/{rid}/status", headers)
             check_status(record, exchange, *exchange.status)
-        else:
-            if not exchange.completions:
-                record.add(NO_COMPLETION, f"no completion callback within {wait_s:g} s")
-            record.add(
-                MISSING_GRADER_CALLBACK,
-                f"no grader callback within {wait_s:g} s (agent + grader timeouts + 60 s); "
-                "the rollout was cancelled",
-            )
-            exchange.cancel = await _answer(
-                http, "POST", "/rollout/cancel", headers, {"ids": [record.rollout_id]}
-            )
-            check_cancel(record, exchange, *exchange.cancel)
-            if exchange.completions:
-                first = exchange.completions[0]
-                record.completions.append(v2_result(record.rollout_id, first, None))
-            exchange.closed = True
+            return
+        if not exchange.completions:
+            record.add(NO_COMPLETION, f"no completion callback within {wait_s:g} s")
+        record.add(
+            MISSING_GRADER_CALLBACK,
+            f"no grader callback within {wait_s:g} s (agent + grader timeouts + 60 s); "
+            "the rollout was cancelled",
+        )
+        body = json.dumps({"ids": [record.rollout_id]}).encode()
+        exchange.cancel = await _answer(calls, f"{server_url}/rollout/cancel", headers, body)
+        check_cancel(record, exchange, *exchange.cancel)
+        if exchange.completions:
+            first = exchange.completions[0]
+            record.completions.append(v2_result(record.rollout_id, first, None))
+        exchange.closed = True
 
-    async def _status(
-        self, http: httpx2.AsyncClient, rid: str, headers: dict[str, str]
-    ) -> tuple[int, Any]:
-        give_up = time.monotonic() + STATUS_GRACE_S
-        while True:
-            answer = await _answer(http, "GET", f"/rollout/{rid}/status", headers, None)
-            status = answer[1].get("status") if isinstance(answer[1], dict) else None
-            if status in TERMINAL_STATUSES or answer[0] != 200 or time.monotonic() > give_up:
-                return answer
-            await anyio.sleep(0.02)
+
+class ServerCalls(Protocol):
+    """What the controller needs to reach a server beyond the init: a GET and a POST."""
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> Reply: ...
+
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply: ...
+
+
+class HttpxCalls:
+    """:class:`ServerCalls` over an ``httpx2`` client (a server on 127.0.0.1)."""
+
+    def __init__(self, http: httpx2.AsyncClient) -> None:
+        self.http = http
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> Reply:
+        """One GET, read whole."""
+        response = await self.http.get(url, headers=dict(headers), timeout=10.0)
+        return Reply(response.status_code, dict(response.headers), response.content)
+
+    async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
+        """One POST, read whole."""
+        response = await self.http.post(url, content=content, headers=dict(headers), timeout=10.0)
+        return Reply(response.status_code, dict(response.headers), response.content)
+
+
+async def _status(calls: ServerCalls, url: str, headers: dict[str, str]) -> tuple[int, Any]:
+    """The status answer, polled for up to ``STATUS_GRACE_S`` while it is not terminal."""
+    give_up = time.monotonic() + STATUS_GRACE_S
+    while True:
+        answer = await _answer(calls, url, headers, None)
+        status = answer[1].get("status") if isinstance(answer[1], dict) else None
+        if status in TERMINAL_STATUSES or answer[0] != 200 or time.monotonic() > give_up:
+            return answer
+        await anyio.sleep(0.02)
 
 
 async def _answer(
-    http: httpx2.AsyncClient, method: str, path: str, headers: dict[str, str], body: Any
+    calls: ServerCalls, url: str, headers: dict[str, str], body: bytes | None
 ) -> tuple[int, Any]:
-    """One status or cancel call: (HTTP status, JSON body or None); a transport failure is 0."""
+    """One status (``body`` None: a GET) or cancel call: (HTTP status, JSON body or None); a
+    transport failure is status 0."""
     import httpx2
 
     try:
-        response = await http.request(method, path, headers=headers, json=body, timeout=10.0)
-    except httpx2.TransportError:
+        if body is None:
+            reply = await calls.get(url, headers)
+        else:
+            reply = await calls.post(url, body, headers)
+    except (TransportFailure, httpx2.TransportError):
         return 0, None
     try:
-        return response.status_code, response.json()
+        return reply.status_code, reply.json()
     except ValueError:
-        return response.status_code, None
+        return reply.status_code, None
 
 
 def _headers(server_key: str | None) -> dict[str, str]:
