@@ -114,7 +114,16 @@ def bodies(outcome: RolloutOutcome) -> tuple[dict[str, Any], dict[str, Any]]:
         assert MOCK_API_KEY not in text
         assert MOCK_CALLBACK_KEY not in text
         assert SERVER_KEY not in text
-    return completion.model_dump(), grader.model_dump()
+    sent_completion, sent_grader = completion.model_dump(), grader.model_dump()
+    assert set(sent_completion) == {
+        "status", "rollout_id", "extra_fields", "err_message", "err_category"
+    }  # fmt: skip
+    assert set(sent_grader) == {"status", "rollout_id", "sample", "err_message", "err_category"}
+    if sent_grader["sample"] is not None:
+        assert set(sent_grader["sample"]) == {
+            "messages", "label", "reward", "remove_sample", "metrics", "extra_fields"
+        }  # fmt: skip
+    return sent_completion, sent_grader
 
 
 def message(text: str) -> list[dict[str, Any]]:
