@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import os
 import random
 import socket
 from collections.abc import AsyncIterator
@@ -156,10 +155,12 @@ async def served(controller: Controller) -> AsyncIterator[str]:
     sock.close()
 
 
-def v2_body(url: str, rid: str) -> dict[str, Any]:
-    """A v2 init whose three URLs are the controller's for ``rid``."""
+def v2_body(url: str, rid: str, *, grader: bool = True) -> dict[str, Any]:
+    """A v2 init whose three URLs are the controller's for ``rid``; without ``grader``, no
+    grader URL (one callback, as in v1: its completion goes to the grader path, the terminal
+    event the controller waits for)."""
     base = f"{url}/v1/rollouts/{rid}"
-    if os.environ.get("V2_NO_GRADER"):
+    if not grader:
         return {
             "rollout_id": rid,
             "initial_messages": [{"role": "user", "content": "What is 3 + 4?"}],

@@ -8,6 +8,7 @@ around each batch. A v2 rollout sends the tools with each chat call and two call
 sends one: that is the protocol's cost, and what the ratio shows. Goal: v2 / v1 <= 1.2.
 
     python benchmarks/bench_wire_cpu.py [--rollouts 1000] [--rounds 3] [--concurrency 32]
+        [--no-grader]
 """
 
 from __future__ import annotations
@@ -36,11 +37,15 @@ async def batch(
     prefix: str,
     count: int,
     concurrency: int,
+    no_grader: bool = False,
 ) -> float:
     """Run ``count`` rollouts on ``wire``; the server CPU seconds they took."""
     limiter = anyio.Semaphore(concurrency)
     headers = {"Authorization": f"Bearer {SERVER_KEY}"}
-    build = v1_body if wire == "v1" else v2_body
+    grader = not no_grader
+
+    def build(url: str, rid: str) -> dict[str, object]:
+        return v1_body(url, rid) if wire == "v1" else v2_body(url, rid, grader=grader)
 
     async def one(i: int) -> None:
         async with limiter:
@@ -76,6 +81,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
                         f"{wire}-{round_}",
                         args.rollouts,
                         args.concurrency,
+                        args.no_grader,
                     )
                     per[wire].append(cpu / args.rollouts * 1000)
                     print(f"  round {round_ + 1} {wire}: {per[wire][-1]:.3f} ms CPU per rollout")
@@ -84,6 +90,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         "rollouts_per_batch": args.rollouts,
         "rounds": args.rounds,
         "concurrency": args.concurrency,
+        "v2_grader_callback": not args.no_grader,
         "v1_cpu_ms_per_rollout": [round(x, 3) for x in per["v1"]],
         "v2_cpu_ms_per_rollout": [round(x, 3) for x in per["v2"]],
         "v1_median_ms": round(v1, 3),
@@ -97,6 +104,9 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--no-grader", action="store_true", help="v2 without a grader URL: one callback, as v1"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="osmosis-wire-cpu-") as tmp:
         figures = asyncio.run(run(args, Path(tmp)))

@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from osmosis_rollout.chat_v2 import V2Completion, read_event_stream
+from osmosis_rollout.chat_v2 import V2ChatChannel, V2Completion, read_event_stream
+from osmosis_rollout.client import TrainGateClient
+from osmosis_rollout.errors import ProtocolError
+from osmosis_rollout.transport import Reply
 
 
 def _stream(*chunks: Any, tail: str = "data: [DONE]\n\n") -> bytes:
@@ -61,3 +64,32 @@ def test_streamed_errors_and_empty_streams_are_refused(content: bytes) -> None:
     """A failure streamed under HTTP 200, or a stream without a chunk, is not a completion."""
     with pytest.raises(ValueError, match="stream"):
         read_event_stream(content)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "content"),
+    [
+        ("application/json", b"not json at all"),
+        ("application/json", b'{"choices": []}'),
+        ("text/event-stream", b'event: error\ndata: {"error": "k-123 down"}\n\n'),
+    ],
+)
+def test_a_reply_that_is_not_a_completion_is_a_protocol_error(
+    content_type: str, content: bytes
+) -> None:
+    """Unreadable JSON, no choice, or a streamed error: one ProtocolError naming the URL, the
+    LLM key scrubbed from whatever the reply echoed."""
+    channel = V2ChatChannel(TrainGateClient(transport=_Unused()), "http://gate/v1/r", "k-123")
+    with pytest.raises(ProtocolError, match="http://gate/v1/r/chat/completions") as caught:
+        channel._read(Reply(200, {"content-type": content_type}, content))
+    assert "k-123" not in str(caught.value)
+
+
+class _Unused:
+    """A transport the reader never calls."""
+
+    async def post(self, url: str, content: bytes, headers: Any) -> Reply:
+        raise AssertionError("not called")
+
+    async def aclose(self) -> None:
+        pass

@@ -16,7 +16,8 @@ from osmosis_rollout.server.state import open_state
 
 from .gates import CallbackGate
 from .outbox_entries import undelivered
-from .support import free_port
+from .support import free_port, serve_in_thread
+from .v2_gate import CONTROLLER_KEY, V2Gate
 
 runner = CliRunner()
 
@@ -236,3 +237,35 @@ def test_an_unreachable_store_and_a_bad_url_are_one_line_errors() -> None:
     assert bad.exit_code == 2
     assert "must be 'memory' or a Redis URL" in bad.stderr
     assert "Traceback" not in down.output + bad.output
+
+
+@pytest.mark.usefixtures("clean_cwd")
+def test_a_v2_entry_shows_its_pending_part_and_replay_sends_only_that(where: list[str]) -> None:
+    """A protocol v2 entry whose completion was delivered: ``list`` says only the grader
+    callback is due, and ``replay`` posts just that to its grader URL, with the key given."""
+    gate = V2Gate()
+    with serve_in_thread(gate.app()) as url:
+        base = f"{url}/v1/rollouts/v2-r"
+        grader = {"status": "failure", "rollout_id": "v2-r", "sample": None,
+                  "err_message": "boom", "err_category": "agent_error"}  # fmt: skip
+        entry = undelivered("v2-r")
+        entry.server_url = f"{base}/completion"
+        entry.protocol = "v2"
+        entry.api_key = CONTROLLER_KEY  # kept by the stream, given again for the files
+        entry.route = {
+            "grader_callback_url": f"{base}/grader",
+            "id_given": True,
+            "label": None,
+            "pending": ["grader"],
+            "bodies": {"completion": {"status": "failure"}, "grader": grader},
+        }
+        keep(where, entry)
+        listed = invoke("outbox", "list", *where)
+        replayed = invoke("outbox", "replay", *where, "--api-key", CONTROLLER_KEY)
+
+    assert "[v2: grader]" in listed.stdout
+    assert replayed.exit_code == 0, replayed.output
+    assert "v2-r" not in gate.completions
+    [call] = gate.graders["v2-r"]
+    assert call.body == grader
+    assert call.authorization == f"Bearer {CONTROLLER_KEY}"

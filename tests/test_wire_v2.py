@@ -391,3 +391,59 @@ async def test_a_failed_grader_callback_is_replayed_alone(tmp_path: Path) -> Non
     assert grader.body["sample"]["reward"] == 1.0
     assert grader.authorization == f"Bearer {CONTROLLER_KEY}"
     assert list(s.outbox.glob("*.json")) == []
+
+
+async def test_shutdown_ends_running_rollouts_in_both_callbacks_or_the_outbox(
+    tmp_path: Path,
+) -> None:
+    """At shutdown a running v2 rollout is cancelled and still sends its completion
+    (cancelled) and grader (failure) callbacks; one whose completion the controller refuses
+    leaves an outbox entry holding both parts, with their bodies and no key."""
+    async with v2_served(tmp_path) as s:
+        s.gate.fail_next("completion", 400)
+        await s.start(v2_init(s.gate.url, "down-1", metadata={"sleep_s": 30}))
+        await s.start(v2_init(s.gate.url, "down-2", metadata={"sleep_s": 30}))
+        await anyio.sleep(0.3)
+    state = open_state("memory", outbox_dir=s.outbox)
+    [entry] = await state.outbox_list()
+
+    ended = {rid for rid in ("down-1", "down-2") if s.gate.completions.get(rid)}
+    [kept] = {"down-1", "down-2"} - ended
+    [done] = ended
+    assert s.gate.completions[done][0].body["status"] == "cancelled"
+    assert s.gate.graders[done][0].body["status"] == "failure"
+    assert kept not in s.gate.graders  # the grader callback waits behind the completion
+    assert entry.rollout_id == kept
+    assert entry.protocol == "v2"
+    assert entry.route is not None
+    assert entry.route["pending"] == ["completion", "grader"]
+    assert entry.route["bodies"]["completion"]["status"] == "cancelled"
+    assert CONTROLLER_KEY not in await anyio.Path(entry.location).read_text()
+
+
+async def test_the_agent_never_holds_the_controller_key(tmp_path: Path) -> None:
+    """D15: nothing the agent is handed (its request, in any dump, its private attributes, its
+    chat channel) holds the callback credential."""
+    seen: list[str] = []
+
+    class Snooper(agents.ToolAgent):  # type: ignore[name-defined,misc]
+        name = "v2-snooper"
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            request = ctx.request
+            seen.append(
+                repr(request)
+                + repr(vars(request))
+                + repr(request.__pydantic_private__)
+                + request.model_dump_json()
+                + repr(vars(ctx.llm))
+            )
+            return ctx.complete([*request.messages, {"role": "assistant", "content": "7"}])
+
+    async with v2_served(tmp_path, Snooper()) as s:
+        await s.start(v2_init(s.gate.url, "snoop"))
+        await wait_until(lambda: s.gate.ended("snoop"), 10)
+
+    [text] = seen
+    assert CONTROLLER_KEY not in text
+    assert s.gate.graders["snoop"][0].authorization == f"Bearer {CONTROLLER_KEY}"

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from . import telemetry
 from .append_only import first_divergence
+from .call_tools import add_tools
 from .protocol import (
     CompletionsRequest,
     CompletionsResponse,
@@ -39,11 +40,6 @@ logger = logging.getLogger("osmosis_rollout.agent")
 
 #: Keys an agent may not send per call: TrainGate knows the tools from the init response.
 _NEVER_SENT = frozenset({"tools", "tool_choice", "messages", "rollout_id"})
-
-
-#: Tool lists as v2 chat bodies carry them, by the shared (checked, cached) list they come from;
-#: each entry holds its list, so its id cannot be reused while it is here.
-_DUMPED_TOOLS: dict[int, tuple[Sequence[OpenAIFunctionToolSchema], list[dict[str, Any]]]] = {}
 
 
 class TurnObserver(Protocol):
@@ -88,12 +84,9 @@ class RolloutAgentLoop(ABC):
     A plain ``ABC`` (no metaclass of its own), so ``class MyAgent(RolloutAgentLoop,
     pydantic.BaseModel)`` works; declare ``name: ClassVar[str] = "..."`` there.
 
-    Optionally define ``async def grade(self, ctx, result) -> float``: the grader phase. It runs
-    once ``run()`` completed (not after ``ctx.error``), with the same context and the
-    ``RolloutResult`` run returned, and its return value is the rollout's reward: under the
-    init's ``grader_timeout_sec`` on protocol v2, before the completion callback on v1. An
-    exception or a non-finite value fails the grade (v1: the rollout ends ``ERROR``; v2: the
-    grader callback is a ``failure``). Without it, the reward ``run()`` returned is the grade.
+    Optionally define ``async def grade(self, ctx, result) -> float``, the grader phase: once
+    ``run()`` completed, its value is the reward (``grading.py``; docs/protocol-v2.md, section
+    4). Without it, the reward ``run()`` returned is the grade.
     """
 
     name: ClassVar[str]
@@ -225,29 +218,9 @@ class RolloutContext:
         body.update({k: v for k, v in params.items() if k not in _NEVER_SENT})
         for key in _NEVER_SENT:
             body.pop(key, None)
-        if getattr(self._backend, "sends_tools", False):
-            # Protocol v2 declares no tools at init: they travel with every call, and so does
-            # the agent's tool_choice when it gives one.
-            tools = self._wire_tools()
-            if tools:
-                body["tools"] = tools
-            if params.get("tool_choice") is not None:
-                body["tool_choice"] = params["tool_choice"]
+        if getattr(self._backend, "sends_tools", False):  # protocol v2: see call_tools.py
+            add_tools(body, params, self._shared_tools, self._tools)
         return body
-
-    def _wire_tools(self) -> list[dict[str, Any]]:
-        """The tools as sent with each v2 call: dumped once per shared tool list while the agent
-        has not replaced or read ``ctx.tools``, else from its own list each call."""
-        if self._tools is not None:
-            return [tool.model_dump(mode="json", exclude_none=True) for tool in self._tools]
-        shared = self._shared_tools
-        found = _DUMPED_TOOLS.get(id(shared))
-        if found is None or found[0] is not shared:
-            if len(_DUMPED_TOOLS) >= 256:
-                _DUMPED_TOOLS.clear()
-            dumped = [tool.model_dump(mode="json", exclude_none=True) for tool in shared]
-            found = _DUMPED_TOOLS[id(shared)] = (shared, dumped)
-        return found[1]
 
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
         """Run one LLM turn on the full history ``messages``.

@@ -18,7 +18,12 @@ from pydantic import Field, ValidationError
 
 from .client import TrainGateClient
 from .errors import ProtocolError
-from .protocol import CompletionsRequest, CompletionsResponse, CompletionUsage
+from .protocol import (
+    CompletionsRequest,
+    CompletionsResponse,
+    CompletionUsage,
+    describe_validation_error,
+)
 from .redaction import scrub
 from .transport import Reply
 
@@ -71,16 +76,14 @@ class V2ChatChannel:
             if kind.startswith("text/event-stream"):
                 return V2Completion.model_validate(read_event_stream(reply.content))
             return V2Completion.model_validate_json(reply.content)
-        except (ValidationError, ValueError) as exc:
-            detail = str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else ""
-            if isinstance(exc, ValidationError):
-                from .protocol import describe_validation_error
-
-                detail = describe_validation_error(exc)
-            raise ProtocolError(
-                f"the reply from {self.url} is not a chat completion "
-                f"({scrub(detail, self._api_key)}); it needs choices[0].message"
-            ) from None
+        except ValidationError as exc:
+            detail = describe_validation_error(exc)
+        except ValueError as exc:  # the stream's JSON, or an error it reported
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ProtocolError(
+            f"the reply from {self.url} is not a chat completion "
+            f"({scrub(detail, self._api_key)}); it needs choices[0].message"
+        )
 
 
 def read_event_stream(content: bytes) -> dict[str, Any]:

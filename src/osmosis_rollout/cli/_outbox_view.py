@@ -81,6 +81,13 @@ def age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
+def _parts(row: dict[str, Any]) -> str:
+    """For a protocol v2 entry, which of its callbacks are still due: ``[v2: grader] ``."""
+    if row.get("protocol", "v1") == "v1":
+        return ""
+    return f"[{row['protocol']}: {' + '.join(row.get('pending') or [])}] "
+
+
 def lines(rows: list[dict[str, Any]], width: int, now: float | None = None) -> list[str]:
     """A header and one line per entry, each at most ``width`` wide (the error is cut with an
     ellipsis to fit; a long rollout id too); the short ids stay whole, as ``show`` and
@@ -98,7 +105,7 @@ def lines(rows: list[dict[str, Any]], width: int, now: float | None = None) -> l
                 rollout,
                 age(now - written) if written else "?",
                 tries(row)[0],
-                short_error(row["error"]),
+                _parts(row) + short_error(row["error"]),
             )
         )
     header = ("ID", "ROLLOUT", "AGE", "TRIES", "ERROR")

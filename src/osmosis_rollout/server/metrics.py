@@ -32,6 +32,7 @@ _CAUSES = {
     409: "conflict",
     413: "too_large",
     422: "invalid",
+    429: "queue_full",  # protocol v2's word for v1's 503
     500: "get_tools_failed",
 }
 

@@ -9,6 +9,7 @@ records): what idempotency needs for the record TTL, at most ``max_records`` of 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import time
 import weakref
@@ -38,6 +39,7 @@ __all__ = [
     "Terminal",
     "cancel_entry",
     "refusal",
+    "terminal",
 ]
 
 #: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
@@ -157,6 +159,19 @@ class Terminal(NamedTuple):
     status: str
     reward: float | None = None
     err_message: str | None = None
+
+
+def terminal(status: str, reward: float | None = None, err_message: str | None = None) -> Terminal:
+    """A ``Terminal``; one without a message is shared between the records that ended alike
+    (most rollouts: a few distinct rewards), so such a record carries a pointer, not a tuple."""
+    if err_message is not None:
+        return Terminal(status, reward, err_message)
+    return _shared_terminal(status, reward)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_terminal(status: str, reward: float | None) -> Terminal:
+    return Terminal(status, reward)
 
 
 class FinishedRecord:

@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 from starlette.responses import Response
 
 from ...protocol import RolloutRequest, RolloutResponse, RolloutStatus
-from ..registry import Terminal
+from ..registry import Terminal, terminal
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -78,9 +78,9 @@ class V1Callback:
 def terminal_of(response: RolloutResponse) -> Terminal:
     """What status routes report for a v1 result."""
     if response.status is RolloutStatus.COMPLETED:
-        return Terminal("success", response.reward)
+        return terminal("success", response.reward)
     status = "cancelled" if response.finish_reason == "cancelled" else "failure"
-    return Terminal(status, None, response.error_message)
+    return terminal(status, None, response.error_message)
 
 
 class V1:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic_core
 
 from ...protocol import RolloutResponse, RolloutStatus
-from ..registry import Terminal
+from ..registry import Terminal, terminal
 
 if TYPE_CHECKING:
     from ...chat_v2 import V2ChatChannel
@@ -174,11 +174,11 @@ def callback_bodies(
             "err_category": err_category,
         }
     if error is None:
-        terminal = Terminal("success", reward)
+        end = terminal("success", reward)
     elif cancelled:
-        terminal = Terminal("cancelled", None, error)
+        end = terminal("cancelled", None, error)
     elif not graded and response.status is RolloutStatus.COMPLETED and grade is None:
-        terminal = Terminal("success", None)  # no grader phase asked for: nothing is missing
+        end = terminal("success")  # no grader phase asked for: nothing is missing
     else:
-        terminal = Terminal("failure", None, error)
-    return bodies, terminal
+        end = terminal("failure", None, error)
+    return bodies, end
