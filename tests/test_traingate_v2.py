@@ -377,3 +377,35 @@ async def test_the_runs_sampling_reaches_each_v2_call_through_the_mock() -> None
         )
     assert outcome.findings == []
     assert [(c.temperature, c.max_tokens) for c in outcome.record.chats] == [(0.25, 400)] * 2
+
+
+@pytest.mark.parametrize(
+    ("truth", "label"), [("7", "7"), (7, "7"), ({"a": [1, 2]}, '{"a":[1,2]}'), (None, None)]
+)
+def test_the_label_is_the_rows_ground_truth_as_a_string(truth: Any, label: str | None) -> None:
+    """v2's label is a string: a number or a structure is sent as its JSON."""
+    from osmosis_rollout.protocol import RolloutRequest
+    from osmosis_rollout.testing.v2_bodies import start_body
+
+    metadata = {} if truth is None else {"ground_truth": truth}
+    request = RolloutRequest(
+        rollout_id="r", server_url="http://x.test", messages=MESSAGES, completion_params={},
+        metadata=metadata,
+    )  # fmt: skip
+    body = start_body(
+        request, base_url="http://gate.test", llm_key="a", callback_key="b",
+        agent_timeout_s=1, grader_timeout_s=2,
+    )  # fmt: skip
+    assert body["label"] == label
+    assert body["metadata"] == metadata
+
+
+def test_a_cancelled_rollout_reads_as_cancelled() -> None:
+    from osmosis_rollout.testing.v2_bodies import CompletionCallback
+
+    completion = CompletionCallback(status="cancelled", err_message="rollout cancelled")
+    grader = GraderCallback(status="failure", err_message="rollout cancelled")
+    result = v2_result("r", completion, grader)
+    assert result.status.value == "ERROR"
+    assert result.finish_reason == "cancelled"
+    assert result.error_message == "rollout cancelled"
