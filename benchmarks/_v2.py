@@ -16,6 +16,7 @@ import contextlib
 import json
 import random
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,9 @@ class Controller:
     refused: set[tuple[str, str]] = field(default_factory=set)
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     ended: dict[str, anyio.Event] = field(default_factory=dict)
+    #: With ``record``: each accepted callback's (part, status, monotonic time), by rollout.
+    record: bool = False
+    seen: dict[str, list[tuple[str, str, float]]] = field(default_factory=dict)
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -121,6 +125,9 @@ class Controller:
             await _send(send, 200, _REPLIES[min(turn, 1)])
             return
         self.delivered[(rid, part)] += 1
+        if self.record:
+            status = str(json.loads(body).get("status"))
+            self.seen.setdefault(rid, []).append((part, status, time.monotonic()))
         self._maybe_end(rid, part, path)
         await _send(send, 200, b'{"ok":true}')
 

@@ -628,3 +628,57 @@ async def test_non_json_values_are_checked_every_time() -> None:
         [checked] = (await resolve_tool_set(ToolsAgent([item]), make_request())).tools
         assert checked.function.parameters["properties"] == {key: {"enum": enum}}
         assert type(checked.function.parameters["properties"][key]["enum"]) is type(enum)
+
+
+class _SendsTools(_Canned):
+    """A v2-style backend: the context puts the tools (and tool_choice) in each body."""
+
+    sends_tools = True
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    async def chat_completions(self, request: Any, *, request_id: str) -> Any:
+        self.bodies.append(request.model_dump(exclude_none=True))
+        return await super().chat_completions(request, request_id=request_id)
+
+
+async def test_a_backend_that_sends_tools_gets_them_on_every_call() -> None:
+    """Protocol v2: every call carries the tools and the agent's tool_choice; a v1 backend
+    never gets either; once the agent replaced ctx.tools, its own list is sent."""
+    tools = resolve_tools_now([ADD_TOOL])
+    v2, v1 = _SendsTools(), _CannedRecording()
+    ctx = RolloutContext(make_request(), tools, v2)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "a"}]
+    history.append((await ctx.chat(history, tool_choice="auto")).message)
+    ctx.tools = []
+    await ctx.chat(history)
+    plain = RolloutContext(make_request(), tools, v1)
+    await plain.chat([{"role": "user", "content": "a"}], tool_choice="auto")
+
+    assert [t["function"]["name"] for t in v2.bodies[0]["tools"]] == ["add"]
+    assert v2.bodies[0]["tool_choice"] == "auto"
+    assert "tools" not in v2.bodies[1]  # the agent's own (empty) list: no tools key
+    assert "tools" not in v1.bodies[0]
+    assert "tool_choice" not in v1.bodies[0]
+
+
+class _CannedRecording(_Canned):
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    async def chat_completions(self, request: Any, *, request_id: str) -> Any:
+        self.bodies.append(request.model_dump(exclude_none=True))
+        return await super().chat_completions(request, request_id=request_id)
+
+
+ADD_TOOL = {
+    "type": "function",
+    "function": {"name": "add", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+def resolve_tools_now(tools: list[dict[str, Any]]) -> list[Any]:
+    from osmosis_rollout.protocol import OpenAIFunctionToolSchema
+
+    return [OpenAIFunctionToolSchema.model_validate(t) for t in tools]

@@ -19,12 +19,12 @@ import anyio
 import httpx2
 import pytest
 
-from osmosis_rollout.server.state import open_state
+from osmosis_rollout.server.state import LeasedRollout, open_state
 
 from .gates import CallbackGate, init
 from .processes import REPO, ServeProcess, clean_env, osmosis_serve
 from .support import serve_in_thread, wait_until
-from .v2_gate import V2Gate, v2_init
+from .v2_gate import CONTROLLER_KEY, V2Gate, v2_init
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -246,3 +246,60 @@ async def test_kill_9_of_a_v2_replica_loses_nothing(
             assert completion["status"] == "failure"
             assert "stopped" in completion["err_message"]
             assert grader["status"] == "failure"
+
+
+async def test_a_dead_replicas_v2_rollout_gets_only_what_its_lease_says_is_due(
+    tmp_path: Path, redis_url: str, v2_gate: V2Gate
+) -> None:
+    """A replica that died after its v2 rollout's completion was taken (its lease says only
+    the grader callback is due, with the settled body): the survivor sends that grader body,
+    never a second, contradicting completion; status from it then says success."""
+    base = f"{v2_gate.url}/v1/rollouts/dead-1"
+    grader = {
+        "status": "success",
+        "rollout_id": "dead-1",
+        "sample": {"messages": [], "label": "7", "reward": 1.0, "remove_sample": False,
+                   "metrics": {}, "extra_fields": {}},
+        "err_message": None,
+        "err_category": None,
+    }  # fmt: skip
+    lease = LeasedRollout(
+        key="dead-1",
+        rollout_id="dead-1",
+        server_url=f"{base}/completion",
+        api_key=CONTROLLER_KEY,
+        messages=[{"role": "user", "content": "task dead-1"}],
+        protocol="v2",
+        route={
+            "grader_callback_url": f"{base}/grader",
+            "id_given": True,
+            "label": "7",
+            "pending": ["grader"],
+            "bodies": {"completion": {"status": "success"}, "grader": grader},
+        },
+    )
+    state = open_state(redis_url, outbox_dir=tmp_path / "unused")
+    try:
+        await state.accept(
+            lease,
+            digest="1",
+            replica="a-replica-that-died",
+            status=202,
+            body=b'{"rollout_id":"dead-1"}',
+            lease_ttl_s=0.5,
+            queue=False,
+            max_queued=10,
+        )
+    finally:
+        await state.close()
+    with replicas(tmp_path, redis_url, count=1) as (survivor,):
+        await wait_until(lambda: v2_gate.ended("dead-1"), LEASE_TTL_S * 4 + 10)
+        await anyio.sleep(1.0)  # a late second callback would arrive about now
+        async with httpx2.AsyncClient(timeout=10) as http:
+            status = (await http.get(f"{survivor.url}/rollout/dead-1/status")).json()
+
+    assert "dead-1" not in v2_gate.completions
+    [call] = v2_gate.graders["dead-1"]
+    assert call.body == grader
+    assert call.authorization == f"Bearer {CONTROLLER_KEY}"
+    assert (status["status"], status["reward"]) == ("success", 1.0)

@@ -82,3 +82,24 @@ async def test_an_undelivered_rollout_leaves_an_outbox_record(tmp_path: Path) ->
 
     assert isinstance(record, FinishedRecord)
     assert record.outcome == "outbox"
+
+
+async def test_a_finished_record_keeps_its_end_for_status_found_by_rollout_id(
+    tmp_path: Path,
+) -> None:
+    """A record keeps how the rollout ended (status, reward), found by rollout id whether its
+    idempotency key is its id or another; rollouts that ended alike share one ending."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        await s.init(init_body("a", metadata={"no_chat": True}))
+        await s.init(init_body("b", metadata={"no_chat": True}, idempotency_key="key-b"))
+        await s.settle()
+        registry = s.server.registry
+        a, b = registry.finished("a"), registry.finished("b")
+
+    assert a is not None
+    assert b is not None
+    assert (a.rollout_id, b.rollout_id) == ("a", "b")
+    assert a.terminal == ("success", 0.5, None)
+    assert a.terminal is b.terminal  # one shared ending, not a tuple per record
+    assert list(registry.finished_ids) == ["b"]  # a second index only where the key differs
+    assert registry.finished("nobody") is None

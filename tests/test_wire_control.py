@@ -58,6 +58,18 @@ async def test_v1_status_follows_a_rollout_to_its_end(tmp_path: Path) -> None:
     assert unauthorized.status_code == 401
 
 
+async def test_a_v1_rollout_id_with_a_slash_has_a_status(tmp_path: Path) -> None:
+    """v1 ids may hold "/" (sent as is or percent-encoded): the status route still finds them."""
+    async with serving(agents.ToolAgent(), tmp_path) as s:
+        await s.init(init_body("team/run-1"))
+        await s.settle()
+        plain = (await s.http.get("/v1/rollout/team/run-1/status", headers=AUTH)).json()
+        encoded = (await s.http.get("/v1/rollout/team%2Frun-1/status", headers=AUTH)).json()
+
+    assert plain["rollout_id"] == encoded["rollout_id"] == "team/run-1"
+    assert plain["status"] == encoded["status"] == "success"
+
+
 async def test_a_cancelled_v1_rollout_ends_in_one_error_callback(tmp_path: Path) -> None:
     """POST /v1/rollout/cancel: the running and the queued rollout each end in exactly one
     ERROR callback with finish_reason cancelled (never silence); status says cancelled."""

@@ -25,7 +25,7 @@ from osmosis_rollout import RolloutContext, RolloutResult
 from osmosis_rollout.client import RetryPolicy, TrainGateClient
 from osmosis_rollout.server import create_app
 from osmosis_rollout.server.delivery import replay_outbox
-from osmosis_rollout.server.state import open_state
+from osmosis_rollout.server.state import LeasedRollout, open_state
 from osmosis_rollout.server.wire import target_factory
 
 from .gates import ADD_CALL, ANSWER
@@ -447,3 +447,44 @@ async def test_the_agent_never_holds_the_controller_key(tmp_path: Path) -> None:
     [text] = seen
     assert CONTROLLER_KEY not in text
     assert s.gate.graders["snoop"][0].authorization == f"Bearer {CONTROLLER_KEY}"
+
+
+async def test_with_a_shared_state_the_lease_follows_the_delivery(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """With Redis, the lease holds the settled callbacks before any is sent, and only the
+    grader callback once the completion was taken: what a peer would send if this replica died
+    (tests/test_replicas.py has that side)."""
+    async with v2_served(tmp_path, state=redis_url) as s:
+        s.gate.fail_next("grader", 503, times=2)  # retried: the lease is read meanwhile
+        await s.start(v2_init(s.gate.url, "lease-1"))
+        await wait_until(lambda: bool(s.gate.completions.get("lease-1")), 10)
+        await anyio.sleep(0.2)
+        state = open_state(redis_url, outbox_dir=tmp_path / "unused")
+        try:
+            raw = await state._redis.get("osmosis:lease:lease-1")  # type: ignore[attr-defined]
+        finally:
+            await state.close()
+        await wait_until(lambda: s.gate.ended("lease-1"), 20)
+
+    lease = LeasedRollout.from_json(raw)
+    assert lease.protocol == "v2"
+    assert lease.route is not None
+    assert lease.route["pending"] == ["grader"]
+    assert lease.route["bodies"]["grader"] == s.gate.graders["lease-1"][0].body
+    assert len(s.gate.completions["lease-1"]) == 1
+
+
+async def test_traces_of_v2_rollouts_do_not_repeat_the_tools_each_turn(tmp_path: Path) -> None:
+    """The tools go with every v2 chat call, but a debug trace records them once (its start
+    event), not in each turn's parameters."""
+    async with v2_served(tmp_path, debug_dir=tmp_path / "traces") as s:
+        await s.start(v2_init(s.gate.url, "tr-1"))
+        await wait_until(lambda: s.gate.ended("tr-1"), 10)
+
+    [trace] = list((tmp_path / "traces").glob("*.jsonl"))
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    turns = [e for e in events if e["event"] == "turn"]
+    assert len(turns) == 2
+    assert all("tools" not in turn["params"] for turn in turns)
+    assert "tools" in s.gate.chats["tr-1"][0].body

@@ -284,7 +284,7 @@ class RolloutContext:
             "turn": turn,
             "delta_from": delta_from,
             "messages": history[delta_from:],
-            "params": params,
+            "params": {k: v for k, v in params.items() if k != "tools"},  # v2: every call
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         }
         if response is not None:

@@ -122,8 +122,11 @@ def tool_span(
 
 
 def inject_context(headers: MutableMapping[str, str]) -> None:
-    """Add ``traceparent`` (and ``tracestate``) for the current span to outgoing headers."""
-    api = _load()
+    """Add ``traceparent`` (and ``tracestate``) for the current span to outgoing headers.
+
+    Without an SDK provider there is no span to name (ours are skipped, see ``_recording``), so
+    the propagator is not run at all: a few microseconds on every call to TrainGate."""
+    api = _recording()
     if api is not None:
         api[1].inject(headers)
 

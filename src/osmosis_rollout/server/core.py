@@ -4,7 +4,8 @@ It owns the registry, the state, the tracer and the metrics, and composes the ``
 (admission and runs), ``Delivery`` (callbacks and the outbox) and, with a shared state,
 ``Replicas``. Its lifespan opens the pooled ``TrainGateClient`` and the task group the
 background loops run in (never request-scoped), and on exit drains before closing anything.
-The HTTP edge is ``app.py``; the wire protocols' shapes are ``wire/``.
+The HTTP edge is ``app.py``; the wire protocols' shapes are ``wire/`` (v1 and v2, served side
+by side: each lease and outbox entry names its protocol, and ``target_of`` rebuilds its target).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import anyio
 from ..errors import TrainGateError, TrainGateHTTPError
 from ..protocol import RolloutResponse, wire
 from ..redaction import loggable, scrub, scrub_data
-from .state import OutboxEntry, StateBackend, StateUnavailable
+from .state import LeasedRollout, OutboxEntry, StateBackend, StateUnavailable
 from .state.memory import write_outbox
 from .target import DeliveryTarget, TargetFactory
 
@@ -77,8 +77,14 @@ class Delivery:
         target = entry.target
         assert target is not None  # the wire set it before the rollout was started
         entry.outcome = "outbox"  # until the trainer accepts it
+        progress = None
+        if self.state.shared and target.record() is not None:
+
+            async def progress() -> None:
+                await self.save_lease(entry)
+
         try:
-            await target.deliver(client, response)
+            await target.deliver(client, response, progress)
             entry.outcome = response.status.value
             if self.metrics is not None:
                 self.metrics.callbacks.labels(outcome="delivered").inc()
@@ -92,6 +98,19 @@ class Delivery:
             error = f"delivery interrupted ({reason}): {type(exc).__name__}"
             await self.to_outbox(target, response, error)
             raise
+
+    async def save_lease(self, entry: RolloutEntry) -> None:
+        """With a shared state, put the target's settled callbacks and the parts still due in
+        the rollout's lease: a peer ending it as an orphan (this replica died) then sends those
+        parts, the same bodies under the same request ids, never a contradicting ERROR."""
+        target = entry.target
+        if not self.state.shared or target is None or target.record() is None:
+            return
+        try:
+            with anyio.fail_after(10):
+                await self.state.update_lease(LeasedRollout.of(entry.request, target))
+        except (StateUnavailable, TimeoutError) as exc:
+            logger.warning("rollout %s: lease not updated: %s", loggable(entry.rollout_id), exc)
 
     async def to_outbox(
         self, target: DeliveryTarget, response: RolloutResponse, error: str

@@ -2,8 +2,9 @@
 
 All bookkeeping happens on the event loop without awaiting between a lookup and the matching
 reservation, so concurrent duplicate inits see one consistent state. A finished rollout shrinks
-to a ``FinishedRecord`` (id, request fingerprint, outcome, time; the tools' JSON shared between
-records): what idempotency needs for the record TTL, at most ``max_records`` of them.
+to a ``FinishedRecord`` (id, request fingerprint, outcome, time, and how it ended for status
+requests; the tools' JSON and common endings shared between records): what idempotency and
+status need for the record TTL, at most ``max_records`` of them.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ __all__ = [
     "terminal",
 ]
 
-#: Finished records kept at most (oldest dropped first, even inside the TTL): about 200 bytes
-#: each (see docs/security.md), so the cap bounds them near 200 MB.
+#: Finished records kept at most (oldest dropped first, even inside the TTL): about 220 bytes
+#: each (see docs/security.md), so the cap bounds them near 220 MB.
 DEFAULT_MAX_RECORDS = 1_000_000
 #: The reason a trainer's cancel gives (its callback's error message says so).
 CANCELLED_BY_TRAINER = "cancelled by the trainer"
@@ -250,7 +251,8 @@ class RolloutRegistry:
         self._records: collections.deque[FinishedRecord] = collections.deque()  # oldest first
         self._tool_sets: weakref.WeakValueDictionary[bytes, _Tools] = weakref.WeakValueDictionary()
         self.by_id: dict[str, RolloutEntry] = {}  # rollouts not yet done, by rollout_id
-        #: Finished records by rollout_id (the latest of each id), for status requests.
+        #: Finished records by rollout_id, for status requests, of those whose idempotency key is
+        #: not their id (the others are found in ``by_key``: no second entry per record).
         self.finished_ids: dict[str, FinishedRecord] = {}
         self.completed_total = 0
         self.draining = False
@@ -330,12 +332,26 @@ class RolloutRegistry:
             else:
                 record = FinishedRecord(entry, entry.tools, time.perf_counter())
                 self.by_key[entry.key] = record
-                self.finished_ids[entry.rollout_id] = record
+                if entry.key != entry.rollout_id:
+                    self.finished_ids[entry.rollout_id] = record
+                else:
+                    self.finished_ids.pop(entry.rollout_id, None)
                 self._records.append(record)
                 while len(self._records) > self.max_records:
                     self._drop(self._records.popleft())
         self.completed_total += 1
         entry.done()
+
+    def finished(self, rollout_id: str) -> FinishedRecord | None:
+        """The record of the last finished rollout with this id, while it is kept."""
+        record = self.finished_ids.get(rollout_id)
+        if record is None:
+            found = self.by_key.get(rollout_id)
+            if isinstance(found, FinishedRecord) and found.rollout_id == rollout_id:
+                record = found
+        if record is None or self._stale(record, time.perf_counter()):
+            return None
+        return record
 
     def start(self, entry: RolloutEntry) -> None:
         """The rollout got a concurrency slot; its agent starts now."""

@@ -169,7 +169,7 @@ class Replicas:
 
     async def _end_orphan(self, orphan: LeasedRollout) -> None:
         logger.warning(
-            "rollout %s: its replica stopped renewing its lease; sending the ERROR callback",
+            "rollout %s: its replica stopped renewing its lease; ending it here",
             loggable(orphan.rollout_id),
         )
         response = RolloutResponse(

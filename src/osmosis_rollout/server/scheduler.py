@@ -3,8 +3,9 @@
 ``admit`` takes a rollout a wire adapter parsed, with its ``DeliveryTarget``: it deduplicates
 (here, then across replicas), runs ``get_tools``, takes a place in the shared admission count,
 and starts the rollout; the ``Answer`` it returns is the wire's to send. ``_run`` waits for a
-slot, runs the agent, and hands the result to ``Delivery`` exactly once; a rollout stopped
-before it ran still leaves its result in the outbox.
+slot (a trainer's cancel ends the wait), runs the agent and its ``grade`` (``phases.py``), has
+the target settle what is sent and the terminal status (known before any callback), and hands
+the result to ``Delivery`` exactly once; one stopped before it ran still reaches the outbox.
 
 Spawning: on asyncio each rollout is a plain task with its own cancel scope, cancelled at
 shutdown as the task group would (``stop``). It is the only path on asyncio because it is
@@ -305,6 +306,7 @@ class Scheduler:
                 )
                 self.registry.delivering(entry)
                 await self._publish(entry, "", entry.terminal)
+                await self.delivery.save_lease(entry)  # a peer ending it sends these bodies
                 if await self._still_ours(entry):
                     # A drain that gives up on this delivery cancels this scope: the result goes to
                     # the outbox at once, not when the process exits.

@@ -10,7 +10,7 @@ the target, so when a later part fails, the outbox entry (``record()``, with the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .registry import Terminal
     from .wire import Wire
 
-__all__ = ["DeliveryTarget", "TargetFactory", "targets_by_protocol"]
+__all__ = ["DeliveryTarget", "Progress", "TargetFactory", "targets_by_protocol"]
 
 
 class DeliveryTarget(Protocol):
@@ -62,11 +62,20 @@ class DeliveryTarget(Protocol):
         which parts are still to deliver; None when nothing more (v1)."""
         ...
 
-    async def deliver(self, client: TrainGateClient, response: RolloutResponse) -> None:
+    async def deliver(
+        self,
+        client: TrainGateClient,
+        response: RolloutResponse,
+        progress: Progress | None = None,
+    ) -> None:
         """Send what was not delivered yet; raises ``TrainGateError`` when a part was not
-        taken (the parts before it stay delivered)."""
+        taken (the parts before it stay delivered). ``progress`` is awaited after each part
+        taken (``Delivery`` records it in a shared state's lease)."""
         ...
 
+
+#: Told that a part was delivered.
+Progress = Callable[[], Awaitable[None]]
 
 #: Rebuilds a target from what an outbox entry or a lease keeps:
 #: (protocol, rollout_id, server_url, key, record).

@@ -240,6 +240,11 @@ class StateBackend(abc.ABC):
     async def hold(self, key: str, lease_ttl_s: float) -> bool:
         """Renew one lease; False if it lapsed and a peer took the rollout as an orphan."""
 
+    async def update_lease(self, lease: LeasedRollout) -> None:  # noqa: B027 - optional hook
+        """Replace a held lease's data (a v2 rollout's settled callbacks, then what is still due),
+        so a peer ending it as an orphan sends those, not a contradicting ERROR; nothing if the
+        lease is gone."""
+
     @abc.abstractmethod
     async def finish(self, key: str, rollout_id: str, record_ttl_s: float) -> None:
         """The rollout's callback was handled: drop the lease, keep the record for the TTL."""

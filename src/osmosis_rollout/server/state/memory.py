@@ -120,6 +120,12 @@ class MemoryState(StateBackend):
         self._leases[key] = (held[0], time.monotonic() + lease_ttl_s)
         return True
 
+    async def update_lease(self, lease: LeasedRollout) -> None:
+        """See ``StateBackend.update_lease``."""
+        held = self._leases.get(lease.key)
+        if held is not None:
+            self._leases[lease.key] = (lease, held[1])
+
     async def finish(self, key: str, rollout_id: str, record_ttl_s: float) -> None:
         """Drop the lease."""
         self._leases.pop(key, None)

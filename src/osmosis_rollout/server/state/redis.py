@@ -188,6 +188,11 @@ class RedisState(StateBackend):
         )
         return bool(held)
 
+    async def update_lease(self, lease: LeasedRollout) -> None:
+        """See ``StateBackend.update_lease``: only while the lease's data is still there."""
+        redis: Any = self._redis
+        await self._call(redis.set(self._k("lease", lease.key), lease.to_json(), xx=True))
+
     async def finish(self, key: str, rollout_id: str, record_ttl_s: float) -> None:
         """See ``StateBackend.finish``."""
         await self._call(

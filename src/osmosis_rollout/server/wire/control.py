@@ -85,7 +85,7 @@ def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
         entry = live(rollout_id)
         if entry is not None:
             return _json(200, status_of(entry))
-        record = server.registry.finished_ids.get(rollout_id)
+        record = server.registry.finished(rollout_id)
         if record is not None and record.protocol == protocol:
             return _json(200, status_body(rollout_id, "unknown", record.terminal))
         shared = await server.shared_status(rollout_id, protocol)
@@ -128,5 +128,6 @@ def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
 
     return [
         Route(f"{prefix}/cancel", cancel, methods=["POST"]),
-        Route(f"{prefix}/{{rollout_id}}/status", status, methods=["GET"]),
+        # A path converter: a v1 rollout id may hold "/" (v2's may not).
+        Route(f"{prefix}/{{rollout_id:path}}/status", status, methods=["GET"]),
     ]

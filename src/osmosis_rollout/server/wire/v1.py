@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ...grading import Grade
     from ..app import Edge
     from ..registry import Answer
+    from ..target import Progress
 
 __all__ = ["V1", "V1Callback"]
 
@@ -70,7 +71,12 @@ class V1Callback:
         """Nothing beyond the URL and the key."""
         return None
 
-    async def deliver(self, client: TrainGateClient, response: RolloutResponse) -> None:
+    async def deliver(
+        self,
+        client: TrainGateClient,
+        response: RolloutResponse,
+        progress: Progress | None = None,
+    ) -> None:
         """POST ``/v1/rollout/completed`` (retried by the client; raises when not taken)."""
         await client.complete_rollout(self.server_url, response, api_key=self.api_key)
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ...chat_v2 import V2ChatChannel
     from ...client import TrainGateClient
     from ...grading import Grade
+    from ..target import Progress
 
 __all__ = ["V2Target", "callback_bodies"]
 
@@ -66,7 +67,11 @@ class V2Target:
     def settle(
         self, response: RolloutResponse, grade: Grade | None, category: str | None = None
     ) -> tuple[RolloutResponse, Terminal]:
-        """Build both callback bodies now (kept with the outbox entry if not delivered)."""
+        """Build both callback bodies now (kept with the outbox entry if not delivered). A
+        target rebuilt with its bodies (from an outbox entry, or a lease its replica updated
+        before it died) keeps them: what was settled is what is sent."""
+        if self.bodies is not None:
+            return response, terminal_of_bodies(self.bodies)
         bodies, terminal = callback_bodies(
             response,
             grade,
@@ -90,9 +95,14 @@ class V2Target:
             "bodies": self.bodies,
         }
 
-    async def deliver(self, client: TrainGateClient, response: RolloutResponse) -> None:
+    async def deliver(
+        self,
+        client: TrainGateClient,
+        response: RolloutResponse,
+        progress: Progress | None = None,
+    ) -> None:
         """Post the pending parts in order; a part the trainer took is never sent again."""
-        if self.bodies is None:  # rebuilt from a lease: the bodies follow from the response
+        if self.bodies is None:  # rebuilt from a lease taken before it settled
             self.settle(response, None)
         assert self.bodies is not None
         while self.pending:
@@ -107,6 +117,8 @@ class V2Target:
                 callback=True,
             )
             self.pending.pop(0)
+            if progress is not None:  # the last one too: a peer then has nothing left to send
+                await progress()
 
 
 def callback_bodies(
@@ -182,3 +194,18 @@ def callback_bodies(
     else:
         end = terminal("failure", None, error)
     return bodies, end
+
+
+def terminal_of_bodies(bodies: dict[str, Any]) -> Terminal:
+    """The terminal status settled bodies stand for: the grader's, else the completion's."""
+    grader = bodies.get("grader")
+    if grader is not None:
+        if grader.get("status") == "success":
+            return terminal("success", (grader.get("sample") or {}).get("reward"))
+        cancelled = bodies.get("completion", {}).get("status") == "cancelled"
+        return terminal("cancelled" if cancelled else "failure", None, grader.get("err_message"))
+    completion = bodies["completion"]
+    if completion.get("status") == "success":
+        return terminal("success")
+    status = "cancelled" if completion.get("status") == "cancelled" else "failure"
+    return terminal(status, None, completion.get("err_message"))
