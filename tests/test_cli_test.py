@@ -112,6 +112,8 @@ def test_findings_make_the_exit_code_1() -> None:
         (["no_such_file.py:Agent", "-d", DATASET], "no_such_file.py"),
         ([CALCULATOR, "--server", "http://127.0.0.1:1", "-d", DATASET], "not both"),
         (["--server", "http://127.0.0.1:1", "-d", DATASET], "cannot reach the rollout server"),
+        ([CALCULATOR, "-d", DATASET, "--protocol", "v3"], "--protocol 'v3': choose v1 or v2"),
+        ([CALCULATOR, "-i", "--protocol", "v2"], "--interactive steps rollouts over protocol v1"),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:
@@ -761,3 +763,77 @@ def test_a_replay_of_an_edited_row_says_its_error_once(tmp_path: Path) -> None:
     output = " ".join((result.stdout + result.stderr).split())
     assert output.count("no row of the cassette") == 1, output
     assert "replay_diverged x1" in output
+
+
+def test_server_with_protocol_v2_drives_a_v2_server(tmp_path: Path) -> None:
+    """--server URL --protocol v2: POST /rollout, the two callbacks, the status check; the
+    same summary, --json and --output as on v1."""
+    from .v2_stub import V2Stub
+
+    stub = V2Stub()
+    out = tmp_path / "results.jsonl"
+    with serve_in_thread(stub.app) as url:
+        result = invoke(
+            "--server", url, "--protocol", "v2", "-d", DATASET, "--limit", "3", "--json",
+            "-o", str(out),
+        )  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["rows"], summary["passed"], summary["findings"]) == (3, 3, {})
+    rows = [json.loads(line) for line in out.read_text().splitlines()][:-1]
+    assert [r["status"] for r in rows] == ["COMPLETED"] * 3
+    assert stub.inits == 3
+    assert all(r.body["label"] is not None for r in stub.rollouts.values())
+
+
+def test_a_cassette_replays_only_on_the_wire_it_was_recorded_on(tmp_path: Path) -> None:
+    """Recorded on v1, replayed with --protocol v2: refused, naming the flag (the agent's
+    requests differ between the wires, so every row would read as diverged)."""
+    cassette = tmp_path / "run.jsonl"
+    recorded = invoke(CALCULATOR, "-d", DATASET, "--limit", "1", "--record", str(cassette))
+    assert recorded.exit_code == 0, recorded.stderr
+    assert json.loads(cassette.read_text().splitlines()[0])["protocol"] == "v1"
+    result = invoke(CALCULATOR, "--replay", str(cassette), "--protocol", "v2")
+    assert_one_clear_error(result, "was recorded with --protocol v1; replay it with --protocol v1")
+
+
+def test_jobs_run_the_rows_over_v2_as_well(tmp_path: Path) -> None:
+    """--jobs workers speak the wire the run asked for: an agent rewarded 1.0 only when its
+    chat channel is the v2 one."""
+    agent = tmp_path / "wire_agent.py"
+    agent.write_text(WIRE_AGENT)
+    args = [f"{agent}:WireAgent", "-d", DATASET, "--limit", "4", "--jobs", "2", "--json"]
+    for protocol, reward in (("v2", 1.0), ("v1", 0.0)):
+        result = invoke(*args, "--protocol", protocol)
+        assert result.exit_code == 0, result.stdout + result.stderr
+        summary = json.loads(result.stdout)
+        assert (summary["rows"], summary["passed"], summary["findings"]) == (4, 4, {})
+        assert summary["mean_reward"] == reward, protocol
+
+
+WIRE_AGENT = """
+from osmosis_rollout import RolloutAgentLoop
+
+
+class WireAgent(RolloutAgentLoop):
+    name = "wire"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages)
+        v2 = type(ctx.llm).__name__ == "V2ChatChannel"
+        return ctx.complete([*messages, result.message], reward=1.0 if v2 else 0.0)
+"""
+
+
+def test_max_turns_on_v2_says_it_cannot_reach_the_agent() -> None:
+    result = invoke(
+        CALCULATOR, "-d", DATASET, "--limit", "1", "--protocol", "v2", "--max-turns", "3"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "--max-turns: protocol v2 has no turn budget" in result.stderr
+    quiet = invoke(CALCULATOR, "-d", DATASET, "--limit", "1", "--protocol", "v2")
+    assert "--max-turns" not in quiet.stderr

@@ -189,3 +189,18 @@ def test_validate_is_listed_in_help() -> None:
     """The command registers itself on the osmosis app."""
     result = CliRunner().invoke(app, ["--help"])
     assert "validate" in result.stdout
+
+
+def test_an_unknown_protocol_is_a_usage_error() -> None:
+    code, out, err = invoke(target("val_good", "GoodAgent"), "--protocol", "v9")
+    assert code == 2
+    assert "--protocol 'v9': choose v1 or v2" in err
+    assert "Traceback" not in out + err
+
+
+def test_the_dry_run_speaks_v2_with_protocol_v2() -> None:
+    code, out, err = invoke(target("val_good", "GoodAgent"), "--protocol", "v2", "--json")
+    assert code == 0, out + err
+    result = json.loads(out)
+    assert result["problems"] == []
+    assert "dry_run" in result["checks_run"]

@@ -249,3 +249,30 @@ async def test_harness_keeps_server_http_for_other_calls() -> None:
     async with Harness(agent, backend=MockLLMBackend()) as unused:
         pass
     assert unused.server_http is None  # never made, and not made once the server is gone
+
+
+async def test_asgi_transport_gets_too() -> None:
+    """A v2 controller reads status with a GET: the app sees the method, the raw path and the
+    headers, and no body."""
+    seen: dict[str, Any] = {}
+
+    async def status(request: Request) -> JSONResponse:
+        seen.update(
+            method=request.method,
+            raw_path=request.scope["raw_path"],
+            key=request.headers.get("authorization"),
+            body=await request.body(),
+        )
+        return JSONResponse({"status": "success"})
+
+    app = Starlette(routes=[Route("/rollout/{rid:path}/status", status, methods=["GET"])])
+    reply = await AsgiTransport(app).get(
+        "http://server.test/rollout/a%2Fb/status", {"Authorization": "Bearer k"}
+    )
+    assert (reply.status_code, reply.json()) == (200, {"status": "success"})
+    assert seen == {
+        "method": "GET",
+        "raw_path": b"/rollout/a%2Fb/status",
+        "key": "Bearer k",
+        "body": b"",
+    }

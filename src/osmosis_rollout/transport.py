@@ -370,6 +370,16 @@ class AsgiTransport:
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:
         """Call the app with one POST and collect its response."""
+        return await self.request("POST", url, content, headers)
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> Reply:
+        """Call the app with one GET (a v2 controller's status reads)."""
+        return await self.request("GET", url, b"", headers)
+
+    async def request(
+        self, method: str, url: str, content: bytes, headers: Mapping[str, str]
+    ) -> Reply:
+        """Call the app with one request and collect its response."""
         target = self._parse(url)
         raw_headers = [(b"host", target.host_header)]
         raw_headers += [
@@ -382,7 +392,7 @@ class AsgiTransport:
             "type": "http",
             "asgi": {"version": "3.0"},
             "http_version": "1.1",
-            "method": "POST",
+            "method": method,
             "scheme": target.scheme,
             "path": target.path,
             "raw_path": target.raw_path,

@@ -106,6 +106,23 @@ def check_mode_flags(
         fail(f"{flag} works only in batch mode, not with --interactive")
 
 
+def check_protocol(protocol: str, *, interactive: bool) -> str:
+    """``--protocol v1|v2`` (any case); the interactive debugger steps v1 rollouts only."""
+    value = protocol.strip().lower()
+    if value not in ("v1", "v2"):
+        fail(
+            f"--protocol {protocol!r}: choose v1 or v2",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --protocol v2",
+        )
+    if value == "v2" and interactive:
+        fail(
+            "--interactive steps rollouts over protocol v1 only: drop --protocol v2, or run "
+            "the batch with it",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --protocol v2",
+        )
+    return value
+
+
 def check_server_debug_dir(server: str | None, debug_dir: Path | None) -> None:
     """``--debug-dir`` writes the traces of rollouts this process runs; with ``--server`` the
     server runs them, so its traces are its own to write (refused rather than an empty dir)."""
@@ -142,6 +159,18 @@ def check_server_url(url: str) -> None:
             f"--server {url!r} is not an http:// or https:// URL with a host",
             hint="osmosis test --server http://127.0.0.1:9000 --dataset rows.jsonl",
         )
+
+
+def say_no_turn_budget() -> None:
+    """``--max-turns`` with ``--protocol v2``: v2 carries no turn budget, so it cannot reach the
+    agent (``--temperature`` and ``--max-tokens`` do: the mock applies them to each call)."""
+    from ._common import stderr_console
+
+    stderr_console().print(
+        "[dim]--max-turns: protocol v2 has no turn budget, so the agent's own limit applies "
+        "(--temperature and --max-tokens still reach each chat call)[/]",
+        soft_wrap=True,
+    )
 
 
 def say_auto_jobs(reason: str) -> None:

@@ -18,6 +18,7 @@ from ._test_flags import (
     check_jobs,
     check_mock_policy,
     check_mode_flags,
+    check_protocol,
     check_row,
     check_server_debug_dir,
     check_server_url,
@@ -27,6 +28,7 @@ from ._test_flags import (
     llm_of,
     run_rows,
     say_auto_jobs,
+    say_no_turn_budget,
     warm_up_workers,
 )
 
@@ -88,6 +90,16 @@ def command_test(
             "instead of TARGET."
         ),
     ] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            "--protocol",
+            metavar="v1|v2",
+            help="The wire the mock TrainGate speaks to the server: v1 (POST /v1/rollout/init, "
+            "one callback) or v2 (POST /rollout, completion and grader callbacks, status, "
+            "cancel), in-process or with --server. See docs/protocol-v2.md.",
+        ),
+    ] = "v1",
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -317,6 +329,9 @@ def command_test(
             "--resume continues the results file of --output: give it",
             hint="osmosis test agent.py:MyAgent -d rows.jsonl -o results.jsonl --resume",
         )
+    protocol = check_protocol(protocol, interactive=interactive)
+    if protocol == "v2" and _given(context, "max_turns"):
+        say_no_turn_budget()
     workers = check_jobs(
         jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
     )
@@ -366,6 +381,7 @@ def command_test(
         pass_threshold=pass_threshold,
         by=by,
         tool_error_share=tool_error_share,
+        protocol=protocol,
     )
     try:
         if interactive:

@@ -52,6 +52,14 @@ def validate_command(
     pass_threshold: Annotated[
         float, typer.Option(help="With --reward: a gold row passes at this reward or above.")
     ] = 1.0,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            "--protocol",
+            metavar="v1|v2",
+            help="The wire of the dry run: v1 or v2 (docs/protocol-v2.md).",
+        ),
+    ] = "v1",
 ) -> None:
     """Check an agent statically, dynamically and with one dry rollout.
 
@@ -62,6 +70,12 @@ def validate_command(
     from ..render import validation_report
     from ..validator import validate_agent_loop_async
 
+    wire = protocol.strip().lower()
+    if wire not in ("v1", "v2"):
+        fail(
+            f"--protocol {protocol!r}: choose v1 or v2",
+            hint="osmosis validate agent.py:MyAgent --protocol v2",
+        )
     target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
     if reward:
         from ._validate_reward import reward_checks
@@ -79,7 +93,9 @@ def validate_command(
             "--dataset is for --reward",
             hint="osmosis validate agent.py:MyAgent --reward -d rows.jsonl",
         )
-    result = run_async(validate_agent_loop_async(target, dry_run=dry_run, timeout_s=timeout))
+    result = run_async(
+        validate_agent_loop_async(target, dry_run=dry_run, timeout_s=timeout, protocol=wire)
+    )
     unusable = next((p for p in result.errors if p.code in TARGET_CODES), None)
     if json_output:
         typer.echo(result.model_dump_json(indent=2))

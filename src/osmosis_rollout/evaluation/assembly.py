@@ -78,6 +78,7 @@ def _prepare(
     }
     if options.replay is not None:
         backend: Any = replay_backend(options.replay, options.replay_mode, sources=pool is not None)
+        check_replay_protocol(backend, options.protocol)
         note = cassette_note(backend)
         if note:
             warn(note)
@@ -189,6 +190,7 @@ def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPo
         backend=backend,
         debug_dir=str(Path(debug_dir).resolve()) if debug_dir is not None else None,
         verbose=options.verbose,
+        protocol=options.protocol,
     )
     pool = WorkerPool(spec, options.jobs, notify=warn)
     pool.start()
@@ -240,6 +242,18 @@ def recorded_settings(backend: ReplayBackend, given: dict[str, Any]) -> dict[str
     return {
         key: given[key] if given[key] is not None else recorded[key] for key in RECORDED_OPTIONS
     }
+
+
+def check_replay_protocol(backend: ReplayBackend, protocol: str) -> None:
+    """A cassette replays on the wire it was recorded on: the agent's chat requests differ
+    between wires (v2's model name, tools on every call), so a replay across them would report
+    every row as diverged. Refused instead, naming the flag that fixes it."""
+    recorded = backend.cassette.header.protocol
+    if recorded != protocol:
+        raise ConfigError(
+            f"{backend.cassette.path} was recorded with --protocol {recorded}; replay it with "
+            f"--protocol {recorded} (or record it again with --protocol {protocol})"
+        )
 
 
 def cassette_note(backend: ReplayBackend) -> str | None:

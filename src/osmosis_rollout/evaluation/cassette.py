@@ -89,6 +89,8 @@ class CassetteHeader(_Part):
     agent: str | None = None
     llm: dict[str, Any] = Field(default_factory=dict)
     options: RecordedOptions = Field(default_factory=RecordedOptions)
+    #: The wire the mock TrainGate spoke (``osmosis test --protocol``); older cassettes: v1.
+    protocol: Literal["v1", "v2"] = "v1"
 
 
 class History(_Part):

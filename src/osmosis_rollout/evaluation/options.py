@@ -21,6 +21,7 @@ class TestOptions:
     ``api_key`` is the ``server``'s key; without a ``server`` it is the LLM's (v1's meaning of
     ``--api-key``), else ``OPENAI_API_KEY``. A ``model`` without ``llm_url`` is served by
     ``OPENAI_BASE_URL`` (OpenAI's by default); with the mock LLM it is an error, never ignored.
+    ``protocol`` is the wire the mock TrainGate speaks to the server: ``"v1"`` or ``"v2"``.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -66,3 +67,4 @@ class TestOptions:
     resume: bool = False
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
     tool_error_share: float = 0.2
+    protocol: str = "v1"

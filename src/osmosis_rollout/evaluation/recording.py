@@ -62,10 +62,12 @@ class CassetteRecorder:
         agent: str | None = None,
         llm: dict[str, Any] | None = None,
         secrets: Iterable[str | None] = (),
+        protocol: str = "v1",
     ) -> None:
         self.gate = gate
         header = CassetteHeader(
             agent=agent,
+            protocol="v2" if protocol == "v2" else "v1",
             llm=llm or {},
             options=RecordedOptions(
                 max_turns=options.max_turns,

@@ -157,6 +157,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             agent=options.target,
             llm=describe_llm(backend),
             secrets=secrets,
+            protocol=options.protocol,
         )
     todo = [r for r in rows if (r.index, r.sample) not in done]
     if recorder is not None:
@@ -208,6 +209,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     max_concurrent=fit.concurrency,
                     debug_dir=options.debug_dir,
                     secrets=secrets,
+                    protocol=options.protocol,
                 ) as harness:
                     with progress as show:
                         shown.append(show)

@@ -84,6 +84,8 @@ class WorkerSpec:
     backend: BackendSpec
     debug_dir: str | None = None
     verbose: bool = False
+    #: The wire the workers' mock TrainGates speak (``--protocol``).
+    protocol: str = "v1"
     #: Shared by every worker: rollout ids read ``row-<n>-<run_id>`` as with one process.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
@@ -258,6 +260,7 @@ async def _work(
                     max_concurrent=options.concurrency,
                     debug_dir=spec.debug_dir,
                     secrets=[os.environ.get("OPENAI_API_KEY")],
+                    protocol=spec.protocol,
                 ) as harness,
                 anyio.create_task_group() as lanes,
             ):

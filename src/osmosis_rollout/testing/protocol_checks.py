@@ -22,7 +22,7 @@ from .records import (
 )
 from .text_tool_calls import advice, find_text_tool_call
 
-__all__ = ["check_chat", "check_completion"]
+__all__ = ["check_chat", "check_completion", "check_history"]
 
 
 def check_chat(record: RolloutRecord, body: CompletionsRequest) -> None:
@@ -37,6 +37,12 @@ def check_chat(record: RolloutRecord, body: CompletionsRequest) -> None:
             "chat request carried `tools`; TrainGate knows them from init",
             turn=turn,
         )
+    check_history(record, body, turn)
+
+
+def check_history(record: RolloutRecord, body: CompletionsRequest, turn: int) -> None:
+    """The append-only rule (both wires): a call's messages are the previous call's plus its
+    reply, unchanged."""
     if record.chats and record.replies:
         previous = [*record.chats[-1].messages, _reply_message(record.replies[-1])]
         index = first_divergence(previous, body.messages)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -21,6 +21,9 @@ from ..protocol import (
     RolloutRequest,
     RolloutResponse,
 )
+
+if TYPE_CHECKING:
+    from .traingate_v2 import V2Exchange
 
 __all__ = [
     "Finding",
@@ -42,6 +45,17 @@ CHAT_AFTER_COMPLETION = "chat_after_completion"
 TOOLS_SENT = "tools_sent"
 TRUNCATED_REPLY = "truncated_reply"
 TOOL_CALL_IN_TEXT = "tool_call_in_text"
+# Protocol v2 only (``osmosis test --protocol v2``; the checks: :mod:`.protocol_checks_v2`).
+TOOLS_NOT_SENT = "tools_not_sent"
+BODY_ID_MISMATCH = "body_id_mismatch"
+CALLBACK_KEY_IN_CHAT = "callback_key_in_chat"
+MISSING_GRADER_CALLBACK = "missing_grader_callback"
+GRADER_BEFORE_COMPLETION = "grader_before_completion"
+DUPLICATE_GRADER = "duplicate_grader"
+REWARD_ON_FAILURE = "reward_on_failure"
+NON_TERMINAL_STATUS = "non_terminal_status"
+STATUS_WRONG = "status_wrong"
+CANCEL_WRONG = "cancel_wrong"
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,9 @@ class RolloutRecord:
     #: answer arrived for :meth:`MockTrainGate.init_rollout`. A chat call waits for it, since a
     #: server may start the agent (and its first turn) before its 202 reaches us.
     tools_ready: anyio.Event = field(default_factory=anyio.Event)
+    #: A protocol v2 rollout's callbacks, keys and answers (None on v1): its ``completions``
+    #: then hold one result built from the completion and grader callbacks, once both came.
+    v2: V2Exchange | None = None
 
     @property
     def result(self) -> RolloutResponse | None:

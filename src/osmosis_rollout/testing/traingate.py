@@ -1,9 +1,10 @@
 """``MockTrainGate``: plays TrainGate for tests and ``osmosis test``.
 
 It answers ``/v1/chat/completions`` through a pluggable LLM backend, receives
-``/v1/rollout/completed``, records everything, and checks the agent's protocol behaviour the way
-the real trainer depends on it (the checks themselves: :mod:`.protocol_checks`). Each violation
-becomes a named :class:`Finding`, never a crash.
+``/v1/rollout/completed``, and speaks protocol v2 as well (``gate.v2``: :mod:`.traingate_v2`,
+routes under ``/v1/rollouts/{id}/``); it records everything, and checks the agent's protocol
+behaviour the way the real trainer depends on it (the checks themselves: :mod:`.protocol_checks`).
+Each violation becomes a named :class:`Finding`, never a crash.
 
 The two endpoints are handler functions over headers and body bytes
 (:meth:`MockTrainGate.handle_chat`, :meth:`MockTrainGate.handle_completed`). A Starlette ``app``
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,6 +52,8 @@ from .records import (
     LLMBackend,
     RolloutRecord,
 )
+from .traingate_v2 import v2_route
+from .v2_driver import V2Controller
 
 __all__ = ["GateTransport", "MockTrainGate"]
 
@@ -81,8 +85,11 @@ class MockTrainGate:
             routes=[
                 Route(CHAT_PATH, self._chat, methods=["POST"]),
                 Route(COMPLETED_PATH, self._completed, methods=["POST"]),
+                Route(V2_ROUTES, self._v2, methods=["POST"]),
             ]
         )
+        #: The protocol v2 routes and driver (spec §11).
+        self.v2 = V2Controller(self)
         #: The ASGI app serving the two endpoints; tests may wrap it (any ASGI app will do).
         self.app: Any = self._own_app
         #: Tools already parsed, by the exact bytes of an init answer's tools (see _learn_tools).
@@ -213,6 +220,16 @@ class MockTrainGate:
     async def _completed(self, request: Request) -> Response:
         return _response(await self.handle_completed(request.headers, await request.body()))
 
+    async def _v2(self, request: Request) -> Response:
+        raw = request.scope.get("raw_path")  # undecoded: an id may hold an encoded "/"
+        path = raw.decode("latin-1").partition("?")[0] if raw else request.url.path
+        route = v2_route(path)
+        if route is None:
+            return Response(b"Not Found", status_code=404, media_type="text/plain")
+        kind, rollout_id = route
+        reply = await self.v2.handle(kind, rollout_id, request.headers, await request.body())
+        return _response(reply)
+
     def _authorised(self, headers: Mapping[str, str], record: RolloutRecord) -> bool:
         expected = record.api_key
         if expected is None:
@@ -306,6 +323,7 @@ class MockTrainGate:
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETED_PATH = "/v1/rollout/completed"
+V2_ROUTES = "/v1/rollouts/{rest:path}"
 _JSON_HEADERS = {"content-type": "application/json"}
 _Handler = Callable[[MockTrainGate, Mapping[str, str], bytes], Awaitable[Reply]]
 _ROUTES: dict[str, _Handler] = {
@@ -355,10 +373,21 @@ class GateTransport:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise InvalidTarget(f"cannot POST to {url!r}: an http(s) URL with a host is needed")
         handler = _ROUTES.get(parts.path)
+        if handler is None:
+            route = v2_route(parts.path)
+            if route is not None:
+                handler = _v2_handler(*route)
         if len(self._routes) >= 256:
             self._routes.clear()
         self._routes[url] = handler
         return handler
+
+
+def _v2_handler(kind: str, rollout_id: str) -> _Handler:
+    async def handle(gate: MockTrainGate, headers: Mapping[str, str], content: bytes) -> Reply:
+        return await gate.v2.handle(kind, rollout_id, headers, content)
+
+    return handle
 
 
 def _json_reply(status: int, data: Any) -> Reply:
@@ -378,8 +407,16 @@ def name_gate_urls(text: str | None, base_url: str) -> str | None:
     or an ephemeral port) replaced by what they are, so a user is not sent looking for them."""
     if not text or not base_url:
         return text
+    text = re.sub(
+        re.escape(base_url) + r"/v1/rollouts/[^/\s]+/(chat/completions|completion|grader)",
+        lambda m: f"the mock TrainGate's {_V2_NAMES[m.group(1)]} endpoint",
+        text,
+    )
     return (
         text.replace(f"{base_url}/v1/chat/completions", "the mock TrainGate's chat endpoint")
         .replace(f"{base_url}/v1/rollout/completed", "the mock TrainGate's completion endpoint")
         .replace(base_url, "the mock TrainGate")
     )
+
+
+_V2_NAMES = {"chat/completions": "chat", "completion": "completion", "grader": "grader"}

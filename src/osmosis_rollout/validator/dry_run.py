@@ -61,8 +61,10 @@ async def dry_run(
     timeout_s: float,
     location: str | None,
     backend: LLMBackend | None = None,
+    protocol: str = "v1",
 ) -> list[Problem]:
-    """Run one rollout of ``agent`` with the built-in mock LLM and report what went wrong."""
+    """Run one rollout of ``agent`` with the built-in mock LLM and report what went wrong
+    (over ``protocol``, v1 or v2: the same checks, and v2's own findings)."""
     from ..testing.harness import Harness
 
     if backend is None:
@@ -70,7 +72,13 @@ async def dry_run(
 
         backend = MockLLMBackend(seed=0)
     with _captured_logs() as records:
-        async with Harness(agent, backend=backend, rollout_timeout_s=timeout_s) as harness:
+        async with Harness(
+            agent,
+            backend=backend,
+            rollout_timeout_s=timeout_s,
+            protocol=protocol,
+            v2_slack_s=5.0,  # the server is ours, in this process: its callbacks come at once
+        ) as harness:
             outcome = await harness.run(
                 [{"role": "user", "content": DRY_RUN_PROMPT}],
                 rollout_id="osmosis-validate-dry-run",

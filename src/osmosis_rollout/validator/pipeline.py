@@ -32,15 +32,17 @@ async def validate_agent_loop_async(
     dry_run: bool = True,
     timeout_s: float = 30.0,
     request: RolloutRequest | None = None,
+    protocol: str = "v1",
 ) -> ValidationResult:
     """Check an agent (``"file.py:Attr"``, ``"pkg.mod:Attr"``, a class or an instance).
 
     Never raises for problems in the agent and never prints: everything found is a ``Problem``
     in the returned ``ValidationResult``. ``request`` is what ``get_tools`` is called with (a
     typical init by default). From sync code, ``validate_agent_loop(agent)`` is v1's spelling
-    (no dry run, v1's problem codes beside ours).
+    (no dry run, v1's problem codes beside ours). ``protocol`` is the wire of the dry run.
     """
     validation = _Validation(target_or_agent, dry_run=dry_run, timeout_s=timeout_s)
+    validation.protocol = protocol
     validation.request = request or sample_request()
     return await validation.run()
 
@@ -51,6 +53,7 @@ class _Validation:
         self.dry_run = dry_run
         self.timeout_s = timeout_s
         self.request = sample_request()
+        self.protocol = "v1"
         label = target if isinstance(target, str) else _label(target)
         self.result = ValidationResult(target=label)
         self.static = StaticReport()
@@ -118,7 +121,10 @@ class _Validation:
         if self.dry_run and self.result.valid:
             self.ran("dry_run")
             run_at = self.static.run_location or where
-            for problem in await run_dry_run(agent, timeout_s=self.timeout_s, location=run_at):
+            found = await run_dry_run(
+                agent, timeout_s=self.timeout_s, location=run_at, protocol=self.protocol
+            )
+            for problem in found:
                 self.add(problem)
         return self.result
 
