@@ -264,12 +264,6 @@ async def test_429_under_a_full_server(fresh_server: ServeProcess) -> None:
         bodies(outcome)  # the two that filled it still end in exactly one of each
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h-v2s server/scheduler.py: a rollout cancelled while queued never gives back its "
-    "queue place in the state (self._counted.discard without _unqueue in run's finally; "
-    "_unqueue is only called when the agent starts), so max_queued shrinks by one per cancel",
-)
 async def test_a_rollout_cancelled_while_queued_frees_its_queue_place(
     fresh_server: ServeProcess,
 ) -> None:

@@ -56,4 +56,13 @@ class HarnessAgent(RolloutAgentLoop):
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
             return ctx.error(f"the harness exited with {proc.returncode}: {tail[0]}")
-        return ctx.complete(json.loads(out))
+        messages = json.loads(out)
+        return ctx.complete(messages, reward=_score(messages, ctx.request.metadata))
+
+
+def _score(messages: list[dict[str, Any]], metadata: dict[str, Any]) -> float:
+    """1.0 when the harness's last reply holds the row's ground truth (a trainer needs a reward;
+    protocol v2 refuses a sample without one)."""
+    truth = metadata.get("ground_truth")
+    last = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
+    return 1.0 if truth is not None and str(truth) in str(last.get("content") or "") else 0.0

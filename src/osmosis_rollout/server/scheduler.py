@@ -343,7 +343,10 @@ class Scheduler:
                 run.response = await self._run_agent(entry, tools)
             finally:
                 self._slots.release()
-        else:  # cancelled while it waited for a slot
+        else:  # cancelled while it waited for a slot: its queue place is given back too
+            if entry.key in self._counted:
+                self._counted.discard(entry.key)
+                await self._unqueue(entry)
             run.response = cancelled_response(request, entry.control.reason, "before it ran")
             if self.metrics is not None:
                 self.metrics.rollout_ended(run.response.status.value, run.response.finish_reason)
