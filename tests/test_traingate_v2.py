@@ -371,7 +371,8 @@ async def test_the_runs_sampling_reaches_each_v2_call_through_the_mock() -> None
     """v2's init has no sampling parameters: the controller applies --temperature and
     --max-tokens to each call (the agent's own values, where it gives them, win)."""
     calculator = load_asset("../../examples/calculator/agent").CalculatorAgent()
-    async with Harness(calculator, backend=MockLLMBackend(seed=1), protocol="v2") as harness:
+    backend = MockLLMBackend(seed=1, policy="all")  # every tool in turn 1, then the answer
+    async with Harness(calculator, backend=backend, protocol="v2") as harness:
         outcome = await harness.run(
             MESSAGES, completion_params={"temperature": 0.25, "max_tokens": 400}
         )
