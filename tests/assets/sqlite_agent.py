@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import weakref
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
 from osmosis_rollout.tools import Toolbox
@@ -19,6 +20,8 @@ class SqliteAgent(RolloutAgentLoop):
 
     def __init__(self) -> None:
         self.db = sqlite3.connect(":memory:")  # this thread's only
+        # Closed with the agent (Python 3.13 warns about a connection left to the collector).
+        weakref.finalize(self, self.db.close)
         self.db.execute("CREATE TABLE cities (name TEXT, population INTEGER)")
         self.db.execute("INSERT INTO cities VALUES ('Lyon', 522000), ('Nice', 342000)")
         self.toolbox = Toolbox(

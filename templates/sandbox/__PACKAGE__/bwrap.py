@@ -95,8 +95,13 @@ def bwrap_command(
             command += ["--symlink", os.readlink(folder), folder]
         elif os.path.isdir(folder):
             command += ["--ro-bind", folder, folder]
-    for root in _python_roots(python):
-        command += ["--ro-bind", root, root]
+    roots = _python_roots(python)
+    # A root under /tmp (a virtualenv made there, as CI does) is bound after /tmp's own tmpfs,
+    # which would hide it otherwise.
+    in_tmp = [r for r in roots if r == "/tmp" or r.startswith("/tmp/")]
+    for root in roots:
+        if root not in in_tmp:
+            command += ["--ro-bind", root, root]
     command += [
         "--ro-bind",
         str(workdir / "passwd"),
@@ -118,6 +123,7 @@ def bwrap_command(
         str(limits.tmp_bytes),
         "--tmpfs",
         "/tmp",
+        *(arg for root in in_tmp for arg in ("--ro-bind", root, root)),
         "--remount-ro",
         "/",
         "--chdir",
