@@ -153,6 +153,14 @@ def _python_roots(python: str) -> list[str]:
     """The interpreter's folders (its virtualenv, its installation) not under /usr already."""
     real = Path(os.path.realpath(python)).parent.parent
     roots = {sys.prefix, sys.base_prefix, str(Path(python).parent.parent), str(real)}
+    # Package folders on the path from elsewhere (a .pth naming another environment's
+    # site-packages); never the project or the working folder, which stay outside.
+    roots |= {
+        p
+        for p in sys.path
+        if p.endswith(("site-packages", "dist-packages"))
+        and not any(p.startswith(r + os.sep) for r in roots)
+    }
     inside_usr = [r for r in roots if r == "/usr" or r.startswith("/usr/")]
     return sorted(r for r in roots - set(inside_usr) if os.path.isdir(r))
 
