@@ -18,7 +18,7 @@ from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.protocol import RolloutResponse, RolloutStatus
 from osmosis_rollout.server import RolloutServer
 from osmosis_rollout.server.app import build_app
-from osmosis_rollout.server.registry import Answer, refusal
+from osmosis_rollout.server.types import Answer, refusal
 from osmosis_rollout.server.wire.v1 import V1, V1Callback
 from osmosis_rollout.testing import MockTrainGate, ScriptedBackend
 

@@ -34,10 +34,9 @@ from ..errors import ConfigError
 from ..protocol import DEFAULT_MAX_METADATA_BYTES, RolloutRequest
 from .auth import key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
-from .registry import Answer
 from .screening import HostRule, Screening
 from .state import StateUnavailable
-from .wire import Wire
+from .types import Answer, Wire
 from .wire.v1 import V1
 from .wire.v2 import V2
 

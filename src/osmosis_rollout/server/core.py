@@ -36,11 +36,10 @@ from .registry import RolloutRegistry
 from .replicas import Replicas
 from .scheduler import Scheduler
 from .state import StateBackend, open_state
-from .target import targets_by_protocol
+from .types import Wire, targets_by_protocol
 
 if TYPE_CHECKING:
     from .metrics import ServerMetrics
-    from .wire import Wire
 
 __all__ = ["Hook", "RolloutServer"]
 

@@ -30,7 +30,7 @@ from ..redaction import loggable, scrub, scrub_data
 from .outbox_guard import OutboxGuard
 from .state import LeasedRollout, OutboxEntry, StateBackend, StateUnavailable
 from .state.memory import write_outbox
-from .target import DeliveryTarget, TargetFactory
+from .types import DeliveryTarget, TargetFactory
 
 if TYPE_CHECKING:
     from ..client import TrainGateClient

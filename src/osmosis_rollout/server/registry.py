@@ -10,37 +10,28 @@ status need for the record TTL, at most ``max_records`` of them.
 from __future__ import annotations
 
 import collections
-import functools
-import json
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
 from ..protocol import RolloutRequest
 from ..rollout import RolloutControl
-
-if TYPE_CHECKING:
-    from .target import DeliveryTarget
+from .types import Answer, DeliveryTarget, Terminal
 
 __all__ = [
     "CANCELLED_BY_TRAINER",
     "DEFAULT_MAX_RECORDS",
     "AcceptedBody",
-    "Answer",
     "Conflict",
     "FinishedRecord",
     "Phase",
     "RolloutEntry",
     "RolloutRegistry",
-    "Terminal",
     "cancel_entry",
-    "refusal",
-    "terminal",
 ]
 
 #: Finished records kept at most (oldest dropped first, even inside the TTL): about 220 bytes
@@ -50,23 +41,6 @@ DEFAULT_MAX_RECORDS = 1_000_000
 CANCELLED_BY_TRAINER = "cancelled by the trainer"
 #: Builds the 202 body of an accepted rollout from its id and its tools' JSON (the wire's).
 AcceptedBody = Callable[[str, bytes], bytes]
-
-
-class Answer(NamedTuple):
-    """The core's answer to a start request (and to its duplicates): a status and a JSON body,
-    with ``Retry-After`` if asked. The wire turns it into its HTTP response; ``reason`` lets it
-    pick its own status for a cause (v1 answers ``busy`` with 503, v2 with 429; a ``conflict``
-    gets each wire's own wording)."""
-
-    status: int
-    body: bytes
-    retry_after: bool = False
-    reason: str = ""
-
-
-def refusal(status: int, detail: str, *, retry_after: bool = False, reason: str = "") -> Answer:
-    """An ``{"detail": ...}`` answer."""
-    return Answer(status, json.dumps({"detail": detail}).encode(), retry_after, reason)
 
 
 class _Tools:
@@ -151,28 +125,6 @@ class RolloutEntry:
         if self.init_status == 202 and self.tools is not None:
             return Answer(202, accepted(self.rollout_id, self.tools.json))
         return Answer(self.init_status, self.init_body)
-
-
-class Terminal(NamedTuple):
-    """How a rollout ended, as status routes report it: ``success``, ``failure`` or
-    ``cancelled``, the reward (only for a success) and the error message (only otherwise)."""
-
-    status: str
-    reward: float | None = None
-    err_message: str | None = None
-
-
-def terminal(status: str, reward: float | None = None, err_message: str | None = None) -> Terminal:
-    """A ``Terminal``; one without a message is shared between the records that ended alike
-    (most rollouts: a few distinct rewards), so such a record carries a pointer, not a tuple."""
-    if err_message is not None:
-        return Terminal(status, reward, err_message)
-    return _shared_terminal(status, reward)
-
-
-@functools.lru_cache(maxsize=4096)
-def _shared_terminal(status: str, reward: float | None) -> Terminal:
-    return Terminal(status, reward)
 
 
 class FinishedRecord:

@@ -1,7 +1,7 @@
 """What replicas sharing a state do for each other; started only with a shared state.
 
-``claim_init`` decides which replica answers an init whose key another replica may have seen
-(admission calls it before ``get_tools``). ``Replicas`` runs the three loops: each replica keeps
+``Replicas`` runs the three loops (admission across replicas, ``claim_init``, is the
+scheduler's): each replica keeps
 its leases (and its heartbeat) fresh, sweeps the lapsed leases of replicas that died (each
 orphan is claimed by one sweeper, which ends it with an ERROR result), and retries the results
 kept in the shared outbox.
@@ -22,65 +22,23 @@ from ..redaction import loggable
 from .delivery import Delivery, redeliver
 from .registry import (
     CANCELLED_BY_TRAINER,
-    AcceptedBody,
-    Answer,
-    Conflict,
     cancel_entry,
-    refusal,
 )
-from .state import ClaimOutcome, LeasedRollout, StateBackend, StateUnavailable
+from .state import LeasedRollout, StateUnavailable
 from .status import publish_status
-from .target import TargetFactory
+from .types import TargetFactory
 
 if TYPE_CHECKING:
     from ..client import TrainGateClient
-    from ..protocol import RolloutRequest
     from .registry import RolloutRegistry
     from .scheduler import Scheduler
 
-__all__ = ["Replicas", "claim_init"]
+__all__ = ["Replicas"]
 
 logger = logging.getLogger("osmosis_rollout.server")
 
 #: How long a replica trying an outbox entry hides it from its peers.
 _OUTBOX_VISIBILITY_S = 900.0
-
-
-async def claim_init(
-    state: StateBackend,
-    registry: RolloutRegistry,
-    rollout: RolloutRequest,
-    digest: int,
-    limit: float,
-    accepted: AcceptedBody,
-) -> Answer | None:
-    """Claim the init in the shared state: None when it is ours to decide (first of its key
-    anywhere); otherwise the answer: the first init's 202, a 409, or a 503 when the replica
-    deciding it takes longer than ``limit`` (seconds)."""
-    deadline = anyio.current_time() + limit
-    pause = 0.01
-    while True:
-        claim = await state.claim_init(
-            rollout.dedup_key, rollout.rollout_id, str(digest), pending_ttl_s=limit
-        )
-        if claim.outcome is ClaimOutcome.CLAIMED:
-            return None
-        if claim.outcome is ClaimOutcome.CONFLICT:
-            return refusal(409, claim.detail)
-        if claim.outcome is ClaimOutcome.ANSWERED:
-            return Answer(claim.status, claim.body)
-        local = registry.lookup(rollout)
-        if local is not None and not isinstance(local, Conflict):
-            # Decided in this process: wait for it without polling the store.
-            answer = await local.init_answer(accepted)
-            if answer.status != 202:  # refused: duplicates waiting meanwhile get the same answer
-                return answer
-            continue
-        if anyio.current_time() > deadline:
-            detail = "an init with this key is still being decided by another replica; retry"
-            return refusal(503, detail, retry_after=True)
-        await anyio.sleep(pause)
-        pause = min(0.25, pause * 2)
 
 
 class Replicas:

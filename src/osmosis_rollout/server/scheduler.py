@@ -3,9 +3,16 @@
 ``admit`` takes a rollout a wire adapter parsed, with its ``DeliveryTarget``: it deduplicates
 (here, then across replicas), runs ``get_tools``, takes a place in the shared admission count,
 and starts the rollout; the ``Answer`` it returns is the wire's to send. ``_run`` waits for a
-slot (a trainer's cancel ends the wait), runs the agent and its ``grade`` (``phases.py``), has
-the target settle what is sent and the terminal status (known before any callback), and hands
-the result to ``Delivery`` exactly once; one stopped before it ran still reaches the outbox.
+slot (a trainer's cancel ends the wait), runs the agent and its ``grade``, has the target
+settle what is sent and the terminal status (known before any callback), and hands the result
+to ``Delivery`` exactly once; one stopped before it ran still reaches the outbox. The rules of
+those phases are here too (one concept: a rollout's life in this server): ``claim_init`` (the
+first init of a key across replicas decides it), the agent's deadline, the result of a rollout
+cancelled before it ran, and the grade.
+
+A v2 rollout's ``agent_timeout_sec`` counts from acceptance, queue time included, as the
+controller's own deadline does (docs/protocol-v2.md, U13); the server's ``--rollout-timeout``
+counts from the agent's start, as in v1; the earlier of the two applies.
 
 Spawning: on asyncio each rollout is a plain task with its own cancel scope, cancelled at
 shutdown as the task group would (``stop``). It is the only path on asyncio because it is
@@ -29,52 +36,40 @@ import anyio.abc
 from .. import telemetry
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
-from ..grading import Grade
+from ..grading import Grade, has_grade, run_grade
 from ..protocol import (
     OpenAIFunctionToolSchema,
     RolloutRequest,
     RolloutResponse,
+    RolloutStatus,
 )
 from ..redaction import loggable, scrub
 from ..rollout import run_rollout
 from ..tools.tool_set import resolve_tool_set
 from .delivery import Delivery, log_exception
-from .phases import (
-    RunState,
-    agent_deadline,
-    cancelled_response,
-    ended_response,
-    grade,
-    name_agent_timeout,
-    settled_result,
-    wants_grade,
-)
 from .registry import (
     AcceptedBody,
-    Answer,
     Conflict,
     RolloutEntry,
     RolloutRegistry,
-    Terminal,
-    refusal,
 )
-from .replicas import claim_init
 from .state import (
     BODY_CHANGED,
+    ClaimOutcome,
     LeasedRollout,
     StateBackend,
     StateUnavailable,
     fingerprint,
 )
 from .status import publish_status
-from .target import DeliveryTarget
+from .types import Answer, DeliveryTarget, Terminal, refusal
 
 if TYPE_CHECKING:
     from ..client import TrainGateClient
     from ..tracing import Tracer
     from .metrics import ServerMetrics
 
-__all__ = ["Scheduler"]
+__all__ = ["RunState", "Scheduler", "agent_deadline", "cancelled_response", "claim_init"]
 
 logger = logging.getLogger("osmosis_rollout.server")
 
@@ -421,7 +416,7 @@ class Scheduler:
         return response
 
     async def _grade(self, entry: RolloutEntry, response: RolloutResponse) -> Grade | None:
-        """The grader phase, if the agent has one and ``run()`` completed (``phases.grade``)."""
+        """The grader phase, if the agent has one and ``run()`` completed (``grade``)."""
         if not wants_grade(self.agent, response):
             return None
         self.registry.grading(entry)
@@ -474,3 +469,137 @@ class Scheduler:
             await self.state.finish(entry.key, entry.rollout_id, self.settings.record_ttl_s)
         except StateUnavailable as exc:
             logger.warning("rollout %s: lease not released: %s", loggable(entry.rollout_id), exc)
+
+
+# -- admission across replicas ----------------------------------------------------------------
+
+
+async def claim_init(
+    state: StateBackend,
+    registry: RolloutRegistry,
+    rollout: RolloutRequest,
+    digest: int,
+    limit: float,
+    accepted: AcceptedBody,
+) -> Answer | None:
+    """Claim the init in the shared state: None when it is ours to decide (first of its key
+    anywhere); otherwise the answer: the first init's 202, a 409, or a 503 when the replica
+    deciding it takes longer than ``limit`` (seconds)."""
+    deadline = anyio.current_time() + limit
+    pause = 0.01
+    while True:
+        claim = await state.claim_init(
+            rollout.dedup_key, rollout.rollout_id, str(digest), pending_ttl_s=limit
+        )
+        if claim.outcome is ClaimOutcome.CLAIMED:
+            return None
+        if claim.outcome is ClaimOutcome.CONFLICT:
+            return refusal(409, claim.detail)
+        if claim.outcome is ClaimOutcome.ANSWERED:
+            return Answer(claim.status, claim.body)
+        local = registry.lookup(rollout)
+        if local is not None and not isinstance(local, Conflict):
+            # Decided in this process: wait for it without polling the store.
+            answer = await local.init_answer(accepted)
+            if answer.status != 202:  # refused: duplicates waiting meanwhile get the same answer
+                return answer
+            continue
+        if anyio.current_time() > deadline:
+            detail = "an init with this key is still being decided by another replica; retry"
+            return refusal(503, detail, retry_after=True)
+        await anyio.sleep(pause)
+        pause = min(0.25, pause * 2)
+
+
+# -- the rules of a rollout's phases -----------------------------------------------------------
+
+
+def agent_deadline(
+    request: RolloutRequest, rollout_timeout_s: float, queued_s: float
+) -> tuple[float, float | None]:
+    """The agent's deadline (seconds from now) and the v2 limit behind it, if any."""
+    limit: float | None = getattr(request, "agent_timeout_sec", None)
+    if limit is None:
+        return rollout_timeout_s, None
+    return min(rollout_timeout_s, max(0.0, limit - queued_s)), limit
+
+
+def name_agent_timeout(
+    response: RolloutResponse, limit: float | None, queued_s: float, rollout_timeout_s: float
+) -> None:
+    """When v2's ``agent_timeout_sec`` (not the server's timeout) cut the agent, say so."""
+    if limit is None or response.finish_reason != "timeout":
+        return
+    if limit - queued_s >= rollout_timeout_s:
+        return
+    queued = f" ({queued_s:.1f} s of it spent queued)" if queued_s >= 0.1 else ""
+    response.error_message = f"rollout exceeded its agent_timeout_sec of {limit:g} s{queued}"
+
+
+def cancelled_response(request: RolloutRequest, reason: str, when: str = "") -> RolloutResponse:
+    """The ``ERROR``/``cancelled`` result of a rollout stopped before its agent ran."""
+    return RolloutResponse(
+        rollout_id=request.rollout_id,
+        status=RolloutStatus.ERROR,
+        final_messages=list(request.messages),
+        finish_reason="cancelled",
+        error_message=f"rollout cancelled ({reason}){' ' + when if when else ''}",
+    )
+
+
+def wants_grade(agent: RolloutAgentLoop, response: RolloutResponse) -> bool:
+    """Whether the grader phase runs: the agent has ``grade`` and ``run()`` completed."""
+    return has_grade(agent) and response.status is RolloutStatus.COMPLETED
+
+
+async def grade(
+    agent: RolloutAgentLoop,
+    entry: RolloutEntry,
+    response: RolloutResponse,
+    rollout_timeout_s: float,
+) -> Grade | None:
+    """Run the grade under v2's ``grader_timeout_sec``, else the server's rollout timeout."""
+    request = entry.request
+    limit: float | None = getattr(request, "grader_timeout_sec", None)
+    return await run_grade(
+        agent,
+        entry.control.context,
+        response,
+        timeout_s=rollout_timeout_s if limit is None else limit,
+        control=entry.control,
+        secret=request.api_key_value,
+    )
+
+
+class RunState:
+    """How far one rollout got, for the scheduler's error paths: what the agent made, the
+    result settled for delivery, and whether delivery took it over."""
+
+    __slots__ = ("handed", "response", "settled")
+
+    def __init__(self) -> None:
+        self.response: RolloutResponse | None = None
+        self.settled: RolloutResponse | None = None
+        self.handed = False
+
+
+def settled_result(entry: RolloutEntry, run: RunState, why: str) -> RolloutResponse:
+    """The result an error path delivers: the settled one, else what the agent made (or an
+    internal-error result saying ``why``) settled without a grade."""
+    if run.settled is not None:
+        return run.settled
+    assert entry.target is not None
+    response = run.response or ended_response(entry.request, "error", why)
+    run.settled, entry.terminal = entry.target.settle(response, None)
+    return run.settled
+
+
+def ended_response(request: RolloutRequest, reason: str, message: str) -> RolloutResponse:
+    """The ERROR result of a rollout that ended without the agent's (a bug, a stop)."""
+    return RolloutResponse(
+        rollout_id=request.rollout_id,
+        status=RolloutStatus.ERROR,
+        final_messages=list(request.messages),
+        finish_reason=reason,
+        error_message=message,
+    )

@@ -16,7 +16,7 @@ from ..redaction import loggable
 from .state import StateBackend, StateUnavailable
 
 if TYPE_CHECKING:
-    from .registry import Terminal
+    from .types import Terminal
 
 __all__ = ["publish_status"]
 

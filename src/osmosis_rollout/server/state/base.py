@@ -21,7 +21,7 @@ from ...errors import OsmosisError
 from ...protocol import RolloutRequest
 
 if TYPE_CHECKING:
-    from ..target import DeliveryTarget
+    from ..types import DeliveryTarget
 
 __all__ = [
     "Claim",

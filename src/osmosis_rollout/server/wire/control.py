@@ -20,11 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..registry import CANCELLED_BY_TRAINER, Phase, RolloutEntry, Terminal, cancel_entry
+from ..registry import CANCELLED_BY_TRAINER, Phase, RolloutEntry, cancel_entry
+from ..types import Edge, Terminal
 from .v2_body import CancelBody
 
 if TYPE_CHECKING:
-    from ..app import Edge
+    from ..core import RolloutServer
 
 __all__ = ["CANCELLED_BY_TRAINER", "control_routes", "disposition", "status_of"]
 
@@ -70,7 +71,7 @@ def disposition(entry: RolloutEntry) -> str:
 
 def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
     """The two routes of ``protocol`` under ``prefix``, behind the server key."""
-    server = edge.server
+    server: RolloutServer = edge.server
 
     def live(rollout_id: str) -> RolloutEntry | None:
         entry = server.registry.by_id.get(rollout_id)

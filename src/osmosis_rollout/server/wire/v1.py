@@ -14,16 +14,14 @@ from pydantic import TypeAdapter
 from starlette.responses import Response
 
 from ...protocol import RolloutRequest, RolloutResponse, RolloutStatus
-from ..registry import Terminal, terminal
+from ..types import Terminal, terminal
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
     from ...client import RolloutChannel, TrainGateClient
     from ...grading import Grade
-    from ..app import Edge
-    from ..registry import Answer
-    from ..target import Progress
+    from ..types import Answer, Edge, Progress
 
 __all__ = ["V1", "V1Callback"]
 

@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
     from ...protocol import RolloutRequest
-    from ..app import Edge
-    from ..registry import Answer
+    from ..types import Answer, Edge
 
 __all__ = ["V2"]
 

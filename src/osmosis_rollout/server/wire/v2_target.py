@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 import pydantic_core
 
 from ...protocol import RolloutResponse, RolloutStatus
-from ..registry import Terminal, terminal
+from ..types import Terminal, terminal
 
 if TYPE_CHECKING:
     from ...chat_v2 import V2ChatChannel
     from ...client import TrainGateClient
     from ...grading import Grade
-    from ..target import Progress
+    from ..types import Progress
 
 __all__ = ["V2Target", "callback_bodies"]
 
