@@ -94,7 +94,7 @@ class TimedAgent(RolloutAgentLoop):
 
             return sdk
         if self.side == "endpoint":
-            http = httpx2.AsyncClient(transport=InProcessTransport(ctx._endpoint()))
+            http = httpx2.AsyncClient(transport=InProcessTransport(ctx._openai_door().endpoint()))
             url = f"{IN_PROCESS_BASE_URL}/chat/completions"
             headers: dict[str, str] = {}
         else:

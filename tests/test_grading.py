@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from osmosis_rollout.errors import ProtocolError, ToolError, TrainGateUnavailable
-from osmosis_rollout.grading import error_category, has_grade, run_grade
+from osmosis_rollout.errors import ProtocolError, ToolError, TrainGateUnavailable, error_category
+from osmosis_rollout.grading import has_grade, run_grade
 from osmosis_rollout.protocol import RolloutResponse, RolloutStatus
 from osmosis_rollout.rollout import RolloutControl
 

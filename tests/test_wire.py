@@ -136,7 +136,7 @@ def test_v1_answers_are_json_with_retry_after_when_asked() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["core", "scheduler", "delivery", "replicas", "registry", "target"]
+    "module", ["core", "scheduler", "delivery", "replicas", "registry", "types"]
 )
 def test_the_core_imports_the_wires_for_types_only(module: str) -> None:
     """The core never imports ``server/wire`` at run time (only under ``TYPE_CHECKING``): a

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from . import telemetry
 from .append_only import first_divergence
 from .call_tools import add_tools
-from .endpoint.door import OpenAIEndpointDoor
+from .endpoint.door import OpenAIDoor
 from .protocol import (
     EXTENSION_FIELD,
     CompletionsRequest,
@@ -36,7 +36,16 @@ from .protocol import (
 from .redaction import loggable
 from .results import CompletionsResult, RolloutResult, result_extras, without_nulls
 
-__all__ = ["ChatBackend", "RolloutAgentLoop", "RolloutContext", "TurnObserver"]
+__all__ = [
+    "ChatBackend",
+    "RolloutAgentLoop",
+    "RolloutContext",
+    "TurnObserver",
+    "close_endpoint",
+    "record_tool_cut",
+    "tool_batch",
+    "tool_cut_since",
+]
 
 logger = logging.getLogger("osmosis_rollout.agent")
 
@@ -148,11 +157,12 @@ def _snapshot(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-class RolloutContext(OpenAIEndpointDoor):
+class RolloutContext:
     """One rollout's state, handed to ``run()``: request, tools, LLM access and metrics.
 
     Agents written for the ``openai`` client reach the same turns through
-    ``openai_client()`` or ``openai_base_url``/``openai_api_key`` (``endpoint.door``).
+    ``openai_client()`` or ``openai_base_url``/``openai_api_key`` (the rollout's
+    ``endpoint.door.OpenAIDoor``, made on first use).
 
     ``backend`` runs the LLM turns (``client.RolloutChannel`` when served); ``trace`` receives
     this rollout's debug events and ``observer`` each turn's and tool call's cost.
@@ -352,35 +362,38 @@ class RolloutContext(OpenAIEndpointDoor):
         if self._observer is not None:
             self._observer.tool(max(0.0, float(latency_ms)) / 1000)
 
-    @contextlib.contextmanager
-    def _tool_batch(self) -> Iterator[None]:
-        """Time concurrent tool calls as the wall time they took together: four 10 ms calls run
-        at once are 10 ms of the rollout's time, not 40 (``tool_latency_ms`` keeps the sum)."""
-        self._tool_batches += 1
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._tool_batches -= 1
-            if not self._tool_batches:
-                self._tool_wall_ms += (time.perf_counter() - started) * 1000
+    # -- the OpenAI-compatible endpoint (endpoint/door.py) ------------------------------------
 
-    def _record_tool_cut(self, name: str, started: float) -> None:
-        """Note that a cancellation (the rollout's deadline, say) stopped tool ``name``, started
-        at ``started`` (``perf_counter``); of several cut together, the longest-running is kept.
-        Only the cancelled path pays: a call that returns records nothing."""
-        now = time.perf_counter()
-        ran = now - started
-        cut = self._tool_cut
-        if cut is None or cut[2] < now - 0.05 or ran > cut[1]:
-            self._tool_cut = (name, ran, now)
+    #: The rollout's endpoint door, made on first use (most agents never ask for it).
+    _door: OpenAIDoor | None = None
 
-    def _tool_cut_since(self, moment: float) -> tuple[str, float] | None:
-        """``(name, seconds)`` of the tool a cancellation stopped at or after ``moment``."""
-        cut = self._tool_cut
-        if cut is None or cut[2] < moment:
-            return None
-        return cut[0], cut[1]
+    def _openai_door(self) -> OpenAIDoor:
+        if self._door is None:
+            self._door = OpenAIDoor(self)
+        return self._door
+
+    @property
+    def openai_base_url(self) -> str:
+        """The rollout's OpenAI base URL on 127.0.0.1 (``.../v1``), for a harness in another
+        process: ``OPENAI_BASE_URL``. It answers only while the rollout runs."""
+        return self._openai_door().grant().base_url
+
+    @property
+    def openai_api_key(self) -> str:
+        """The bearer token of :attr:`openai_base_url` (``OPENAI_API_KEY``): this rollout's
+        only, void once it ends. Not TrainGate's key."""
+        return self._openai_door().grant().token
+
+    def openai_client(self, **options: Any) -> Any:
+        """An ``openai.AsyncOpenAI`` whose every call is one turn of this rollout, in process
+        (no socket); needs ``pip install 'osmosis-rollout[openai]'``. Without ``options`` the
+        same client each time (building one costs about a millisecond)."""
+        return self._openai_door().client(**options)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the rollout was ended by ``complete`` or ``error``."""
+        return self._finished is not None
 
     def log_event(self, event_type: str, **data: Any) -> None:
         """Append ``{"event": event_type, "rollout_id": ..., **data}`` to the debug trace, if
@@ -449,7 +462,8 @@ class RolloutContext(OpenAIEndpointDoor):
             extra["append_only_violations"] = len(self.append_only_violations)
         if self._num_tool_calls:
             extra["tool_wall_ms"] = round(self._tool_wall_ms, 3)
-        self._endpoint_metrics(extra)
+        if self._door is not None:
+            self._door.add_findings(extra)
         if self._tool_counts:
             extra["tool_counts"] = {name: list(c) for name, c in self._tool_counts.items()}
         total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
@@ -477,3 +491,47 @@ class RolloutContext(OpenAIEndpointDoor):
 
 
 RolloutAgentLoop.context_class = RolloutContext
+
+
+# --------------------------------------------------------------------------------------------
+# What the toolkit (the rollout runner, the toolbox) does to a context, beside the agent's API
+# --------------------------------------------------------------------------------------------
+
+
+def close_endpoint(ctx: RolloutContext) -> None:
+    """The rollout ended: its endpoint refuses further calls, its loopback token is void."""
+    if ctx._door is not None:
+        ctx._door.close()
+
+
+@contextlib.contextmanager
+def tool_batch(ctx: RolloutContext) -> Iterator[None]:
+    """Time concurrent tool calls as the wall time they took together: four 10 ms calls run
+    at once are 10 ms of the rollout's time, not 40 (``tool_latency_ms`` keeps the sum)."""
+    ctx._tool_batches += 1
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        ctx._tool_batches -= 1
+        if not ctx._tool_batches:
+            ctx._tool_wall_ms += (time.perf_counter() - started) * 1000
+
+
+def record_tool_cut(ctx: RolloutContext, name: str, started: float) -> None:
+    """Note that a cancellation (the rollout's deadline, say) stopped tool ``name``, started
+    at ``started`` (``perf_counter``); of several cut together, the longest-running is kept.
+    Only the cancelled path pays: a call that returns records nothing."""
+    now = time.perf_counter()
+    ran = now - started
+    cut = ctx._tool_cut
+    if cut is None or cut[2] < now - 0.05 or ran > cut[1]:
+        ctx._tool_cut = (name, ran, now)
+
+
+def tool_cut_since(ctx: RolloutContext, moment: float) -> tuple[str, float] | None:
+    """``(name, seconds)`` of the tool a cancellation stopped at or after ``moment``."""
+    cut = ctx._tool_cut
+    if cut is None or cut[2] < moment:
+        return None
+    return cut[0], cut[1]

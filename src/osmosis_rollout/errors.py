@@ -28,6 +28,9 @@ The v1 names (``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTrans
 ``OsmosisTimeoutError``) are bases of ours, so agents written for the original SDK catch our
 errors with the ``except`` clauses they already have. Messages never contain secrets: error
 bodies are truncated and scrubbed by whoever builds them.
+
+Protocol v2 sorts the errors of agent and grader code into four categories
+(``error_category``): it lives here, beside the tree it sorts.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ __all__ = [
     "TrainGateTimeout",
     "TrainGateUnavailable",
     "UnsatisfiableSchemaError",
+    "error_category",
     "http_error",
 ]
 
@@ -256,3 +260,21 @@ class LLMBackendError(OsmosisError):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kind={self.kind!r}, systemic={self.systemic})"
+
+
+def error_category(exc: BaseException) -> str:
+    """Protocol v2's ``err_category`` for an exception from agent or grader code.
+
+    ``http_error`` is a chat call that failed (TrainGate refused it, was unreachable or sent a
+    reply that is not a completion); ``timeout`` any ``TimeoutError``; ``validation_error``
+    ``ValueError``, ``TypeError`` and ``AssertionError``; ``agent_error`` anything else.
+    """
+    if isinstance(exc, TrainGateError):
+        return "http_error"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, ValueError | TypeError | AssertionError) and not isinstance(
+        exc, OsmosisError
+    ):
+        return "validation_error"
+    return "agent_error"

@@ -3,7 +3,7 @@
 The server runs it between the agent and the callbacks: under ``grader_timeout_sec`` on the v2
 wire, under the server's rollout timeout on v1, in its own cancel scope (a cancel of the
 rollout stops it too). Its outcome is a ``Grade``: the reward, or why there is none, in the
-error categories of protocol v2 (``error_category``) that the v2 callbacks carry. An agent
+error categories of protocol v2 (``errors.error_category``) that the v2 callbacks carry. An agent
 without ``grade`` is not graded: the reward ``run()`` returned is the grade.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.lowlevel
 
-from .errors import OsmosisError, TrainGateError
+from .errors import error_category
 from .protocol import RolloutResponse, RolloutStatus
 from .redaction import loggable, scrub
 from .results import RolloutResult
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .agent import RolloutAgentLoop, RolloutContext
     from .rollout import RolloutControl
 
-__all__ = ["Grade", "error_category", "has_grade", "run_grade"]
+__all__ = ["Grade", "has_grade", "run_grade"]
 
 logger = logging.getLogger("osmosis_rollout.rollout")
 
@@ -40,24 +40,6 @@ class Grade:
     error: str | None = None
     category: str | None = None
     cancelled: bool = False
-
-
-def error_category(exc: BaseException) -> str:
-    """Protocol v2's ``err_category`` for an exception from agent or grader code.
-
-    ``http_error`` is a chat call that failed (TrainGate refused it, was unreachable or sent a
-    reply that is not a completion); ``timeout`` any ``TimeoutError``; ``validation_error``
-    ``ValueError``, ``TypeError`` and ``AssertionError``; ``agent_error`` anything else.
-    """
-    if isinstance(exc, TrainGateError):
-        return "http_error"
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    if isinstance(exc, ValueError | TypeError | AssertionError) and not isinstance(
-        exc, OsmosisError
-    ):
-        return "validation_error"
-    return "agent_error"
 
 
 def has_grade(agent: RolloutAgentLoop) -> bool:

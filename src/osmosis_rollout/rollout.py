@@ -22,9 +22,15 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from . import telemetry
-from .agent import ChatBackend, RolloutAgentLoop, RolloutContext, TurnObserver
-from .errors import OsmosisError
-from .grading import error_category
+from .agent import (
+    ChatBackend,
+    RolloutAgentLoop,
+    RolloutContext,
+    TurnObserver,
+    close_endpoint,
+    tool_cut_since,
+)
+from .errors import OsmosisError, error_category
 from .protocol import (
     Message,
     OpenAIFunctionToolSchema,
@@ -131,7 +137,7 @@ async def run_rollout(
                 _log_agent_crash(request)
                 ctx.log_event("agent_exception", traceback=traceback.format_exc(limit=20))
             finally:
-                ctx._close_endpoint()  # its calls from now on are refused, its token void
+                close_endpoint(ctx)  # its calls from now on are refused, its token void
         if scope.cancelled_caught or (scope.cancel_called and result is None and not error_message):
             if control.cancelled:
                 finish_reason, error_message = "cancelled", f"rollout cancelled ({control.reason})"
@@ -213,7 +219,7 @@ def _deadline_message(ctx: RolloutContext, deadline_s: float | None, deadline_at
     (a hung tool is the usual cause, and the one the agent's code does not show)."""
     message = f"rollout exceeded its deadline of {deadline_s:g} s"
     # The deadline is set on anyio's clock; this one, a little apart, allows for the difference.
-    cut = ctx._tool_cut_since(deadline_at - 0.05)
+    cut = tool_cut_since(ctx, deadline_at - 0.05)
     if cut is not None:
         name, seconds = cut
         message += f"; tool {name!r} had been running for {seconds:.1f} s of it"

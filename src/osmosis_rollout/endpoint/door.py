@@ -1,8 +1,10 @@
-"""What ``RolloutContext`` gains for agents not written against ``ctx.chat``: the rollout's
+"""What a rollout's context opens for agents not written against ``ctx.chat``: the rollout's
 OpenAI-compatible endpoint, in process (``ctx.openai_client()``) or over loopback
 (``ctx.openai_base_url`` and ``ctx.openai_api_key``, for a harness in another process).
 
-A mixin, so ``agent.py`` stays the core context; nothing here runs until an agent asks.
+``RolloutContext`` holds one ``OpenAIDoor`` (made on first use) and delegates to it; the door
+knows the context only as an ``EndpointContext`` (``session.py``), so ``agent.py`` imports the
+endpoint and the endpoint imports nothing of ``agent``. Nothing here runs until an agent asks.
 """
 
 from __future__ import annotations
@@ -10,72 +12,61 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..agent import RolloutContext
     from .listener import Grant
-    from .session import RolloutEndpoint
+    from .session import EndpointContext, RolloutEndpoint
 
-__all__ = ["OpenAIEndpointDoor"]
+__all__ = ["OpenAIDoor"]
 
 
-class OpenAIEndpointDoor:
-    """``ctx.openai_client()``, ``ctx.openai_base_url``, ``ctx.openai_api_key``."""
+class OpenAIDoor:
+    """One rollout's ``openai_client()``, ``openai_base_url`` and ``openai_api_key``."""
 
-    _openai_endpoint: RolloutEndpoint | None = None
-    _openai_grant: Grant | None = None
-    _openai_client: Any = None
+    __slots__ = ("_client", "_ctx", "_endpoint", "_grant")
 
-    def _endpoint(self) -> RolloutEndpoint:
+    def __init__(self, ctx: EndpointContext) -> None:
+        self._ctx = ctx
+        self._endpoint: RolloutEndpoint | None = None
+        self._grant: Grant | None = None
+        self._client: Any = None
+
+    def endpoint(self) -> RolloutEndpoint:
         """This rollout's endpoint, made on first use."""
-        if self._openai_endpoint is None:
+        if self._endpoint is None:
             from .session import RolloutEndpoint
 
-            ctx: RolloutContext = self  # type: ignore[assignment]
-            self._openai_endpoint = RolloutEndpoint(ctx)
-        return self._openai_endpoint
+            self._endpoint = RolloutEndpoint(self._ctx)
+        return self._endpoint
 
-    def _grant(self) -> Grant:
-        if self._openai_grant is None:
-            endpoint = self._endpoint()
+    def grant(self) -> Grant:
+        """This rollout's loopback grant (its base URL and token), made on first use."""
+        if self._grant is None:
+            endpoint = self.endpoint()
             if endpoint.closed:
                 raise RuntimeError("this rollout has ended: its endpoint is closed")
             from .listener import listener
 
-            self._openai_grant = listener().grant(endpoint)
-        return self._openai_grant
+            self._grant = listener().grant(endpoint)
+        return self._grant
 
-    @property
-    def openai_base_url(self) -> str:
-        """The rollout's OpenAI base URL on 127.0.0.1 (``.../v1``), for a harness in another
-        process: ``OPENAI_BASE_URL``. It answers only while the rollout runs."""
-        return self._grant().base_url
-
-    @property
-    def openai_api_key(self) -> str:
-        """The bearer token of :attr:`openai_base_url` (``OPENAI_API_KEY``): this rollout's
-        only, void once it ends. Not TrainGate's key."""
-        return self._grant().token
-
-    def openai_client(self, **options: Any) -> Any:
-        """An ``openai.AsyncOpenAI`` whose every call is one turn of this rollout, in process
-        (no socket); needs ``pip install 'osmosis-rollout[openai]'``. Without ``options`` the
-        same client each time (building one costs about a millisecond)."""
+    def client(self, **options: Any) -> Any:
+        """An ``openai.AsyncOpenAI`` over the endpoint in process; without ``options`` the same
+        client each time (building one costs about a millisecond)."""
         from .inprocess import openai_client
 
-        ctx: RolloutContext = self  # type: ignore[assignment]
         if options:
-            return openai_client(ctx, **options)
-        if self._openai_client is None:
-            self._openai_client = openai_client(ctx)
-        return self._openai_client
+            return openai_client(self.endpoint(), **options)
+        if self._client is None:
+            self._client = openai_client(self.endpoint())
+        return self._client
 
-    def _close_endpoint(self) -> None:
+    def close(self) -> None:
         """The rollout ended: refuse further calls and void the loopback grant."""
-        if self._openai_endpoint is not None:
-            self._openai_endpoint.closed = True
-        if self._openai_grant is not None:
-            self._openai_grant.revoke()
+        if self._endpoint is not None:
+            self._endpoint.closed = True
+        if self._grant is not None:
+            self._grant.revoke()
 
-    def _endpoint_metrics(self, extra: dict[str, Any]) -> None:
+    def add_findings(self, extra: dict[str, Any]) -> None:
         """Add the endpoint's findings to the metrics the completion callback carries."""
-        if self._openai_endpoint is not None and self._openai_endpoint.findings:
-            extra["endpoint_findings"] = list(self._openai_endpoint.findings)
+        if self._endpoint is not None and self._endpoint.findings:
+            extra["endpoint_findings"] = list(self._endpoint.findings)

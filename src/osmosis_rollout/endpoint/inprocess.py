@@ -7,15 +7,12 @@ as usual, nothing is listened on, and no token is needed because nothing outside
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx2
 
 from .session import RolloutEndpoint
 from .translate import error_body
-
-if TYPE_CHECKING:
-    from ..agent import RolloutContext
 
 __all__ = ["IN_PROCESS_BASE_URL", "InProcessTransport", "openai_client"]
 
@@ -52,8 +49,9 @@ class InProcessTransport(httpx2.AsyncBaseTransport):
         )
 
 
-def openai_client(ctx: RolloutContext, **options: Any) -> Any:
-    """An ``openai.AsyncOpenAI`` whose calls are this rollout's turns (``ctx.openai_client()``).
+def openai_client(endpoint: RolloutEndpoint, **options: Any) -> Any:
+    """An ``openai.AsyncOpenAI`` whose calls are ``endpoint``'s rollout's turns
+    (``ctx.openai_client()``).
 
     ``options`` go to the client (``timeout``...); retries are off by default, since the
     rollout's own channel to TrainGate already retries what can be retried."""
@@ -63,7 +61,6 @@ def openai_client(ctx: RolloutContext, **options: Any) -> Any:
         raise ImportError(
             "ctx.openai_client() needs the openai package: pip install 'osmosis-rollout[openai]'"
         ) from None
-    endpoint = ctx._endpoint()
     options.setdefault("max_retries", 0)
     http = httpx2.AsyncClient(transport=InProcessTransport(endpoint), timeout=None)
     return openai.AsyncOpenAI(

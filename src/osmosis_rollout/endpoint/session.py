@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -23,7 +24,8 @@ from ..redaction import loggable, scrub
 from .translate import BadRequest, ChatCall, completion_body, error_body, parse_call, sse_events
 
 if TYPE_CHECKING:
-    from ..agent import RolloutContext
+    from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
+    from ..results import CompletionsResult
 
 __all__ = [
     "CALL_AFTER_COMPLETION",
@@ -31,6 +33,7 @@ __all__ = [
     "PARALLEL_CALLS",
     "TOOLS_CHANGED",
     "TOOL_CHOICE_DROPPED",
+    "EndpointContext",
     "EndpointReply",
     "RolloutEndpoint",
 ]
@@ -65,10 +68,44 @@ def _tool_key(tool: Any) -> tuple[str, str] | None:
     return function["name"], json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
-class RolloutEndpoint:
-    """The endpoint of one rollout, bound to its context (``ctx._endpoint()`` makes it)."""
+class EndpointContext(Protocol):
+    """What the endpoint needs of a rollout's context (``agent.RolloutContext`` is one): typed
+    here, so the endpoint knows the context by what it uses and ``agent`` is free to import the
+    endpoint, never the other way round."""
 
-    def __init__(self, ctx: RolloutContext) -> None:
+    @property
+    def request(self) -> RolloutRequest:
+        """The rollout's request (its id, its secret)."""
+        ...
+
+    @property
+    def tools(self) -> list[OpenAIFunctionToolSchema]:
+        """The tools the agent declared."""
+        ...
+
+    @property
+    def turns(self) -> int:
+        """How many LLM turns have been run."""
+        ...
+
+    @property
+    def ended(self) -> bool:
+        """Whether the agent completed the rollout (``complete`` or ``error``)."""
+        ...
+
+    def log_event(self, event_type: str, **data: Any) -> None:
+        """Add an event to the rollout's debug trace."""
+        ...
+
+    async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
+        """Run one LLM turn."""
+        ...
+
+
+class RolloutEndpoint:
+    """The endpoint of one rollout, bound to its context (``door.OpenAIDoor`` makes it)."""
+
+    def __init__(self, ctx: EndpointContext) -> None:
         self.ctx = ctx
         self.findings: list[dict[str, Any]] = []
         self.closed = False
@@ -142,7 +179,7 @@ class RolloutEndpoint:
 
     async def handle(self, content: bytes) -> EndpointReply:
         """Answer one ``POST .../chat/completions`` body."""
-        if self.closed or self.ctx._finished is not None:
+        if self.closed or self.ctx.ended:
             self.add_finding(
                 CALL_AFTER_COMPLETION,
                 "a chat call arrived after the rollout had completed (ctx.complete or ctx.error "

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from .. import telemetry
-from ..agent import RolloutContext
+from ..agent import RolloutContext, record_tool_cut, tool_batch
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
 from ..tracing import clip_text
@@ -193,7 +193,7 @@ class Toolbox:
         async def run(index: int, call: Mapping[str, Any] | BaseModel) -> None:
             results[index] = await self._run_one(ctx, _as_dict(call), timeout)
 
-        with ctx._tool_batch():
+        with tool_batch(ctx):
             if len(tool_calls) == 1:  # most turns: no task group to pay for
                 await run(0, tool_calls[0])
                 return results
@@ -234,7 +234,7 @@ class Toolbox:
         except anyio.get_cancelled_exc_class():
             # Cut by a deadline (the rollout's): its message can name the tool that held it.
             if name in self._specs:
-                ctx._record_tool_cut(name, started)
+                record_tool_cut(ctx, name, started)
             raise
         latency_ms = (time.perf_counter() - started) * 1000
         known = name if name in self._specs else None
