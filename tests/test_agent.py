@@ -364,6 +364,20 @@ async def test_every_violation_is_counted_in_the_context() -> None:
     assert ctx.metrics.model_dump()["append_only_violations"] == 2
 
 
+@pytest.mark.parametrize("end", ["complete", "error"])
+async def test_ended_says_whether_the_agent_ended_the_rollout(end: str) -> None:
+    """``ctx.ended`` turns true at ``complete`` or ``error``: the endpoint refuses a chat call
+    after it (``call_after_completion``) by it, not by the context's private state."""
+    ctx = RolloutContext(make_request(), [], _Canned())
+    await ctx.chat([{"role": "user", "content": "a"}])
+    assert ctx.ended is False
+    if end == "complete":
+        ctx.complete([])
+    else:
+        ctx.error("stopped")
+    assert ctx.ended is True
+
+
 async def test_first_turn_may_send_any_history() -> None:
     """The first call is not compared with anything, even if it differs from request.messages."""
     ctx = RolloutContext(make_request(), [], _Canned())
