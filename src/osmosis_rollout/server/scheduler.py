@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from ..tracing import Tracer
     from .metrics import ServerMetrics
 
-__all__ = ["RunState", "Scheduler", "agent_deadline", "cancelled_response", "claim_init"]
+__all__ = ["Scheduler", "claim_init"]
 
 logger = logging.getLogger("osmosis_rollout.server")
 
