@@ -147,7 +147,8 @@ _UNAUTHORIZED = {"detail": "Invalid or missing API key"}
 
 
 class Edge:
-    """The HTTP handlers of one app, in front of its ``RolloutServer``."""
+    """The HTTP handlers of one app, in front of its ``RolloutServer``; what the wires' own
+    routes get of it is ``types.Edge``."""
 
     def __init__(self, server: RolloutServer) -> None:
         self.server = server
