@@ -51,7 +51,7 @@ def check_flags(
 
 def print_divergences(console: Console, rows: list[RowResult], *, limit: int = 10) -> None:
     """Each ``replay_diverged`` finding with its short diff, after the results table."""
-    from ..evaluation.replay import REPLAY_DIVERGED
+    from ..findings import REPLAY_DIVERGED
 
     shown = 0
     for row in rows:

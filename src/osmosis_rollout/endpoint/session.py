@@ -19,6 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from ..errors import OsmosisError
+from ..findings import (
+    CALL_AFTER_COMPLETION,
+    N_GREATER_THAN_ONE,
+    PARALLEL_CALLS,
+    TOOL_CHOICE_DROPPED,
+    TOOLS_CHANGED,
+)
 from ..protocol import describe_validation_error
 from ..redaction import loggable, scrub
 from .translate import BadRequest, ChatCall, completion_body, error_body, parse_call, sse_events
@@ -27,25 +34,9 @@ if TYPE_CHECKING:
     from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
     from ..results import CompletionsResult
 
-__all__ = [
-    "CALL_AFTER_COMPLETION",
-    "MANY_CHOICES",
-    "PARALLEL_CALLS",
-    "TOOLS_CHANGED",
-    "TOOL_CHOICE_DROPPED",
-    "EndpointContext",
-    "EndpointReply",
-    "RolloutEndpoint",
-]
+__all__ = ["EndpointContext", "EndpointReply", "RolloutEndpoint"]
 
 logger = logging.getLogger("osmosis_rollout.endpoint")
-
-#: Endpoint finding codes, stable: they appear in ``osmosis test`` output and results files.
-TOOLS_CHANGED = "tools_changed"
-TOOL_CHOICE_DROPPED = "tool_choice_dropped"
-PARALLEL_CALLS = "parallel_calls"
-MANY_CHOICES = "n_greater_than_one"
-CALL_AFTER_COMPLETION = "call_after_completion"
 
 
 @dataclass(slots=True)
@@ -196,7 +187,7 @@ class RolloutEndpoint:
             return EndpointReply(400, error_body(str(exc), "invalid_request_error"))
         if call.n > 1:
             self.add_finding(
-                MANY_CHOICES,
+                N_GREATER_THAN_ONE,
                 f"turn {self.ctx.turns + 1} asked for n={call.n} choices: a rollout's turn has "
                 "one reply (ask for n=1 and run more rollouts instead)",
             )

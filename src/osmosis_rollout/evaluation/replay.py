@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, LLMBackendError
+from ..findings import REPLAY_DIVERGED
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, RolloutResponse
 from ..testing.records import RolloutRecord
 from .cassette import Cassette, CassetteRow, read_cassette, request_params
@@ -31,10 +32,8 @@ if TYPE_CHECKING:
     from ..agent import RolloutAgentLoop
     from .runner import RowResult
 
-__all__ = ["REPLAY_DIVERGED", "ReplayBackend", "ReplayMode", "ReplayReport"]
+__all__ = ["ReplayBackend", "ReplayMode", "ReplayReport"]
 
-#: The finding code of a replay that left its recording.
-REPLAY_DIVERGED = "replay_diverged"
 ReplayMode = Literal["strict", "lenient"]
 _MODES = ("strict", "lenient")
 

@@ -22,15 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..findings import (
+    GOLD_FAILS,
+    REWARD_CONSTANT,
+    REWARD_LEAK,
+    REWARD_NOT_FINITE,
+    REWARD_OUT_OF_RANGE,
+)
 from ..testing.records import Finding
 
 __all__ = ["PolicyRun", "RewardCheckOptions", "RewardCheckReport", "check_rewards"]
 
-REWARD_LEAK = "reward_leak"
-REWARD_CONSTANT = "reward_constant"
-REWARD_OUT_OF_RANGE = "reward_out_of_range"
-REWARD_NOT_FINITE = "reward_not_finite"
-GOLD_FAILS = "gold_fails"
 #: What each policy is, in the report.
 POLICY_NAMES = {
     "none": "no-op (no answer, no tool call)",

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
 
+from ..findings import EVENT_LOOP_STALL
 from ..testing.records import Finding
 
-__all__ = ["EVENT_LOOP_STALL", "StallMonitor"]
+__all__ = ["StallMonitor"]
 
-EVENT_LOOP_STALL = "event_loop_stall"
 #: A stall at least this long is a finding: ten times a typical mock rollout.
 DEFAULT_THRESHOLD_S = 0.2
 

@@ -22,12 +22,12 @@ from typing import Any, ClassVar
 import httpx2
 
 from ..errors import ConfigError, LLMBackendError
+from ..findings import HISTORY_REWRITTEN, TOKEN_DRIFT
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, wire
 from ..testing.openai_backend import OpenAICompatibleBackend
-from ..testing.records import HISTORY_REWRITTEN, RolloutRecord
+from ..testing.records import RolloutRecord
 
 __all__ = [
-    "TOKEN_DRIFT",
     "EngineTokenizer",
     "TokenCheckBackend",
     "TokenCheckReport",
@@ -35,7 +35,6 @@ __all__ = [
     "detect_engine",
 ]
 
-TOKEN_DRIFT = "token_drift"
 #: Tokens shown on each side of the first difference.
 _CONTEXT = 3
 _PROBE = [{"role": "user", "content": "Hello"}]

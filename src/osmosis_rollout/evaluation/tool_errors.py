@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..findings import TOOL_ALWAYS_FAILS, TOOL_ERROR_SHARE, TOOL_ERRORS
 from ..testing.records import Finding
 
 if TYPE_CHECKING:
@@ -20,17 +21,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SHARE",
-    "TOOL_ALWAYS_FAILS",
-    "TOOL_ERRORS",
-    "TOOL_ERROR_SHARE",
     "by_tool",
     "fail_on_tool_errors",
     "run_findings",
 ]
 
-TOOL_ERRORS = "tool_errors"
-TOOL_ALWAYS_FAILS = "tool_always_fails"
-TOOL_ERROR_SHARE = "tool_error_share"
 #: A tool failing in more than this share of its calls is a finding (``--tool-error-share``).
 DEFAULT_SHARE = 0.2
 

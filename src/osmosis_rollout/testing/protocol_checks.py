@@ -10,16 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..append_only import first_divergence
-from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
-from .records import (
+from ..findings import (
     CHAT_AFTER_COMPLETION,
     HISTORY_REWRITTEN,
     TOOL_CALL_IN_TEXT,
     TOOLS_SENT,
     TRUNCATED_REPLY,
     UNKNOWN_TOOL,
-    RolloutRecord,
 )
+from ..protocol import CompletionsRequest, CompletionsResponse, RolloutResponse
+from .records import RolloutRecord
 from .text_tool_calls import advice, find_text_tool_call
 
 __all__ = ["check_chat", "check_completion", "check_history"]

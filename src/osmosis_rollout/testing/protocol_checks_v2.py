@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import CompletionsRequest
-from .protocol_checks import check_history
-from .records import (
+from ..findings import (
     CANCEL_WRONG,
     CHAT_AFTER_COMPLETION,
     DUPLICATE_COMPLETION,
@@ -23,8 +21,10 @@ from .records import (
     REWARD_ON_FAILURE,
     STATUS_WRONG,
     TOOLS_NOT_SENT,
-    RolloutRecord,
 )
+from ..protocol import CompletionsRequest
+from .protocol_checks import check_history
+from .records import RolloutRecord
 from .v2_bodies import DISPOSITIONS, TERMINAL_STATUSES, CompletionCallback, GraderCallback
 
 if TYPE_CHECKING:

@@ -1,5 +1,6 @@
-"""What the mock TrainGate records: each rollout's :class:`RolloutRecord`, the protocol
-:class:`Finding` codes it reports, and :class:`LLMBackend`, the interface its backends answer.
+"""What the mock TrainGate records: each rollout's :class:`RolloutRecord`, the findings it
+reports (:class:`Finding`; their codes: :mod:`osmosis_rollout.findings`), and
+:class:`LLMBackend`, the interface its backends answer.
 
 Kept apart from :mod:`.traingate` (the Starlette app and its handlers) so the backends, the
 runner and the REPL can use them without the app.
@@ -33,34 +34,11 @@ __all__ = [
     "estimate_tokens",
 ]
 
-#: Finding codes, stable: they appear in results files and in ``osmosis test`` output.
-UNKNOWN_ROLLOUT = "unknown_rollout"
-BAD_API_KEY = "bad_api_key"
-HISTORY_REWRITTEN = "history_rewritten"
-DUPLICATE_COMPLETION = "duplicate_completion"
-NO_COMPLETION = "no_completion"
-UNKNOWN_TOOL = "unknown_tool"
-MALFORMED_REQUEST = "malformed_request"
-CHAT_AFTER_COMPLETION = "chat_after_completion"
-TOOLS_SENT = "tools_sent"
-TRUNCATED_REPLY = "truncated_reply"
-TOOL_CALL_IN_TEXT = "tool_call_in_text"
-# Protocol v2 only (``osmosis test --protocol v2``; the checks: :mod:`.protocol_checks_v2`).
-TOOLS_NOT_SENT = "tools_not_sent"
-BODY_ID_MISMATCH = "body_id_mismatch"
-CALLBACK_KEY_IN_CHAT = "callback_key_in_chat"
-MISSING_GRADER_CALLBACK = "missing_grader_callback"
-GRADER_BEFORE_COMPLETION = "grader_before_completion"
-DUPLICATE_GRADER = "duplicate_grader"
-REWARD_ON_FAILURE = "reward_on_failure"
-NON_TERMINAL_STATUS = "non_terminal_status"
-STATUS_WRONG = "status_wrong"
-CANCEL_WRONG = "cancel_wrong"
-
 
 @dataclass(frozen=True)
 class Finding:
-    """One protocol violation the mock TrainGate observed, with a stable ``code``."""
+    """One protocol violation the mock TrainGate observed, with a stable ``code`` (ours are in
+    :data:`osmosis_rollout.findings.FINDINGS`; a custom backend may add its own)."""
 
     code: str
     message: str

@@ -32,6 +32,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import LLMBackendError
+from ..findings import (
+    BAD_API_KEY,
+    DUPLICATE_COMPLETION,
+    MALFORMED_REQUEST,
+    NO_COMPLETION,
+    UNKNOWN_ROLLOUT,
+)
 from ..protocol import (
     CompletionsRequest,
     InitResponse,
@@ -42,16 +49,7 @@ from ..protocol import (
 )
 from ..transport import AsgiTransport, InvalidTarget, PostTransport, Reply
 from .protocol_checks import check_chat, check_completion
-from .records import (
-    BAD_API_KEY,
-    DUPLICATE_COMPLETION,
-    MALFORMED_REQUEST,
-    NO_COMPLETION,
-    UNKNOWN_ROLLOUT,
-    Finding,
-    LLMBackend,
-    RolloutRecord,
-)
+from .records import Finding, LLMBackend, RolloutRecord
 from .traingate_v2 import v2_route
 from .v2_driver import V2Controller
 

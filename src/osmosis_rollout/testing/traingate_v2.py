@@ -25,6 +25,13 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import LLMBackendError
+from ..findings import (
+    BAD_API_KEY,
+    BODY_ID_MISMATCH,
+    CALLBACK_KEY_IN_CHAT,
+    MALFORMED_REQUEST,
+    UNKNOWN_ROLLOUT,
+)
 from ..protocol import (
     CompletionsRequest,
     CompletionsResponse,
@@ -39,15 +46,7 @@ from .protocol_checks_v2 import (
     check_completion_callback,
     check_grader_callback,
 )
-from .records import (
-    BAD_API_KEY,
-    BODY_ID_MISMATCH,
-    CALLBACK_KEY_IN_CHAT,
-    MALFORMED_REQUEST,
-    UNKNOWN_ROLLOUT,
-    Finding,
-    RolloutRecord,
-)
+from .records import Finding, RolloutRecord
 from .v2_bodies import (
     CompletionCallback,
     GraderCallback,

@@ -20,10 +20,11 @@ from urllib.parse import quote
 import anyio
 from pydantic import ValidationError
 
+from ..findings import BODY_ID_MISMATCH, MISSING_GRADER_CALLBACK, NO_COMPLETION
 from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
 from ..transport import PostTransport, Reply, TransportFailure
 from .protocol_checks_v2 import check_cancel, check_status
-from .records import BODY_ID_MISMATCH, MISSING_GRADER_CALLBACK, NO_COMPLETION, RolloutRecord
+from .records import RolloutRecord
 from .traingate_v2 import TOOLS, V2Endpoints
 from .v2_bodies import TERMINAL_STATUSES, start_body, v2_result
 

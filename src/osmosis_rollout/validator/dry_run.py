@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..agent import RolloutAgentLoop
+from ..findings import NO_COMPLETION, FindingKind, kind_of
 from ..loader import error_location, frame_location
 from ..protocol import RolloutStatus
 from ..testing.records import LLMBackend
@@ -30,29 +31,8 @@ DRY_RUN_PROMPT = (
     "This is a dry run by `osmosis validate`. What is 3 + 4? Use a tool if you have one."
 )
 
-_FINDINGS = {
-    "history_rewritten": (
-        "DRY_RUN_HISTORY_REWRITTEN",
-        "append each reply and tool result to the same list and send all of it; never edit, "
-        "drop or reorder earlier messages",
-    ),
-    "duplicate_completion": ("DRY_RUN_DUPLICATE_RESULT", "a rollout must send exactly one result"),
-    "unknown_tool": (
-        "DRY_RUN_UNKNOWN_TOOL",
-        "only call tools returned by get_tools(), or add the tool there",
-    ),
-    # What agents on the OpenAI-compatible endpoint do (endpoint.session): the page explains each.
-    **dict.fromkeys(
-        (
-            "tools_changed",
-            "tool_choice_dropped",
-            "parallel_calls",
-            "n_greater_than_one",
-            "call_after_completion",
-        ),
-        ("DRY_RUN_PROTOCOL", "see docs/bring-your-own-agent.md"),
-    ),
-}
+#: A finding the table does not know (a custom backend's) is a protocol problem like the rest.
+_UNLISTED = ("DRY_RUN_PROTOCOL", "see docs/validate.md")
 
 
 async def dry_run(
@@ -114,9 +94,9 @@ def problems_from_outcome(
         ]
     problems: list[Problem] = []
     for finding in outcome.findings:
-        if finding.code == "no_completion":
+        if finding.code == NO_COMPLETION:
             continue  # reported below from the missing result
-        code, fix = _FINDINGS.get(finding.code, ("DRY_RUN_PROTOCOL", "see docs/validate.md"))
+        code, fix = _problem_of(finding.code)
         problems.append(problem(code, f"{finding.message} ({finding.code}); {fix}"))
     result = outcome.result
     if result is None:
@@ -136,6 +116,20 @@ def problems_from_outcome(
             problem("DRY_RUN_REWARD_INVALID", f"reward is {result.reward!r}; use a finite number")
         )
     return problems
+
+
+def _problem_of(code: str) -> tuple[str, str]:
+    """(problem code, fix) for a finding, from the findings table: a finding with a problem code
+    of its own gives its fix; the rest are ``DRY_RUN_PROTOCOL``, pointing to their page."""
+    try:
+        kind: FindingKind = kind_of(code)
+    except KeyError:
+        return _UNLISTED
+    if kind.problem is None:
+        return _UNLISTED
+    if kind.problem == "DRY_RUN_PROTOCOL":
+        return kind.problem, f"see {kind.doc}"
+    return kind.problem, kind.fix
 
 
 def _classify_error(finish_reason: str | None, message: str, timeout_s: float) -> tuple[str, str]:
