@@ -273,8 +273,11 @@ def _marked_lists(text: str) -> Iterator[tuple[int, str, list[str]]]:
         selector = marker["selector"]
         section = "section" in selector.split()
         block: list[str] = []
+        fenced = False
         for following in lines[number:]:
-            if following.startswith("#") or (not section and not following.strip()):
+            fenced ^= following.startswith("```")
+            heading = following.startswith("#") and not fenced
+            if heading or (not section and not following.strip()):
                 if block or section:
                     break
                 continue
@@ -327,6 +330,13 @@ def test_the_marked_list_check_catches_a_missing_and_a_wrong_code() -> None:
     listed, unknown = _listed(block)
     assert unknown == {"reward_lek"}
     assert _selected(selector) - listed == {sorted(_selected(selector))[-1]}
+
+
+def test_a_section_runs_to_the_next_heading_past_its_code_blocks() -> None:
+    page = "<!-- findings: plus=gold_fails section -->\ntext\n\n```bash\n# a comment\n```\n"
+    page += "`gold_fails`\n\n## Next\n`reward_leak`\n"
+    (_, _, block) = next(_marked_lists(page))
+    assert _listed(block) == ({"gold_fails"}, set())
 
 
 def _spliced(text: str) -> str:

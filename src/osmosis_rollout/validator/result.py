@@ -17,7 +17,8 @@ __all__ = ["PROBLEM_CODES", "Check", "Problem", "Severity", "ValidationResult"]
 Severity = Literal["error", "warning"]
 Check = Literal["static", "dynamic", "dry_run"]
 
-#: Every code a problem can carry; each one is documented in docs/validate.md.
+#: Every code a problem can carry; each one is documented in docs/validate.md. The dry run's
+#: code for each finding is the findings table's ``problem`` (``osmosis_rollout.findings``).
 PROBLEM_CODES = frozenset(
     {
         "AGENT_ABSTRACT",
