@@ -45,7 +45,15 @@ KNOWN_CIRCLES: list[frozenset[str]] = [
 #: The modules that import nothing of ours but each other (docs/architecture.md, first rule).
 LEAVES = frozenset(
     f"{PACKAGE}.{name}"
-    for name in ("protocol", "sampling", "server_url", "destinations", "redaction", "errors")
+    for name in (
+        "protocol",
+        "sampling",
+        "server_url",
+        "destinations",
+        "redaction",
+        "findings",
+        "errors",
+    )
 )
 
 
