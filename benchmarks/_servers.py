@@ -181,7 +181,7 @@ def baseline_app(turns: int, client: str = "httpx2") -> Starlette:
     async def lifespan(app: Starlette) -> Any:
         nonlocal http
         if client == "lean":
-            from osmosis_rollout.http1 import Http1Transport
+            from osmosis_rollout.transport import Http1Transport
 
             http = Http1Transport(max_connections=None, attempt_timeout_s=60.0)
             try:

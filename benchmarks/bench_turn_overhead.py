@@ -26,11 +26,10 @@ from _servers import NEXT_USER, REPLY_BYTES, TOOL
 
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
 from osmosis_rollout.client import RetryPolicy, TrainGateClient, default_http_client
-from osmosis_rollout.http1 import Http1Transport
 from osmosis_rollout.protocol import CompletionsRequest, CompletionsResponse
 from osmosis_rollout.rollout import run_rollout
 from osmosis_rollout.tools.tool_set import resolve_tools
-from osmosis_rollout.transport import Httpx2Transport, PostTransport
+from osmosis_rollout.transport import Http1Transport, Httpx2Transport, PostTransport
 
 GOAL_P99_MS = 2.0
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 8}

@@ -25,7 +25,6 @@ from osmosis_rollout.client import (
     RetryPolicy,
     TrainGateClient,
     default_http_client,
-    parse_retry_after,
 )
 from osmosis_rollout.errors import (
     ProtocolError,
@@ -34,7 +33,6 @@ from osmosis_rollout.errors import (
     TrainGateTimeout,
     TrainGateUnavailable,
 )
-from osmosis_rollout.http1 import Http1Transport
 from osmosis_rollout.protocol import (
     CompletionsRequest,
     CompletionsResponse,
@@ -42,7 +40,7 @@ from osmosis_rollout.protocol import (
     RolloutResponse,
     RolloutStatus,
 )
-from osmosis_rollout.transport import Httpx2Transport
+from osmosis_rollout.transport import Http1Transport, Httpx2Transport, parse_retry_after
 from tests.torture import HostileGate, gzip_bomb
 
 pytestmark = pytest.mark.anyio

@@ -16,8 +16,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from osmosis_rollout.destinations import DestinationPolicy, DestinationRefused, parse_allowed
-from osmosis_rollout.http1 import Http1Transport
 from osmosis_rollout.transport import InvalidTarget
+from osmosis_rollout.transport.http1 import Http1Transport
 
 from .support import serve_in_thread
 

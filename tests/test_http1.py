@@ -23,13 +23,13 @@ import pytest
 from osmosis_rollout import __version__
 from osmosis_rollout.client import RetryPolicy, TrainGateClient, default_transport
 from osmosis_rollout.errors import ProtocolError, TrainGateTimeout
-from osmosis_rollout.http1 import Http1Transport
 from osmosis_rollout.transport import (
     DecodeFailure,
     Httpx2Transport,
     InvalidTarget,
     TransportFailure,
 )
+from osmosis_rollout.transport.http1 import Http1Transport
 
 from .programs import require_program
 from .support import serve_in_thread

@@ -6,13 +6,10 @@ D15), the full history, and the agent's tools on every call (v2 declares none at
 context adds them and the agent's ``tool_choice`` because this channel ``sends_tools``). The
 body has no ``rollout_id`` (the URL routes it) and the model is ``osmosis-rollout`` unless the
 agent names one. The reply is JSON or, from a streaming-only endpoint (U2), server-sent events
-folded into one completion; ``usage`` may be absent (zeros).
+folded into one completion by ``transport.sse``; ``usage`` may be absent (zeros).
 """
 
 from __future__ import annotations
-
-import json
-from typing import Any
 
 from pydantic import Field, ValidationError
 
@@ -25,7 +22,7 @@ from .protocol import (
     describe_validation_error,
 )
 from .redaction import scrub
-from .transport import Reply
+from .transport import Reply, read_event_stream
 
 __all__ = ["V2ChatChannel", "V2Completion", "read_event_stream"]
 
@@ -84,77 +81,3 @@ class V2ChatChannel:
             f"the reply from {self.url} is not a chat completion "
             f"({scrub(detail, self._api_key)}); it needs choices[0].message"
         )
-
-
-def read_event_stream(content: bytes) -> dict[str, Any]:
-    """Fold a chat-completions event stream into one ``chat.completion`` body.
-
-    Content and tool-call deltas are joined (tool calls by ``index``), the last
-    ``finish_reason`` and ``usage`` kept; an ``event: error`` (a failure streamed under
-    HTTP 200) is a ``ValueError``.
-    """
-    text = content.decode("utf-8", "replace")
-    head: dict[str, Any] = {}
-    parts: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    finish: str | None = None
-    usage: dict[str, Any] | None = None
-    role = "assistant"
-    event = "message"
-    seen = False
-    for line in text.splitlines():
-        if not line:
-            event = "message"
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            event = value
-            continue
-        if field != "data" or value.strip() == "[DONE]":
-            continue
-        if event == "error":
-            raise ValueError(f"the stream reported an error: {value[:200]}")
-        chunk = json.loads(value)
-        if not isinstance(chunk, dict):
-            continue
-        if "error" in chunk:
-            raise ValueError("the stream reported an error")
-        seen = True
-        for key in ("id", "model", "created"):
-            if key in chunk:
-                head[key] = chunk[key]
-        if chunk.get("usage"):
-            usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or choice.get("message") or {}
-            role = delta.get("role") or role
-            if delta.get("content"):
-                parts.append(delta["content"])
-            for call in delta.get("tool_calls") or []:
-                slot = calls.setdefault(
-                    int(call.get("index", len(calls))),
-                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                function = call.get("function") or {}
-                slot["function"]["name"] += function.get("name") or ""
-                slot["function"]["arguments"] += function.get("arguments") or ""
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-    if not seen:
-        raise ValueError("the event stream held no completion chunk")
-    message: dict[str, Any] = {"role": role, "content": "".join(parts) if parts else None}
-    if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    body: dict[str, Any] = {
-        **head,
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return body

@@ -1,7 +1,7 @@
 """``TrainGateClient``: the server's two outbound calls to TrainGate, with retries and auth.
 
 One :class:`~osmosis_rollout.transport.PostTransport` is shared by every rollout (connection
-pooling); by default the lean :class:`~osmosis_rollout.http1.Http1Transport` on asyncio, else an
+pooling); by default the lean :class:`~osmosis_rollout.transport.Http1Transport` on asyncio, else an
 ``httpx2.AsyncClient`` (see :func:`default_transport`). The retry rules are
 ``protocol.md`` section 3: 5xx, 429 (honouring ``Retry-After``), timeouts and transport errors are
 retried with exponential backoff and jitter; any other 4xx fails at once. Every attempt of one
@@ -11,11 +11,9 @@ line or an exception message.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import os
 import random
-import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -54,6 +52,7 @@ from .transport import (
     Reply,
     TransportFailure,
     guard_connections,
+    parse_retry_after,
 )
 
 __all__ = ["ClientStats", "RetryPolicy", "RolloutChannel", "TrainGateClient"]
@@ -97,23 +96,6 @@ class ClientStats:
     callback_retries: int = 0
     failures: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
-
-
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP-date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
 
 
 def _is_retryable(status: int) -> bool:
@@ -319,7 +301,7 @@ def default_transport(
 ) -> PostTransport:
     """The carrier TrainGate calls use when none is given.
 
-    The lean :class:`~osmosis_rollout.http1.Http1Transport` when it can do the job: running on
+    The lean :class:`~osmosis_rollout.transport.Http1Transport` when it can do the job: running on
     asyncio (plain or uvloop), ``httptools`` importable, and no proxy configured in the
     environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, any case: ``httpx2`` honours
     them and ``NO_PROXY``). ``OSMOSIS_HTTP_CLIENT=httpx2`` forces ``httpx2``; so does anything
@@ -333,7 +315,7 @@ def default_transport(
         and not proxied
     ):
         try:
-            from .http1 import Http1Transport
+            from .transport.http1 import Http1Transport
         except ImportError:  # httptools missing (a pure-Python install)
             pass
         else:

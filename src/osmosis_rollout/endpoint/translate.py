@@ -15,6 +15,7 @@ from typing import Any
 
 from ..protocol import Message
 from ..results import CompletionsResult
+from ..transport.sse import DONE_EVENT, encode_event
 
 __all__ = [
     "BadRequest",
@@ -159,7 +160,7 @@ def sse_events(
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
         data = {**head, "choices": [choice]}
-        return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+        return encode_event(data)
 
     parts = [chunk({"role": "assistant", "content": None if message.get("tool_calls") else ""})]
     if message.get("content"):
@@ -169,8 +170,8 @@ def sse_events(
     parts.append(chunk({}, result.finish_reason or "stop"))
     if include_usage:
         usage = {**head, "choices": [], "usage": _usage(result)}
-        parts.append(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n")
-    parts.append(b"data: [DONE]\n\n")
+        parts.append(encode_event(usage))
+    parts.append(DONE_EVENT)
     return b"".join(parts)
 
 

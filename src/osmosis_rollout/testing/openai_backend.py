@@ -18,7 +18,7 @@ import anyio
 import httpx2
 from pydantic import ValidationError
 
-from ..client import RetryPolicy, parse_retry_after
+from ..client import RetryPolicy
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import (
     CompletionsRequest,
@@ -27,6 +27,7 @@ from ..protocol import (
     wire,
 )
 from ..redaction import scrub
+from ..transport import parse_retry_after
 from .llm_errors import deterministic_error
 from .records import RolloutRecord, estimate_tokens
 from .server_facts import ServerFacts, probe_server

@@ -40,6 +40,7 @@ from ..protocol import (
     describe_validation_error,
 )
 from ..transport import Reply
+from ..transport.sse import DONE_EVENT, encode_event
 from .protocol_checks import check_completion
 from .protocol_checks_v2 import (
     check_chat_v2,
@@ -323,4 +324,4 @@ def sse_reply(reply: CompletionsResponse) -> bytes:
         "choices": [{"index": 0, "delta": delta, "finish_reason": choice.finish_reason}],
         "usage": reply.usage.model_dump(mode="json"),
     }
-    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
+    return encode_event(chunk) + DONE_EVENT

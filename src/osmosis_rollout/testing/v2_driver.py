@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from ..findings import BODY_ID_MISMATCH, MISSING_GRADER_CALLBACK, NO_COMPLETION
 from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
-from ..transport import PostTransport, Reply, TransportFailure
+from ..transport import PostTransport, Reply, TransportFailure, parse_retry_after
 from .protocol_checks_v2 import check_cancel, check_status
 from .records import RolloutRecord
 from .traingate_v2 import TOOLS, V2Endpoints
@@ -215,12 +215,9 @@ def _headers(server_key: str | None) -> dict[str, str]:
 
 
 def retry_after(value: str | None) -> float:
-    """A 429's ``Retry-After`` in seconds, clamped to 0.05-60 (1 when missing or unreadable),
-    as the original controller reads it."""
-    try:
-        seconds = float(value) if value is not None else 1.0
-    except ValueError:
-        return 1.0
-    if not math.isfinite(seconds):
+    """A 429's ``Retry-After`` in seconds (``transport.parse_retry_after``), clamped to 0.05-60
+    (1 when missing or unreadable), as the original controller clamps it."""
+    seconds = parse_retry_after(value)
+    if seconds is None or not math.isfinite(seconds):
         return 1.0
     return min(60.0, max(0.05, seconds))

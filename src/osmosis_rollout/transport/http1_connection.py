@@ -13,7 +13,8 @@ from typing import Protocol, cast
 import httptools
 import httpx2
 
-from .transport import DecodeFailure, TransportFailure, decode_body, size_text
+from .bodies import decode_body, size_text
+from .types import DecodeFailure, TransportFailure
 
 __all__ = [
     "Connection",

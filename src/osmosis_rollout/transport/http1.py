@@ -7,6 +7,12 @@ pool per (scheme, host, port), ``Content-Length``/chunked/read-to-close bodies, 
 deflate, timeouts, TLS with the trust ``httpx2`` uses. Anything it does not speak (proxies, other
 async libraries) stays on ``httpx2``: :func:`osmosis_rollout.client.default_transport` chooses.
 
+Why it is kept (the house keeps a second carrier only while it moves a user-visible figure by
+10% or more): **server CPU per one-turn rollout** (docs/benchmarks.md, summary row 11), measured
+by ``benchmarks/bench_carriers.py`` with ``httpx2`` in the same run, rounds alternating: 0.75 ms
+against 2.37 ms (medians of 6 rounds, 2,000 rollouts each, fast stack, 16 in flight; the ratio
+0.22-0.45 in every round, 0.36 at the median; December 2026).
+
 It must hold on a hostile network, not just be fast: responses are bounded, a connection is
 reused only when it is known clean, a half-read connection is never pooled, and every failure is
 reported in ``httpx2``'s words (``ConnectError``, ``ReadTimeout``...) so messages do not change
@@ -24,18 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from ._version import __version__
-from .destinations import DestinationPolicy
+from .._version import __version__
+from ..destinations import DestinationPolicy
+from ..redaction import redact_url
+from .bodies import decode_body
+from .destination import check_call
 from .http1_connection import Connection, default_ssl_context, describe, settle
-from .redaction import redact_url
-from .transport import (
-    MAX_REPLY_BYTES,
-    InvalidTarget,
-    Reply,
-    TransportFailure,
-    check_call,
-    decode_body,
-)
+from .types import MAX_REPLY_BYTES, InvalidTarget, Reply, TransportFailure
 
 __all__ = ["MAX_RESPONSE_BYTES", "Http1Transport", "check_host_name"]
 
