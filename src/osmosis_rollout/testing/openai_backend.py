@@ -2,7 +2,11 @@
 OpenAI-style ``/chat/completions`` endpoint (OpenAI, vLLM, SGLang, Ollama, llama.cpp).
 
 It implements :class:`~osmosis_rollout.testing.records.LLMBackend`, like the offline backends
-of :mod:`.backends`.
+of :mod:`.backends`. Its POSTs go through a :class:`~osmosis_rollout.transport.PostTransport`:
+the lean ``Http1Transport`` when the server's TrainGate client would use it (asyncio, no proxy,
+``httptools``; ``OSMOSIS_HTTP_CLIENT=httpx2`` forces ``httpx2``), since ``httpx2`` was about
+half of ``osmosis test --llm-url``'s CPU against a fast server (``benchmarks/bench_carriers.py``:
+0.07-0.13x the CPU per POST); an ``httpx2`` client handed in (``http=``) is used as given.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import anyio
 import httpx2
 from pydantic import ValidationError
 
-from ..client import RetryPolicy
+from ..client import RetryPolicy, default_transport
 from ..errors import ConfigError, LLMBackendError
 from ..protocol import (
     CompletionsRequest,
@@ -27,7 +31,16 @@ from ..protocol import (
     wire,
 )
 from ..redaction import scrub
-from ..transport import parse_retry_after
+from ..transport import (
+    DecodeFailure,
+    Httpx2Transport,
+    InvalidTarget,
+    PostTransport,
+    Reply,
+    TransportFailure,
+    parse_retry_after,
+    read_event_stream,
+)
 from .llm_errors import deterministic_error
 from .records import RolloutRecord, estimate_tokens
 from .server_facts import ServerFacts, probe_server
@@ -41,6 +54,9 @@ DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 #: context is full (minutes on a CPU) before answering.
 DEFAULT_MAX_TOKENS = 1024
 _BODY_EXCERPT = 300
+#: The largest reply read (raw and decoded): far above a chat reply, even a long generation
+#: with ``top_logprobs`` (a few MB), yet a bound, so a broken server cannot exhaust memory.
+MAX_LLM_REPLY_BYTES = 64 * 2**20
 
 
 def _sampled_ids(choice: dict[str, Any]) -> list[int] | None:
@@ -60,9 +76,9 @@ def _sampled_ids(choice: dict[str, Any]) -> list[int] | None:
     return None
 
 
-def _generation_abandoned(exc: httpx2.TransportError) -> bool:
+def _generation_abandoned(exc: TransportFailure) -> bool:
     """A read timeout: the request was sent, so the server may still be generating the reply."""
-    return isinstance(exc, httpx2.ReadTimeout)
+    return exc.kind == "ReadTimeout"
 
 
 class OpenAICompatibleBackend:
@@ -82,8 +98,9 @@ class OpenAICompatibleBackend:
     cannot change (:mod:`.llm_errors`: no ``--jinja``, a full context, an unparsable reply):
     those fail at once and say so. Failures raise :class:`~osmosis_rollout.errors.LLMBackendError`
     whose ``kind`` and ``systemic`` flag let a batch stop early on a bad key or a dead server.
-    A reply without ``usage`` gets an estimate, since the protocol requires one. The API key is
-    never part of an error message or ``repr``.
+    A reply without ``usage`` gets an estimate, since the protocol requires one; a streamed
+    reply (``"stream": true`` in ``extra_body``) is folded into one. Replies are read up to
+    ``max_reply_bytes``. The API key is never part of an error message or ``repr``.
     """
 
     def __init__(
@@ -100,6 +117,7 @@ class OpenAICompatibleBackend:
         forward_extensions: bool = False,
         default_max_tokens: int | None = DEFAULT_MAX_TOKENS,
         extra_body: Mapping[str, Any] | None = None,
+        max_reply_bytes: int = MAX_LLM_REPLY_BYTES,
     ) -> None:
         parts = urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -131,6 +149,9 @@ class OpenAICompatibleBackend:
         self._sleep = sleep
         self._http = http
         self._owns_http = http is None
+        self.max_reply_bytes = max_reply_bytes
+        #: What the turns are posted through, made at the first turn (it must know the loop).
+        self._carrier: PostTransport | None = None
 
     @classmethod
     def from_env(
@@ -175,8 +196,27 @@ class OpenAICompatibleBackend:
             self._http = httpx2.AsyncClient(timeout=timeout)
         return self._http
 
+    @property
+    def carrier(self) -> PostTransport:
+        """What the turns are posted through: the ``httpx2`` client handed in, else the
+        carrier the server's TrainGate client would pick (``client.default_transport``)."""
+        if self._carrier is None:
+            if self._http is not None and not self._owns_http:
+                self._carrier = Httpx2Transport(self._http, max_reply_bytes=self.max_reply_bytes)
+            else:
+                policy = RetryPolicy(
+                    attempt_timeout_s=self.timeout_s,
+                    connect_timeout_s=min(10.0, self.timeout_s),
+                    max_reply_bytes=self.max_reply_bytes,
+                )
+                self._carrier = default_transport(policy, 100)
+        return self._carrier
+
     async def aclose(self) -> None:
-        """Close the HTTP client if this backend created it."""
+        """Close the HTTP client and the carrier if this backend created them."""
+        if self._carrier is not None and self._owns_http:
+            await self._carrier.aclose()
+        self._carrier = None
         if self._owns_http and self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -226,7 +266,7 @@ class OpenAICompatibleBackend:
 
     # -- HTTP and retries -------------------------------------------------------------------
 
-    async def _post(self, content: bytes) -> httpx2.Response:
+    async def _post(self, content: bytes) -> Reply:
         headers = {"Content-Type": "application/json", **self.extra_headers}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
@@ -234,11 +274,23 @@ class OpenAICompatibleBackend:
         for attempt in range(policy.retries + 1):
             last = attempt == policy.retries
             try:
-                response = await self.http.post(self.url, content=content, headers=headers)
-            except httpx2.TransportError as exc:
+                response = await self.carrier.post(self.url, content, headers)
+            except TransportFailure as exc:
                 if last or _generation_abandoned(exc):
                     raise self._transport_error(exc, attempt + 1) from None
                 delay = policy.backoff(attempt, random.random())
+            except InvalidTarget as exc:
+                raise LLMBackendError(
+                    f"cannot call the LLM server at {self.url}: {self._scrub(str(exc))[:200]}",
+                    kind="http",
+                    systemic=True,
+                ) from None
+            except DecodeFailure as exc:
+                raise LLMBackendError(
+                    f"the reply of the LLM server at {self.url} could not be read: "
+                    f"{self._scrub(str(exc))[:200]}",
+                    kind="bad_response",
+                ) from None
             else:
                 status = response.status_code
                 if 200 <= status < 300:
@@ -254,17 +306,17 @@ class OpenAICompatibleBackend:
             await self._sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
-    def _repeats(self, response: httpx2.Response) -> bool:
+    def _repeats(self, response: Reply) -> bool:
         """Whether the error would come back the same on a retry."""
         return deterministic_error(response.status_code, self._excerpt(response)) is not None
 
-    def _transport_error(self, exc: httpx2.TransportError, attempts: int) -> LLMBackendError:
+    def _transport_error(self, exc: TransportFailure, attempts: int) -> LLMBackendError:
         detail = self._scrub(str(exc))[:200]
         tried = f" ({attempts} attempts)" if attempts > 1 else ""
-        if isinstance(exc, httpx2.ConnectError | httpx2.ConnectTimeout):
+        if exc.kind in ("ConnectError", "ConnectTimeout"):
             return LLMBackendError(
                 f"cannot connect to the LLM server at {self.base_url}{tried}: "
-                f"{type(exc).__name__} {detail}. Is it running? Check --llm-url / OPENAI_BASE_URL",
+                f"{exc.kind} {detail}. Is it running? Check --llm-url / OPENAI_BASE_URL",
                 kind="unreachable",
                 systemic=True,
             )
@@ -275,7 +327,7 @@ class OpenAICompatibleBackend:
                 "behind it). Lower --max-tokens, or allow more time with --llm-timeout",
                 kind="timeout",
             )
-        if isinstance(exc, httpx2.TimeoutException):
+        if exc.timed_out:
             return LLMBackendError(
                 f"the LLM server at {self.base_url} did not answer within {self.timeout_s:g} s"
                 f"{tried}",
@@ -283,11 +335,11 @@ class OpenAICompatibleBackend:
             )
         return LLMBackendError(
             f"the connection to the LLM server at {self.base_url} failed{tried}: "
-            f"{type(exc).__name__} {detail}",
+            f"{exc.kind} {detail}",
             kind="http",
         )
 
-    def _status_error(self, response: httpx2.Response, attempts: int) -> LLMBackendError:
+    def _status_error(self, response: Reply, attempts: int) -> LLMBackendError:
         status = response.status_code
         where = f"the LLM server at {self.url} answered HTTP {status}"
         tried = f" after {attempts} attempts" if attempts > 1 else ""
@@ -337,11 +389,15 @@ class OpenAICompatibleBackend:
         )
 
     def _parse(
-        self, response: httpx2.Response, request: CompletionsRequest
+        self, response: Reply, request: CompletionsRequest
     ) -> tuple[CompletionsResponse, float | None]:
         """The reply as a chat completion, and the engine's own time for it (ms) if it says."""
+        data: Any
         try:
-            data = response.json()
+            if response.headers.get("content-type", "").startswith("text/event-stream"):
+                data = read_event_stream(response.content)
+            else:
+                data = response.json()
         except ValueError:
             data = None
         if not isinstance(data, dict):
@@ -374,7 +430,7 @@ class OpenAICompatibleBackend:
     def _scrub(self, text: str) -> str:
         return scrub(text, self._api_key)
 
-    def _excerpt(self, response: httpx2.Response) -> str:
+    def _excerpt(self, response: Reply) -> str:
         try:
             text = response.text
         except (UnicodeDecodeError, LookupError):
