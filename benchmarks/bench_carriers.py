@@ -10,11 +10,11 @@ alternating (the order flipped each round) so a busy spell on the shared machine
   (``sdk-httpx2``); the figure ``Http1Transport`` was kept for (docs/benchmarks.md, 11.);
 - **the real-model backend** (``OpenAICompatibleBackend``, what ``osmosis test --llm-url``
   posts through): this process's CPU per ``complete()`` against an OpenAI-compatible stand-in
-  that answers at once, through ``httpx2`` (its carrier) and through ``Http1Transport`` (the
-  same backend with only its POST swapped: the body, the reply's parsing and the usage
-  estimate are the same code).
+  that answers at once, its default carrier (``Http1Transport``) against
+  ``OSMOSIS_HTTP_CLIENT=httpx2``; and what a user sees of it: ``osmosis test --llm-url`` of
+  the calculator example in process (``run_test``), CPU per row, the same two ways.
 
-    python benchmarks/bench_carriers.py [--rounds 5] [--rollouts 1000] [--posts 2000]
+    python benchmarks/bench_carriers.py [--rounds 5] [--rollouts 1000] [--posts 2000] [--rows 200]
 
 Reported: each figure per round, the lean/httpx2 ratio of each round (its range and median).
 """
@@ -23,49 +23,45 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-from _bench import HOST, child_server, median, print_table, write_results
+from _bench import HOST, ROOT, child_server, median, print_table, write_results
 from bench_throughput import SYSTEM, USER, Gate, _round
 
+from osmosis_rollout.evaluation import RunObserver, TestOptions, run_test
 from osmosis_rollout.protocol import CompletionsRequest
 from osmosis_rollout.testing.openai_backend import OpenAICompatibleBackend
 from osmosis_rollout.testing.records import RolloutRecord
-from osmosis_rollout.transport import Http1Transport
+from osmosis_rollout.transport import Http1Transport, Httpx2Transport
+
+CALCULATOR = f"{ROOT}/examples/calculator/agent.py:CalculatorAgent"
 
 
-class LeanBackend(OpenAICompatibleBackend):
-    """The backend with its POST made through ``Http1Transport`` (the happy path only: what a
-    turn costs when the server answers 200; the retries are the same loop either way)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._lean = Http1Transport(attempt_timeout_s=self.timeout_s)
-
-    async def _post(self, content: bytes) -> Any:
-        headers = {"Content-Type": "application/json", **self.extra_headers}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        reply = await self._lean.post(self.url, content, headers)
-        if reply.status_code != 200:
-            raise RuntimeError(f"the stand-in answered HTTP {reply.status_code}")
-        return reply  # Reply has what _parse reads: status_code, headers, json(), text
-
-    async def aclose(self) -> None:
-        await self._lean.aclose()
-        await super().aclose()
+def _carrier(name: str) -> None:
+    """Make the backends built from now on use ``name``: ``OSMOSIS_HTTP_CLIENT`` is read when
+    a backend makes its carrier (``client.default_transport``), as in ``osmosis test``."""
+    if name == "httpx2":
+        os.environ["OSMOSIS_HTTP_CLIENT"] = "httpx2"
+    else:
+        os.environ.pop("OSMOSIS_HTTP_CLIENT", None)
 
 
-async def _backend_round(port: int, lean: bool, posts: int, concurrency: int) -> dict[str, Any]:
+async def _backend_round(port: int, carrier: str, posts: int, concurrency: int) -> dict[str, Any]:
     """This process's CPU per ``complete()`` over ``posts`` turns, ``concurrency`` at a time."""
-    kind = LeanBackend if lean else OpenAICompatibleBackend
-    backend = kind(f"http://{HOST}:{port}/v1", "bench-model", "bench-key")
+    _carrier(carrier)
+    backend = OpenAICompatibleBackend(f"http://{HOST}:{port}/v1", "bench-model", "bench-key")
+    expected = Http1Transport if carrier == "lean" else Httpx2Transport
     request = CompletionsRequest(rollout_id="r", messages=[SYSTEM, USER], max_tokens=64)
     record = RolloutRecord(rollout_id="r")
     try:
         for _ in range(20):  # warm: connections open, caches filled
             await backend.complete(request, record)
+        assert isinstance(backend.carrier, expected), backend.carrier
         left = iter(range(posts))
 
         async def worker() -> None:
@@ -77,9 +73,36 @@ async def _backend_round(port: int, lean: bool, posts: int, concurrency: int) ->
         cpu1, wall1 = time.process_time(), time.perf_counter()
     finally:
         await backend.aclose()
+        _carrier("lean")
     return {
         "cpu_us_per_post": round((cpu1 - cpu0) * 1e6 / posts, 1),
         "posts_per_s": round(posts / (wall1 - wall0), 1),
+    }
+
+
+async def _test_round(port: int, carrier: str, dataset: Path, rows: int) -> dict[str, Any]:
+    """``osmosis test --llm-url`` in this process (``run_test``, the calculator example, 8
+    rows at a time): CPU per row, everything included (server, mock TrainGate, backend)."""
+    _carrier(carrier)
+    options = TestOptions(
+        target=CALCULATOR,
+        dataset=dataset,
+        llm_url=f"http://{HOST}:{port}/v1",
+        model="bench-model",
+        concurrency=8,
+    )
+    try:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        report = await run_test(options, RunObserver())
+        cpu1, wall1 = time.process_time(), time.perf_counter()
+    finally:
+        _carrier("lean")
+    failed = [row for row in report.rows if row.error_message]
+    if failed:
+        raise RuntimeError(f"{len(failed)} rows failed: {failed[0].error_message}")
+    return {
+        "cpu_ms_per_row": round((cpu1 - cpu0) * 1e3 / rows, 3),
+        "rows_per_s": round(rows / (wall1 - wall0), 1),
     }
 
 
@@ -88,11 +111,13 @@ def _ratios(lean: list[float], general: list[float]) -> dict[str, Any]:
     return {"per_round": each, "min": min(each), "max": max(each), "median": median(each)}
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+async def _run(args: argparse.Namespace, dataset: Path) -> dict[str, Any]:
     server: dict[str, list[dict[str, Any]]] = {"sdk": [], "sdk-httpx2": []}
     backend: dict[str, list[dict[str, Any]]] = {"lean": [], "httpx2": []}
+    test: dict[str, list[dict[str, Any]]] = {"lean": [], "httpx2": []}
     async with Gate().running() as gate:
         with child_server("standin") as (_proc, standin_port):
+            await _test_round(standin_port, "lean", dataset, args.rows)  # warm: imports, caches
             for i in range(args.rounds):
                 order = ["sdk", "sdk-httpx2"] if i % 2 == 0 else ["sdk-httpx2", "sdk"]
                 for kind in order:
@@ -100,18 +125,25 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         gate, kind, "fast", args.concurrency, args.rollouts, args.warmup
                     )
                     server[kind].append(run)
-                for carrier in ("lean", "httpx2") if i % 2 else ("httpx2", "lean"):
-                    run = await _backend_round(
-                        standin_port, carrier == "lean", args.posts, args.backend_concurrency
+                carriers = ("lean", "httpx2") if i % 2 else ("httpx2", "lean")
+                for carrier in carriers:
+                    found = await _backend_round(
+                        standin_port, carrier, args.posts, args.backend_concurrency
                     )
-                    backend[carrier].append(run)
+                    backend[carrier].append(found)
+                for carrier in carriers:
+                    rows = await _test_round(standin_port, carrier, dataset, args.rows)
+                    test[carrier].append(rows)
     server_cpu = {k: [r["server_cpu_ms_per_rollout"] for r in v] for k, v in server.items()}
     backend_cpu = {k: [r["cpu_us_per_post"] for r in v] for k, v in backend.items()}
+    test_cpu = {k: [r["cpu_ms_per_row"] for r in v] for k, v in test.items()}
     return {
         "server": server,
         "backend": backend,
+        "test": test,
         "server_cpu_ratio_lean_to_httpx2": _ratios(server_cpu["sdk"], server_cpu["sdk-httpx2"]),
         "backend_cpu_ratio_lean_to_httpx2": _ratios(backend_cpu["lean"], backend_cpu["httpx2"]),
+        "test_cpu_ratio_lean_to_httpx2": _ratios(test_cpu["lean"], test_cpu["httpx2"]),
     }
 
 
@@ -124,8 +156,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="inits in flight")
     parser.add_argument("--posts", type=int, default=2000, help="backend turns per round")
     parser.add_argument("--backend-concurrency", type=int, default=8, help="turns in flight")
+    parser.add_argument("--rows", type=int, default=200, help="osmosis test rows per round")
     args = parser.parse_args()
-    results = asyncio.run(_run(args))
+    with tempfile.TemporaryDirectory() as tmp:
+        dataset = Path(tmp) / "rows.jsonl"
+        row = {"messages": [{"role": "user", "content": "What is 12 + 30?"}]}
+        dataset.write_text((json.dumps(row) + "\n") * args.rows)
+        results = asyncio.run(_run(args, dataset))
     rows: list[list[Any]] = []
     for kind, runs in results["server"].items():
         cpu = [r["server_cpu_ms_per_rollout"] for r in runs]
@@ -135,7 +172,11 @@ def main() -> None:
         cpu = [r["cpu_us_per_post"] for r in runs]
         rate = [r["posts_per_s"] for r in runs]
         rows.append([f"backend, {carrier}", "µs CPU/POST", median(cpu), cpu, median(rate)])
-    for name in ("server", "backend"):
+    for carrier, runs in results["test"].items():
+        cpu = [r["cpu_ms_per_row"] for r in runs]
+        rate = [r["rows_per_s"] for r in runs]
+        rows.append([f"osmosis test, {carrier}", "ms CPU/row", median(cpu), cpu, median(rate)])
+    for name in ("server", "backend", "test"):
         found = results[f"{name}_cpu_ratio_lean_to_httpx2"]
         rows.append(
             [

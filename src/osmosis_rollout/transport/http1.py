@@ -9,9 +9,11 @@ async libraries) stays on ``httpx2``: :func:`osmosis_rollout.client.default_tran
 
 Why it is kept (the house keeps a second carrier only while it moves a user-visible figure by
 10% or more): **server CPU per one-turn rollout** (docs/benchmarks.md, summary row 11), measured
-by ``benchmarks/bench_carriers.py`` with ``httpx2`` in the same run, rounds alternating: 0.75 ms
-against 2.37 ms (medians of 6 rounds, 2,000 rollouts each, fast stack, 16 in flight; the ratio
-0.22-0.45 in every round, 0.36 at the median; December 2026).
+by ``benchmarks/bench_carriers.py`` with ``httpx2`` in the same run, rounds alternating: 1.00 ms
+against 3.39 ms (medians of 6 rounds, 2,000 rollouts each, fast stack, 16 in flight; the ratio
+0.25-0.35 in every round, 0.32 at the median). The same run has it cutting the real-model
+backend's CPU per POST to 0.06-0.15x and ``osmosis test --llm-url``'s CPU per row to 0.34-0.68x,
+so that backend uses it too (``testing/openai_backend.py``).
 
 It must hold on a hostile network, not just be fast: responses are bounded, a connection is
 reused only when it is known clean, a half-read connection is never pooled, and every failure is
