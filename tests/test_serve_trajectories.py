@@ -74,7 +74,8 @@ async def test_serve_writes_a_valid_trajectory_per_rollout_under_the_artifact_ro
     agent = calculator_agent()
     async with Harness(agent, backend=MockLLMBackend(), artifact_root=root) as harness:
         outcome = await harness.run(PROMPT, rollout_id="rollout-abc123")
-    assert outcome.result is not None and outcome.result.status.value == "COMPLETED"
+    assert outcome.result is not None
+    assert outcome.result.status.value == "COMPLETED"
     path = root / "rollout-abc123" / "trajectory.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
@@ -105,11 +106,13 @@ async def test_serve_writes_a_valid_trajectory_per_rollout_under_the_artifact_ro
         assert step.observation is not None
         (result,) = [r for r in step.observation.results if r.source_call_id == call.tool_call_id]
         assert result.content == message["content"]
-        assert isinstance(call.arguments, dict) and call.arguments  # parsed from the JSON text
+        assert isinstance(call.arguments, dict)
+        assert call.arguments
     assert trajectory.agent.name == "calculator"
     assert {t["function"]["name"] for t in trajectory.agent.tool_definitions or []} >= {"add"}
     final = trajectory.final_metrics
-    assert final is not None and final.total_steps == len(trajectory.steps)
+    assert final is not None
+    assert final.total_steps == len(trajectory.steps)
     assert final.total_prompt_tokens == sum(r.usage.prompt_tokens for r in replies)
     assert final.total_completion_tokens == sum(r.usage.completion_tokens for r in replies)
 
@@ -121,14 +124,17 @@ async def test_trajectory_holds_no_secret_and_a_v2_grade_gives_its_reward(tmp_pa
     async with Harness(LeakyAgent(), artifact_root=root) as harness:
         outcome = await harness.run(PROMPT, rollout_id="leaky-1")
     key = outcome.record.api_key
-    assert key and key in json.dumps(outcome.result.final_messages)  # type: ignore[union-attr]
+    assert key
+    assert key in json.dumps(outcome.result.final_messages)
     text = (root / "leaky-1" / "trajectory.json").read_text()
-    assert key not in text and "**********" in text
+    assert key not in text
+    assert "**********" in text
     assert json.loads(text)["extra"]["osmosis"]["reward"] == 0.5
 
     async with Harness(GradedAgent(), artifact_root=root, protocol="v2") as harness:
         outcome = await harness.run(PROMPT, rollout_id="graded-1", metadata={"ground_truth": "5"})
-    assert outcome.result is not None and outcome.result.reward == 0.75
+    assert outcome.result is not None
+    assert outcome.result.reward == 0.75
     graded = root / "graded-1" / "trajectory.json"
     validated(graded)
     osmosis = json.loads(graded.read_text())["extra"]["osmosis"]
@@ -145,10 +151,12 @@ async def test_a_write_that_fails_is_logged_and_the_rollout_still_completes(
     with caplog.at_level(logging.ERROR, logger="osmosis_rollout.trajectories"):
         async with Harness(calculator_agent(), artifact_root=root) as harness:
             outcome = await harness.run(PROMPT, rollout_id="doomed-1")
-    assert outcome.result is not None and outcome.result.status.value == "COMPLETED"
+    assert outcome.result is not None
+    assert outcome.result.status.value == "COMPLETED"
     assert not outcome.findings
     lines = [r.getMessage() for r in caplog.records if r.name == "osmosis_rollout.trajectories"]
-    assert len(lines) == 1 and "doomed-1" in lines[0]
+    assert len(lines) == 1
+    assert "doomed-1" in lines[0]
 
 
 async def test_hostile_rollout_ids_stay_inside_the_artifact_root(tmp_path: Path) -> None:
@@ -208,4 +216,5 @@ def test_osmosis_test_writes_one_trajectory_per_row_and_sample(tmp_path: Path) -
         app, ["test", CALCULATOR, "-d", str(DATASET), "--jobs", "2", "--trajectories", str(out)]
     )
     assert refused.exit_code == 2
-    assert "--trajectories" in refused.output and "Traceback" not in refused.output
+    assert "--trajectories" in refused.output
+    assert "Traceback" not in refused.output
