@@ -32,8 +32,8 @@ from .protocol import (
     RolloutResponse,
     wire,
 )
-from .redaction import scrub
-from .tracing import secret_free_data
+from .redaction import REDACTED, scrub
+from .tracing import is_secret_key
 from .trajectory import ToolCallTrace, Trajectory, TurnTrace
 
 __all__ = [
@@ -53,6 +53,9 @@ ATIF_VERSION = "ATIF-v1.7"
 PRODUCER = "osmosis-rollout"
 
 _SOURCES = {"system": "system", "developer": "system", "user": "user", "assistant": "agent"}
+#: Arrays of numbers we wrote ourselves (checked ints, finite floats): never looked into again,
+#: since a long rollout holds hundreds of thousands of them.
+_NUMBER_ARRAYS = frozenset({"prompt_token_ids", "completion_token_ids", "logprobs"})
 
 
 @dataclass(frozen=True)
@@ -157,10 +160,10 @@ def build_trajectory(
 def encode_trajectory(document: Mapping[str, Any], secrets: Iterable[str] = ()) -> bytes:
     """``document`` as the bytes of ``trajectory.json``: indented, numeric arrays (token ids,
     logprobs) on one line each, secrets removed (by key name and by value, as in traces)."""
-    hidden = [s for s in secrets if s]
-    text = _pretty(secret_free_data(dict(document), hidden), "")
-    for secret in hidden:
-        text = scrub(text, secret)
+    text = _pretty(document, "")
+    for secret in secrets:  # scrub() also knows each secret's JSON-escaped forms
+        if secret:
+            text = scrub(text, secret)
     return (text + "\n").encode("utf-8")
 
 
@@ -358,32 +361,43 @@ def _iso(seconds: float) -> str:
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None."""
+    """``value`` with every non-finite float replaced by None (a tool call's arguments may hold
+    a NaN: Python's JSON reader accepts one)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: v if k in _NUMBER_ARRAYS else _finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        if value and all(type(v) is int for v in value):
-            return value  # token ids: nothing to look at
         return [_finite(v) for v in value]
     return value
 
 
 def _pretty(value: Any, indent: str) -> str:
-    """JSON indented by two spaces, except arrays of numbers, which stay on one line."""
+    """JSON indented by two spaces, except arrays of plain values (token ids, logprobs, a
+    schema's ``required``), which stay on one line; what sits under a secret-looking key (as
+    in traces: ``api_key``, ``password``, ``token``...) is written as ``**********``."""
     inner = indent + "  "
-    if isinstance(value, dict) and value:
-        items = [
-            f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {_pretty(v, inner)}"
-            for k, v in value.items()
-        ]
+    if isinstance(value, Mapping) and value:
+        items = [f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {_member(k, v, inner)}"
+                 for k, v in value.items()]  # fmt: skip
         return "{\n" + ",\n".join(items) + "\n" + indent + "}"
     if isinstance(value, list) and value:
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
-            return json.dumps(value, allow_nan=False, separators=(", ", ": "))
+        if all(v is None or isinstance(v, str | int | float) for v in value):
+            return _flat(value)
         return "[\n" + ",\n".join(inner + _pretty(v, inner) for v in value) + "\n" + indent + "]"
     return json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
+
+
+def _member(key: Any, value: Any, indent: str) -> str:
+    if key in _NUMBER_ARRAYS and isinstance(value, list):
+        return _flat(value)
+    if is_secret_key(key):
+        return json.dumps(REDACTED)
+    return _pretty(value, indent)
+
+
+def _flat(values: list[Any]) -> str:
+    return json.dumps(values, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
 
 
 # -- reading (osmosis view) ------------------------------------------------------------------

@@ -27,9 +27,9 @@ __all__ = [
     "Tracer",
     "clip_text",
     "file_sink",
+    "is_secret_key",
     "safe_name",
     "safe_trace_name",
-    "secret_free_data",
     "secret_free_json",
 ]
 
@@ -91,13 +91,7 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: (
-                REDACTED
-                if str(k).lower() in _SECRET_KEYS
-                else v
-                if type(v) in _LEAVES
-                else _redact(v)
-            )
+            k: (REDACTED if is_secret_key(k) else v if type(v) in _LEAVES else _redact(v))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
@@ -105,22 +99,19 @@ def _redact(value: Any) -> Any:
     return value
 
 
-def secret_free_data(record: Any, secrets: Iterable[str] = ()) -> Any:
-    """``record`` with secrets removed: values under secret-looking keys and every form of each
-    string in ``secrets`` become ``**********``. Scrub the encoded text too (see below)."""
-    data: Any = _redact(record)
-    for secret in secrets:
-        if secret:
-            data = scrub_data(data, secret)
-    return data
+def is_secret_key(name: object) -> bool:
+    """Whether a value under the key ``name`` (``api_key``, ``authorization``, ``password``,
+    ``token``...) is written as ``**********``, in traces and ATIF trajectories alike."""
+    return str(name).lower() in _SECRET_KEYS
 
 
 def secret_free_json(record: dict[str, Any], secrets: Iterable[str] = ()) -> str:
     """One JSON line of ``record`` with secrets removed: values under secret-looking keys and
     every form of each string in ``secrets`` become ``**********`` (debug traces, cassettes)."""
     hidden = [s for s in secrets if s]
-    # Before encoding, then after (default=str may reveal more).
-    data = secret_free_data(record, hidden)
+    data: Any = _redact(record)
+    for secret in hidden:  # before encoding, then after (default=str may reveal more)
+        data = scrub_data(data, secret)
     line = json.dumps(data, default=str, ensure_ascii=False)
     for secret in hidden:
         line = scrub(line, secret)
