@@ -159,6 +159,38 @@ async def test_a_write_that_fails_is_logged_and_the_rollout_still_completes(
     assert "doomed-1" in lines[0]
 
 
+async def test_a_slow_disk_delays_no_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is written on the writer thread: while a write hangs, rollouts still end and
+    deliver their results; the server's shutdown then waits for the file."""
+    import threading
+
+    from osmosis_rollout import trajectory_files
+
+    release = threading.Event()
+    real = trajectory_files._write_whole
+
+    def stuck(path: Path, data: bytes) -> None:
+        release.wait(30)
+        real(path, data)
+
+    monkeypatch.setattr(trajectory_files, "_write_whole", stuck)
+    root = tmp_path / "artifacts"
+    async with Harness(calculator_agent(), artifact_root=root) as harness:
+        for number in range(3):
+            outcome = await harness.run(PROMPT, rollout_id=f"slow-{number}")
+            assert outcome.result is not None
+            assert outcome.result.status.value == "COMPLETED"
+        assert not list(root.glob("*/trajectory.json"))  # all three still queued
+        release.set()
+    assert sorted(p.parent.name for p in root.glob("*/trajectory.json")) == [
+        "slow-0",
+        "slow-1",
+        "slow-2",
+    ]
+
+
 async def test_hostile_rollout_ids_stay_inside_the_artifact_root(tmp_path: Path) -> None:
     """Ids a TrainGate may send that are not plain folder names get a safe folder of their own
     (the trace rule), keep their id inside the document, and never leave the root."""

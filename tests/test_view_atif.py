@@ -109,6 +109,12 @@ def test_index_lists_a_foreign_atif_folder(foreign: Path) -> None:
     # A single file given by its path reads the same.
     (alone,) = build_index([foreign / "trial-1" / "agent" / "trajectory.json"]).rollouts
     assert alone.rollout_id == summary.rollout_id
+    # A .json file named on the command line that is no trajectory is said to be none.
+    named = build_index([foreign / "config.json"])
+    assert named.rollouts == []
+    assert named.warnings == [
+        "job/config.json: not an ATIF trajectory (no ATIF schema_version and steps)"
+    ]
 
 
 def test_results_and_our_trajectories_are_one_rollout_each(tmp_path: Path) -> None:

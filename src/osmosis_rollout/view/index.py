@@ -155,7 +155,7 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
     warnings: list[str] = []
     linked: set[str] = set()
     trace_files: list[tuple[str, str]] = []
-    atif_files: list[tuple[str, str]] = []
+    atif_files: list[tuple[str, str, bool]] = []  # (path, source, given by name)
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
@@ -165,11 +165,11 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
             trace_files.extend((os.path.join(folder, name), str(path)) for name in names)
             for pattern in _ATIF_PATTERNS:
                 matches = sorted(str(p) for p in Path(folder).glob(pattern) if p.is_file())
-                atif_files.extend((name, str(path)) for name in matches)
+                atif_files.extend((name, str(path), False) for name in matches)
         elif path.is_file():
             sources.append(str(path))
             if path.suffix == ".json":
-                atif_files.append((_absolute(str(path)), str(path)))
+                atif_files.append((_absolute(str(path)), str(path), True))
             elif _looks_like_trace(path):
                 trace_files.append((_absolute(str(path)), str(path)))
             else:
@@ -200,11 +200,11 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
             row.trace_path, row.started = traced.trace_path, traced.started
         else:
             rollouts.append(traced)
-    for number, (document, source) in enumerate(atif_files):
+    for number, (document, source, named) in enumerate(atif_files):
         if document in seen:
             continue
         seen.add(document)
-        atif = _summarise_atif(document, f"a{number}", source, warnings)
+        atif = _summarise_atif(document, f"a{number}", source, warnings, named=named)
         if atif is None:
             continue
         row = untraced.pop(atif.rollout_id, None) if atif.rollout_id else None
@@ -381,13 +381,16 @@ def _read_atif_file(path: str) -> tuple[dict[str, Any] | None, str]:
     return document, ""
 
 
-def _summarise_atif(path: str, key: str, source: str, warnings: list[str]) -> RolloutSummary | None:
+def _summarise_atif(
+    path: str, key: str, source: str, warnings: list[str], *, named: bool = False
+) -> RolloutSummary | None:
     """A summary of one ATIF trajectory: ``extra.osmosis`` when we wrote it, else what the
     steps and ``final_metrics`` say (a foreign document's status is ``UNKNOWN``)."""
     document, problem = _read_atif_file(path)
     if document is None:
         # A folder's other .json files (a results summary, a config) are not ours to report.
-        if "not an ATIF trajectory" not in problem or os.path.basename(path) == "trajectory.json":
+        quiet = "not an ATIF trajectory" in problem and not named
+        if not quiet or os.path.basename(path) == "trajectory.json":
             warnings.append(problem)
         return None
     osmosis = _dict(_dict(document.get("extra")).get("osmosis"))
