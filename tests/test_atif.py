@@ -7,6 +7,7 @@ import json
 import math
 import os
 import stat
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,9 @@ def test_files_are_private_whole_and_refuse_a_linked_folder(tmp_path: Path) -> N
     with pytest.raises(OSError, match="not a plain folder"):
         files.write("linked", document)
     assert list(elsewhere.iterdir()) == []
+    # The platform's runner looks for <root>/<its rollout id>/: a uuid keeps its name.
+    for plain in (uuid.uuid4().hex, str(uuid.uuid4()), "row-3-a1b2c3d4"):
+        assert files.path_for(plain).parent.name == plain
     for hostile in ("../up", "/abs", "a/../../b", "..", ".hidden", "nul", "x-0123456789abcdef"):
         assert files.path_for(hostile).parent.parent == files.root
         assert files.path_for(hostile) != files.path_for(hostile + "x")
