@@ -250,3 +250,28 @@ def test_osmosis_test_writes_one_trajectory_per_row_and_sample(tmp_path: Path) -
     assert refused.exit_code == 2
     assert "--trajectories" in refused.output
     assert "Traceback" not in refused.output
+
+
+def test_osmosis_test_says_when_trajectories_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file where the folder should be is a usage error up front; a write that fails during
+    the run is a warning naming why, and the rows' results stand."""
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    args = ["test", CALCULATOR, "-d", str(DATASET), "--limit", "2"]
+    refused = CliRunner().invoke(app, [*args, "--trajectories", str(taken)])
+    assert refused.exit_code == 2
+    assert "a file is there" in refused.output
+
+    from osmosis_rollout import trajectory_files
+
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trajectory_files, "_write_whole", full)
+    result = CliRunner().invoke(app, [*args, "--trajectories", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "0 ATIF trajectories written" in said
+    assert "2 trajectories could not be written: OSError: [Errno 28] No space left" in said

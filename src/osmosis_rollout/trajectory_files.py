@@ -48,9 +48,10 @@ class TrajectoryFiles:
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        #: How many documents were written, and how many failed (for tests and summaries).
+        #: How many documents were written, how many failed, and why the last one did (scrubbed).
         self.written = 0
         self.failed = 0
+        self.last_error: str | None = None
 
     def path_for(self, rollout_id: str) -> Path:
         """Where the trajectory of ``rollout_id`` goes (always one folder below the root)."""
@@ -100,6 +101,7 @@ class TrajectoryFiles:
                 text = f"{type(exc).__name__}: {exc}"
                 for secret in secrets:
                     text = scrub(text, secret)
+                self.last_error = text
                 logger.error(
                     "could not write the trajectory of rollout %s: %s",
                     loggable(rollout_id),

@@ -115,6 +115,12 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
             f"{report.trajectories} ATIF trajectories written to {report.trajectory_dir}",
             soft_wrap=True,
         )
+    if report.trajectories_failed:
+        err.print(
+            f"[yellow]warning:[/] {report.trajectories_failed} trajectories could not be "
+            f"written: {escape(report.trajectory_error or '?')}",
+            soft_wrap=True,
+        )
     if report.summary["errors"] and not options.verbose:
         # With --server the traces are the server's to write (`osmosis serve --debug-dir`).
         traces = (

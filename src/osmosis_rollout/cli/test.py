@@ -344,6 +344,8 @@ def command_test(
         say_no_turn_budget()
     if interactive and trajectories is not None:
         fail("--trajectories works only in batch mode, not with --interactive")
+    if trajectories is not None and trajectories.exists() and not trajectories.is_dir():
+        fail(f"--trajectories {trajectories}: a file is there; give a folder (made if missing)")
     workers = check_jobs(
         jobs,
         count,

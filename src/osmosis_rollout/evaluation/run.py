@@ -48,6 +48,9 @@ class TestReport:
     #: With ``trajectories``: the folder written, and how many trajectories it got.
     trajectory_dir: Path | None = None
     trajectories: int = 0
+    #: How many could not be written, and why the last one could not.
+    trajectories_failed: int = 0
+    trajectory_error: str | None = None
     #: With ``token_check``: the check's closing lines.
     token_check_lines: list[str] = field(default_factory=list)
     #: The most LLM turns that were with the model at once (all workers together).
@@ -271,6 +274,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         cassette_rows=recorder.rows_written if recorder is not None else 0,
         trajectory_dir=trajectories.directory if trajectories is not None else None,
         trajectories=trajectories.files.written if trajectories is not None else 0,
+        trajectories_failed=trajectories.files.failed if trajectories is not None else 0,
+        trajectory_error=trajectories.files.last_error if trajectories is not None else None,
         token_check_lines=list(backend.report.lines()) if options.token_check else [],
         max_in_flight=pool.max_in_flight if pool else getattr(backend, "max_in_flight", 0),
         model_lines=model_lines,
