@@ -155,6 +155,36 @@ def test_results_and_our_trajectories_are_one_rollout_each(tmp_path: Path) -> No
     ]
 
 
+def test_a_crafted_atif_file_reads_without_error(tmp_path: Path) -> None:
+    """Wrong types wherever a foreign file can put them: the index and the page's record are
+    still built (what cannot be read is left out), and no string passes for a number."""
+    crafted = {
+        "schema_version": "ATIF-v1.7",
+        "session_id": 7,
+        "steps": [
+            5,
+            {
+                "source": "agent",
+                "message": {"a": 1},
+                "tool_calls": 3,
+                "observation": {"results": 1},
+            },
+            {"source": "agent", "tool_calls": [{"arguments": "x"}, 2], "metrics": [1]},
+            {"source": "system", "observation": {"results": ["x", {"content": 2}]}},
+        ],
+        "final_metrics": {"total_prompt_tokens": "9", "extra": []},
+        "extra": {"osmosis": {"findings": 4, "reward": "1", "metrics": 2, "rollout_id": ["x"]}},
+    }
+    (tmp_path / "t.json").write_text(json.dumps(crafted))
+    index = build_index([tmp_path])
+    (summary,) = index.rollouts
+    assert (summary.rollout_id, summary.reward, summary.prompt_tokens) == (None, None, 0)
+    assert (summary.turns, summary.tool_calls) == (2, 1)
+    full = index.load(summary)
+    assert [len(t["tool_calls"]) for t in full["trajectory"]["turns"]] == [0, 1]
+    assert full["messages"][-1] == {"role": "tool", "content": "2"}
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
     executable = find_chromium()

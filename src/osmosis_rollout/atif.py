@@ -407,7 +407,7 @@ def read_atif(document: Mapping[str, Any]) -> Trajectory:
     """Any ATIF document as the trace reader's :class:`Trajectory`: each agent step one turn
     (its reply, tool calls with their observed results, token counts), the steps between
     turns the messages they added, ``extra.osmosis`` (when we wrote it) the rollout's end."""
-    steps = [s for s in document.get("steps") or [] if isinstance(s, Mapping)]
+    steps = [s for s in _list(document.get("steps")) if isinstance(s, Mapping)]
     osmosis = _osmosis_extra(document)
     rollout_id = osmosis.get("rollout_id") or document.get("session_id")
     trajectory = Trajectory(rollout_id=str(rollout_id) if rollout_id is not None else None)
@@ -472,8 +472,13 @@ def read_atif(document: Mapping[str, Any]) -> Trajectory:
         if key in osmosis:
             end[key] = osmosis[key]
     trajectory.end = end
-    trajectory.findings = [f for f in osmosis.get("findings") or [] if isinstance(f, dict)]
+    trajectory.findings = [f for f in _list(osmosis.get("findings")) if isinstance(f, dict)]
     return trajectory
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` if it is a JSON array, else an empty one (a foreign file may hold anything)."""
+    return value if isinstance(value, list) else []
 
 
 def _osmosis_extra(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -485,7 +490,7 @@ def _osmosis_extra(document: Mapping[str, Any]) -> dict[str, Any]:
 def _results(step: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     observation = step.get("observation")
     results = observation.get("results") if isinstance(observation, Mapping) else None
-    return [r for r in results or [] if isinstance(r, Mapping)]
+    return [r for r in _list(results) if isinstance(r, Mapping)]
 
 
 def _observed(step: Mapping[str, Any]) -> list[Message]:
@@ -502,7 +507,7 @@ def _observed(step: Mapping[str, Any]) -> list[Message]:
 def _reply(step: Mapping[str, Any]) -> Message:
     reply: Message = {"role": "assistant", "content": _read_text(step.get("message"))}
     calls = []
-    for number, call in enumerate(step.get("tool_calls") or []):
+    for number, call in enumerate(_list(step.get("tool_calls"))):
         if not isinstance(call, Mapping):
             continue
         arguments = call.get("arguments")

@@ -433,10 +433,12 @@ def _summarise_atif(
         if isinstance(osmosis.get("finish_reason"), str)
         else None,
         error_message=_short(osmosis.get("error_message")),
-        findings=[str(f.get("code")) for f in osmosis.get("findings") or [] if isinstance(f, dict)],
+        findings=[
+            str(f.get("code")) for f in _list(osmosis.get("findings")) if isinstance(f, dict)
+        ],
         turns=len(agent_steps),
         tool_calls=sum(
-            len(s["tool_calls"]) for s in agent_steps if isinstance(s.get("tool_calls"), list)
+            isinstance(c, dict) for s in agent_steps for c in _list(s.get("tool_calls"))
         ),
         prompt_tokens=_count(final.get("total_prompt_tokens"))
         or sum(_count(m.get("prompt_tokens")) for m in metrics),
@@ -446,6 +448,10 @@ def _summarise_atif(
         started=min(times) if times else None,
         atif_path=path,
     )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _dict(value: Any) -> dict[str, Any]:
