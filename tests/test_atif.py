@@ -215,3 +215,16 @@ def test_files_are_private_whole_and_refuse_a_linked_folder(tmp_path: Path) -> N
     for hostile in ("../up", "/abs", "a/../../b", "..", ".hidden", "nul", "x-0123456789abcdef"):
         assert files.path_for(hostile).parent.parent == files.root
         assert files.path_for(hostile) != files.path_for(hostile + "x")
+
+
+def test_the_writer_needs_no_schema_package() -> None:
+    """Serving never imports ``atif`` (a test-only dependency): the documents are plain JSON."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, osmosis_rollout.atif, osmosis_rollout.server.trajectories, "
+        "osmosis_rollout.evaluation.trajectories, osmosis_rollout.view.index; "
+        "assert 'atif' not in sys.modules, 'atif imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
