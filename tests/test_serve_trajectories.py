@@ -275,3 +275,33 @@ def test_osmosis_test_says_when_trajectories_cannot_be_written(
     said = " ".join(result.stderr.split())
     assert "0 ATIF trajectories written" in said
     assert "2 trajectories could not be written: OSError: [Errno 28] No space left" in said
+
+
+def test_the_server_and_osmosis_test_write_the_same_trajectory(tmp_path: Path) -> None:
+    """``osmosis test --server URL --trajectories DIR`` against ``osmosis serve`` with an
+    artifact root: both sides write each rollout, one from the turns the server got, one from
+    what the mock TrainGate sent, and the steps agree (the server's also carry timestamps)."""
+    from osmosis_rollout.config import ServerSettings
+    from osmosis_rollout.server import create_app
+
+    from .support import serve_in_thread
+
+    served = tmp_path / "served"
+    application = create_app(calculator_agent(), settings=ServerSettings(artifact_root=served))
+    with serve_in_thread(application, lifespan="on") as url:
+        args = ["--server", url, "-d", str(DATASET), "--limit", "2"]
+        result = CliRunner().invoke(
+            app, ["test", *args, "--trajectories", str(tmp_path / "tested")]
+        )
+        assert result.exit_code == 0, result.output
+    tested = sorted((tmp_path / "tested").glob("*/trajectory.json"))
+    assert len(tested) == 2
+    for path in tested:
+        ours = json.loads(path.read_text())
+        theirs = json.loads((served / path.parent.name / "trajectory.json").read_text())
+        for step in theirs["steps"]:
+            step.pop("timestamp", None)
+        assert ours["steps"] == theirs["steps"]
+        assert ours["agent"] == theirs["agent"]  # the name came from the server's /health
+        assert ours["agent"]["name"] == "calculator"
+        assert ours["extra"]["osmosis"]["reward"] == theirs["extra"]["osmosis"]["reward"]

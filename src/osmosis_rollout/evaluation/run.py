@@ -229,6 +229,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     secrets=secrets,
                     protocol=options.protocol,
                 ) as harness:
+                    if trajectories is not None and harness.server_agent is not None:
+                        trajectories.agent_name = harness.server_agent  # --server's agent
                     with progress as show:
                         shown.append(show)
                         report = await run_batch(harness, todo, run_options, on_result=on_result)

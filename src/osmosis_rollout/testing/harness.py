@@ -140,6 +140,8 @@ class Harness:
         #: The in-process server writes each rollout's ATIF trajectory under it, as
         #: ``osmosis serve`` does under the platform's ``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``.
         self.artifact_root = artifact_root
+        #: The agent a ``server_url``'s ``/health`` names (``agent_loop``), once probed.
+        self.server_agent: str | None = None
         #: Scrubbed from the traces too (the LLM's key): the server only knows its own.
         self.secrets = [s for s in secrets if s]
         self._stack = contextlib.AsyncExitStack()
@@ -249,6 +251,9 @@ class Harness:
                 f"{self.server_url}/health answered HTTP {response.status_code}; "
                 "is this an osmosis rollout server?"
             )
+        with contextlib.suppress(ValueError, AttributeError):
+            name = response.json().get("agent_loop")
+            self.server_agent = name if isinstance(name, str) else None
         await self._probe_key(http)
         if self.protocol == "v2":
             await self._probe_v2(http)
