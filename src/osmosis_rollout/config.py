@@ -93,6 +93,8 @@ class ServerSettings(BaseModel):
     allow_origin: tuple[str, ...] = ()
     #: Host names requests may name besides the server's own (``*``: any).
     allow_host: tuple[str, ...] = ()
+    #: Each rollout's files go under ``<artifact_root>/<rollout_id>/`` (``trajectory.json``).
+    artifact_root: Path | None = None
 
     @field_validator("traingate", "allow_origin", "allow_host", mode="before")
     @classmethod

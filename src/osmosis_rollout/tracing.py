@@ -27,6 +27,8 @@ __all__ = [
     "Tracer",
     "clip_text",
     "file_sink",
+    "is_secret_key",
+    "safe_name",
     "safe_trace_name",
     "secret_free_json",
 ]
@@ -46,12 +48,13 @@ MAX_TRACED_TEXT = 4096
 _SECRET_KEYS = frozenset({"api_key", "apikey", "authorization", "x-api-key", "password", "token"})
 
 
-def safe_trace_name(rollout_id: str) -> str:
-    """A file name (without directory) for a rollout id that cannot escape its directory.
+def safe_name(rollout_id: str) -> str:
+    """A file or folder name for a rollout id that cannot escape its directory.
 
     Plain ids (letters, digits, ``._-``, not starting with a dot) are kept as they are; anything
     else (and plain ids that look like a hashed name or a Windows device name) is reduced to
-    ``[A-Za-z0-9_-]`` and suffixed with a hash so distinct ids stay distinct.
+    ``[A-Za-z0-9_-]`` and suffixed with a hash so distinct ids stay distinct. Traces
+    (``<name>.jsonl``) and ATIF trajectories (``<name>/trajectory.json``) share the rule.
     """
     if (
         _SAFE.fullmatch(rollout_id)
@@ -59,10 +62,15 @@ def safe_trace_name(rollout_id: str) -> str:
         and not _RESERVED.fullmatch(rollout_id)
         and not _HASH_SUFFIX.fullmatch(rollout_id)
     ):
-        return f"{rollout_id}.jsonl"
+        return rollout_id
     stem = _UNSAFE_CHARS.sub("_", rollout_id).strip("_-")[:80] or "rollout"
     digest = hashlib.sha256(rollout_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{stem}-{digest}.jsonl"
+    return f"{stem}-{digest}"
+
+
+def safe_trace_name(rollout_id: str) -> str:
+    """The trace file name (without directory) of a rollout id: ``safe_name(id) + ".jsonl"``."""
+    return f"{safe_name(rollout_id)}.jsonl"
 
 
 def clip_text(text: str, limit: int = MAX_TRACED_TEXT) -> tuple[str, int | None]:
@@ -83,18 +91,18 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: (
-                REDACTED
-                if str(k).lower() in _SECRET_KEYS
-                else v
-                if type(v) in _LEAVES
-                else _redact(v)
-            )
+            k: (REDACTED if is_secret_key(k) else v if type(v) in _LEAVES else _redact(v))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
         return [v if type(v) in _LEAVES else _redact(v) for v in value]
     return value
+
+
+def is_secret_key(name: object) -> bool:
+    """Whether a value under the key ``name`` (``api_key``, ``authorization``, ``password``,
+    ``token``...) is written as ``**********``, in traces and ATIF trajectories alike."""
+    return str(name).lower() in _SECRET_KEYS
 
 
 def secret_free_json(record: dict[str, Any], secrets: Iterable[str] = ()) -> str:

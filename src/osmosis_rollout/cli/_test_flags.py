@@ -64,6 +64,7 @@ def check_jobs(
     server: str | None,
     record: Path | None,
     token_check: bool,
+    trajectories: Path | None = None,
 ) -> int:
     """``--jobs``' number of workers, refused where it cannot work."""
     if count is None:
@@ -89,6 +90,11 @@ def check_jobs(
         )
     if token_check:
         fail("--token-check runs with --jobs 1 only: drop --jobs (or give --jobs 1)")
+    if trajectories is not None:
+        fail(
+            "--trajectories writes what one process's mock TrainGate saw: give --jobs 1",
+            hint="osmosis test agent.py:MyAgent -d rows.jsonl --trajectories runs/trajectories",
+        )
     return count
 
 

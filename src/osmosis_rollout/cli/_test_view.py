@@ -110,6 +110,17 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
         print_divergences(report_console, report.rows)
     if report.cassette is not None:
         err.print(f"cassette of {report.cassette_rows} row(s) written to {report.cassette}")
+    if report.trajectory_dir is not None:
+        err.print(
+            f"{report.trajectories} ATIF trajectories written to {report.trajectory_dir}",
+            soft_wrap=True,
+        )
+    if report.trajectories_failed:
+        err.print(
+            f"[yellow]warning:[/] {report.trajectories_failed} trajectories could not be "
+            f"written: {escape(report.trajectory_error or '?')}",
+            soft_wrap=True,
+        )
     if report.summary["errors"] and not options.verbose:
         # With --server the traces are the server's to write (`osmosis serve --debug-dir`).
         traces = (

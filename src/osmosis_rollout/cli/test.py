@@ -191,6 +191,15 @@ def command_test(
             show_default=False,
         ),
     ] = None,
+    trajectories: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write each rollout as an ATIF trajectory (the Osmosis platform's format): "
+            "DIR/<rollout id>/trajectory.json, one per row and sample.",
+            metavar="DIR",
+            show_default=False,
+        ),
+    ] = None,
     replay: Annotated[
         Path | None,
         typer.Option(
@@ -291,7 +300,8 @@ def command_test(
     count, auto_reason = jobs_count(
         jobs, rows=run_rows(dataset, replay, offset=offset, limit=limit)
     )
-    if server is None and record is None and not (interactive or token_check):
+    one_process = record is not None or trajectories is not None
+    if server is None and not one_process and not (interactive or token_check):
         warm_up_workers(count)
     if server is None:
         from ._target import agent_target
@@ -332,8 +342,18 @@ def command_test(
     protocol = check_protocol(protocol, interactive=interactive)
     if protocol == "v2" and _given(context, "max_turns"):
         say_no_turn_budget()
+    if interactive and trajectories is not None:
+        fail("--trajectories works only in batch mode, not with --interactive")
+    if trajectories is not None and trajectories.exists() and not trajectories.is_dir():
+        fail(f"--trajectories {trajectories}: a file is there; give a folder (made if missing)")
     workers = check_jobs(
-        jobs, count, interactive=interactive, server=server, record=record, token_check=token_check
+        jobs,
+        count,
+        interactive=interactive,
+        server=server,
+        record=record,
+        token_check=token_check,
+        trajectories=trajectories,
     )
     check_token_check(token_check, interactive=interactive, llm=llm, llm_url=llm_url)
     if server is not None:
@@ -370,6 +390,7 @@ def command_test(
         debug_dir=debug_dir,
         verbose=verbose,
         record=record,
+        trajectories=trajectories,
         replay=replay,
         replay_mode=replay_mode,
         token_check=token_check,

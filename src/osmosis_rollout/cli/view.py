@@ -1,4 +1,4 @@
-"""``osmosis view``: browse results files and traces in a local web page."""
+"""``osmosis view``: browse results files, traces and ATIF trajectories in a local web page."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def command_view(
         list[Path],
         typer.Argument(
             help="Results files (osmosis test --output), trace folders (--debug-dir) or trace "
-            "files; give several to compare runs.",
+            "files, ATIF trajectory folders (osmosis test --trajectories, an artifact root, "
+            "Harbor's) or files; give several to compare runs.",
             metavar="PATH...",
             show_default=False,
         ),

@@ -48,6 +48,8 @@ class TestOptions:
     debug_dir: Path | None = None
     verbose: bool = False
     record: Path | None = None
+    #: ``--trajectories``: each row's (each sample's) ATIF trajectory under this folder.
+    trajectories: Path | None = None
     replay: Path | None = None
     replay_mode: str | None = None
     token_check: bool = False

@@ -45,6 +45,12 @@ class TestReport:
     #: With ``record``: the cassette written, and how many rows it holds.
     cassette: Path | None = None
     cassette_rows: int = 0
+    #: With ``trajectories``: the folder written, and how many trajectories it got.
+    trajectory_dir: Path | None = None
+    trajectories: int = 0
+    #: How many could not be written, and why the last one could not.
+    trajectories_failed: int = 0
+    trajectory_error: str | None = None
     #: With ``token_check``: the check's closing lines.
     token_check_lines: list[str] = field(default_factory=list)
     #: The most LLM turns that were with the model at once (all workers together).
@@ -159,6 +165,16 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             secrets=secrets,
             protocol=options.protocol,
         )
+    trajectories = None
+    if options.trajectories is not None:
+        from .trajectories import TrajectoryRecorder
+
+        trajectories = TrajectoryRecorder(
+            options.trajectories,
+            gate,
+            agent_name=setup.agent.name if setup.agent is not None else "agent",
+            secrets=secrets,
+        )
     todo = [r for r in rows if (r.index, r.sample) not in done]
     if recorder is not None:
         for line in recorded:
@@ -184,6 +200,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         shown[0](result)
         if recorder is not None:
             recorder.row_finished(result)
+        if trajectories is not None:
+            trajectories.row_finished(result)
         writer.add(result)
 
     try:
@@ -211,6 +229,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     secrets=secrets,
                     protocol=options.protocol,
                 ) as harness:
+                    if trajectories is not None and harness.server_agent is not None:
+                        trajectories.agent_name = harness.server_agent  # --server's agent
                     with progress as show:
                         shown.append(show)
                         report = await run_batch(harness, todo, run_options, on_result=on_result)
@@ -246,12 +266,18 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             sink.close()
         if recorder is not None:
             recorder.close(complete=False)  # no-op after a finished run
+        if trajectories is not None:
+            trajectories.close()
     return TestReport(
         report.rows,
         summary,
         replayed=hasattr(backend, "cassette"),
         cassette=recorder.path if recorder is not None else None,
         cassette_rows=recorder.rows_written if recorder is not None else 0,
+        trajectory_dir=trajectories.directory if trajectories is not None else None,
+        trajectories=trajectories.files.written if trajectories is not None else 0,
+        trajectories_failed=trajectories.files.failed if trajectories is not None else 0,
+        trajectory_error=trajectories.files.last_error if trajectories is not None else None,
         token_check_lines=list(backend.report.lines()) if options.token_check else [],
         max_in_flight=pool.max_in_flight if pool else getattr(backend, "max_in_flight", 0),
         model_lines=model_lines,

@@ -74,6 +74,7 @@ def create_app(
     metrics: bool = True,
     state: str = "memory",
     lease_ttl_s: float = 30.0,
+    artifact_root: str | Path | None = None,
 ) -> Starlette:
     """Build the rollout server for ``agent_loop``.
 
@@ -81,7 +82,8 @@ def create_app(
     a thin layer that builds one. ``client`` lets tests and the mock harness route callbacks
     in-process; by default the lifespan opens one. ``on_startup`` is awaited before the first
     request is served; ``on_shutdown`` after the drain (running rollouts have ended), before the
-    client closes. The ``RolloutServer`` behind the app is ``app.state.rollout_server``.
+    client closes. ``artifact_root``: each rollout's ATIF ``trajectory.json`` goes under it.
+    The ``RolloutServer`` behind the app is ``app.state.rollout_server``.
     """
     if settings is None:
         if api_key is not None and not api_key.strip():
@@ -102,6 +104,7 @@ def create_app(
             metrics=metrics,
             state=state,
             lease_ttl_s=lease_ttl_s,
+            artifact_root=Path(artifact_root) if artifact_root is not None else None,
         )
     server = RolloutServer(
         agent_loop,

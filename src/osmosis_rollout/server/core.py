@@ -36,6 +36,7 @@ from .registry import RolloutRegistry
 from .replicas import Replicas
 from .scheduler import Scheduler
 from .state import StateBackend, open_state
+from .trajectories import TrajectorySaver
 from .types import Wire, targets_by_protocol
 
 if TYPE_CHECKING:
@@ -92,6 +93,10 @@ class RolloutServer:
         )
         self._given_client = client
         self.tracer = Tracer(settings.debug_dir) if settings.debug_dir else None
+        #: Each rollout's ATIF ``trajectory.json`` under the artifact root, when there is one.
+        self.trajectories = (
+            TrajectorySaver(settings.artifact_root, agent.name) if settings.artifact_root else None
+        )
         self.outbox_dir = settings.outbox_dir or DEFAULT_OUTBOX_DIR
         self.state: StateBackend = open_state(settings.state, outbox_dir=self.outbox_dir)
         #: This process among the replicas sharing the state (leases and queue places name it).
@@ -118,6 +123,7 @@ class RolloutServer:
             tracer=self.tracer,
             metrics=None,
             client=client,
+            trajectories=self.trajectories,
         )
         # The metrics come last: registering them collects once, and the client gauges read
         # ``self.client`` (the scheduler's).
@@ -200,6 +206,8 @@ class RolloutServer:
                 await client.aclose()
             if self.tracer is not None:
                 self.tracer.close()
+            if self.trajectories is not None:
+                self.trajectories.close()
             with anyio.CancelScope(shield=True):
                 await self.state.close()
 

@@ -34,7 +34,7 @@ import anyio
 import anyio.abc
 
 from .. import telemetry
-from ..agent import RolloutAgentLoop
+from ..agent import ChatBackend, RolloutAgentLoop
 from ..config import ServerSettings
 from ..grading import Grade, has_grade, run_grade
 from ..protocol import (
@@ -62,6 +62,7 @@ from .state import (
     fingerprint,
 )
 from .status import publish_status
+from .trajectories import TrajectorySaver, TurnLog
 from .types import Answer, DeliveryTarget, Terminal, refusal
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class Scheduler:
         tracer: Tracer | None,
         metrics: ServerMetrics | None,
         client: TrainGateClient | None = None,
+        trajectories: TrajectorySaver | None = None,
     ) -> None:
         self.agent = agent
         self.settings = settings
@@ -104,6 +106,8 @@ class Scheduler:
         self.replica = replica
         self.tracer = tracer
         self.metrics = metrics
+        #: Writes each settled rollout's ATIF trajectory (an artifact root only).
+        self.trajectories = trajectories
         #: The pooled client: the one given, else the lifespan's while it runs.
         self.client = client
         self._admitting = 0  # inits between the admission check and registry.accept
@@ -335,7 +339,7 @@ class Scheduler:
         assert target is not None
         if await self._take_slot(entry):
             try:
-                run.response = await self._run_agent(entry, tools)
+                run.response = await self._run_agent(entry, tools, run)
             finally:
                 self._slots.release()
         else:  # cancelled while it waited for a slot: its queue place is given back too
@@ -348,6 +352,8 @@ class Scheduler:
         run.settled, entry.terminal = target.settle(
             run.response, await self._grade(entry, run.response), entry.control.category
         )
+        if self.trajectories is not None:  # queued before delivery: usually on disk first
+            self.trajectories.save(request, run.settled, run.turns, tools)
         self.registry.delivering(entry)
         await self._publish(entry, "", entry.terminal)
         await self.delivery.save_lease(entry)  # a peer ending it sends these bodies
@@ -376,9 +382,10 @@ class Scheduler:
         return True
 
     async def _run_agent(
-        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema]
+        self, entry: RolloutEntry, tools: Sequence[OpenAIFunctionToolSchema], run: RunState
     ) -> RolloutResponse:
-        """The agent phase, with a slot held: ``run_rollout`` under the rollout's deadline."""
+        """The agent phase, with a slot held: ``run_rollout`` under the rollout's deadline
+        (its turns kept in ``run.turns`` when trajectories are written)."""
         request = entry.request
         assert entry.target is not None
         assert self.client is not None
@@ -392,11 +399,14 @@ class Scheduler:
         queued_s = time.perf_counter() - entry.accepted_at
         timeout_s = self.settings.rollout_timeout_s
         deadline_s, agent_limit = agent_deadline(request, timeout_s, queued_s)
+        channel: ChatBackend = entry.target.channel(self.client)
+        if self.trajectories is not None:
+            channel = run.turns = TurnLog(channel)
         try:
             response = await run_rollout(
                 self.agent,
                 request,
-                entry.target.channel(self.client),
+                channel,
                 tools=tools,
                 deadline_s=deadline_s,
                 tracer=self.tracer,
@@ -573,14 +583,16 @@ async def grade(
 
 class RunState:
     """How far one rollout got, for the scheduler's error paths: what the agent made, the
-    result settled for delivery, and whether delivery took it over."""
+    result settled for delivery, and whether delivery took it over; ``turns``: the agent's
+    turns, kept for its ATIF trajectory (``server/trajectories.TurnLog``) when one is written."""
 
-    __slots__ = ("handed", "response", "settled")
+    __slots__ = ("handed", "response", "settled", "turns")
 
     def __init__(self) -> None:
         self.response: RolloutResponse | None = None
         self.settled: RolloutResponse | None = None
         self.handed = False
+        self.turns: TurnLog | None = None
 
 
 def settled_result(entry: RolloutEntry, run: RunState, why: str) -> RolloutResponse:

@@ -117,6 +117,7 @@ class Harness:
         secrets: Iterable[str | None] = (),
         protocol: str = "v1",
         v2_slack_s: float = 60.0,
+        artifact_root: str | Path | None = None,
     ) -> None:
         if (agent is None) == (server_url is None):
             raise ConfigError("give either an agent (in-process server) or a server_url")
@@ -136,6 +137,11 @@ class Harness:
         self.max_concurrent = max_concurrent
         self.debug_dir = debug_dir
         self.outbox_dir = outbox_dir
+        #: The in-process server writes each rollout's ATIF trajectory under it, as
+        #: ``osmosis serve`` does under the platform's ``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``.
+        self.artifact_root = artifact_root
+        #: The agent a ``server_url``'s ``/health`` names (``agent_loop``), once probed.
+        self.server_agent: str | None = None
         #: Scrubbed from the traces too (the LLM's key): the server only knows its own.
         self.secrets = [s for s in secrets if s]
         self._stack = contextlib.AsyncExitStack()
@@ -189,6 +195,7 @@ class Harness:
             shutdown_grace_s=0.0,
             debug_dir=self.debug_dir,
             outbox_dir=self.outbox_dir,
+            artifact_root=self.artifact_root,
         )
         self.rollout_server = app.state.rollout_server
         if self.rollout_server.tracer is not None:
@@ -244,6 +251,9 @@ class Harness:
                 f"{self.server_url}/health answered HTTP {response.status_code}; "
                 "is this an osmosis rollout server?"
             )
+        with contextlib.suppress(ValueError, AttributeError):
+            name = response.json().get("agent_loop")
+            self.server_agent = name if isinstance(name, str) else None
         await self._probe_key(http)
         if self.protocol == "v2":
             await self._probe_v2(http)

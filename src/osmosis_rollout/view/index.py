@@ -6,6 +6,12 @@ results writer puts it last). Traces linked from a results file are not opened a
 rollout is shown; a trace with no results row is summarised from its first line and its tail,
 unless a results row that names no trace has its rollout id (``osmosis test --server``: the
 server wrote the trace), then the two are one rollout.
+
+ATIF trajectories (``trajectory.json``: ours from ``osmosis serve``'s artifact root and
+``osmosis test --trajectories``, or any other producer's, such as Harbor's) are read whole, each
+at most ``MAX_ATIF_BYTES``: in a folder, its ``*.json`` files, ``*/trajectory.json`` and
+``*/agent/trajectory.json`` (Harbor's trial layout); a results row without a trace is joined
+with the trajectory of its rollout id.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..atif import is_atif, read_atif
 from ..errors import ConfigError
 from ..trajectory import Trajectory, read_trace
 
@@ -30,6 +38,11 @@ _TAIL_BYTES = 8 * 1024
 _END_EVENT = b'"event": "rollout_end"'
 _ROW_IN_ID = re.compile(r"row-(\d+)-")
 _MAX_ERROR_CHARS = 300
+#: The largest ATIF file read; a bigger one is skipped with a warning.
+MAX_ATIF_BYTES = 64 * 2**20
+#: Where ATIF files sit in a folder: at the top, one folder down (an artifact root), or in
+#: a Harbor trial's ``agent/`` folder.
+_ATIF_PATTERNS = ("*.json", "*/trajectory.json", "*/agent/trajectory.json")
 
 
 @dataclass
@@ -59,6 +72,8 @@ class RolloutSummary:
     results_path: Path | None = field(default=None, repr=False)
     offset: int | None = field(default=None, repr=False)
     trace_path: str | None = field(default=None, repr=False)  # str: 10,000 Paths are slow
+    #: An ATIF trajectory file: the rollout's turns when it has no trace.
+    atif_path: str | None = field(default=None, repr=False)
 
     def public(self) -> dict[str, Any]:
         """The JSON the page gets for the table (no file paths or offsets)."""
@@ -82,7 +97,7 @@ class RolloutSummary:
             "tool_errors": self.tool_errors,
             "reward_components": self.reward_components,
             "started": self.started,
-            "has_trace": self.trace_path is not None,
+            "has_trace": self.trace_path is not None or self.atif_path is not None,
         }
 
 
@@ -117,6 +132,12 @@ class RolloutIndex:
             except OSError as exc:
                 name = os.path.basename(summary.trace_path)
                 trace_error = f"cannot read {name}: {exc.strerror or exc}"
+        elif summary.atif_path is not None:
+            document, problem = _read_atif_file(summary.atif_path)
+            if document is not None:
+                trajectory = read_atif(document)
+            else:
+                trace_error = problem
         return {
             "summary": summary.public(),
             "row": row,
@@ -134,6 +155,7 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
     warnings: list[str] = []
     linked: set[str] = set()
     trace_files: list[tuple[str, str]] = []
+    atif_files: list[tuple[str, str, bool]] = []  # (path, source, given by name)
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
@@ -141,9 +163,14 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
             folder = _absolute(str(path))
             names = sorted(e.name for e in os.scandir(path) if e.name.endswith(".jsonl"))
             trace_files.extend((os.path.join(folder, name), str(path)) for name in names)
+            for pattern in _ATIF_PATTERNS:
+                matches = sorted(str(p) for p in Path(folder).glob(pattern) if p.is_file())
+                atif_files.extend((name, str(path), False) for name in matches)
         elif path.is_file():
             sources.append(str(path))
-            if _looks_like_trace(path):
+            if path.suffix == ".json":
+                atif_files.append((_absolute(str(path)), str(path), True))
+            elif _looks_like_trace(path):
                 trace_files.append((_absolute(str(path)), str(path)))
             else:
                 found = _index_results(path, len(sources), warnings)
@@ -151,8 +178,8 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
                 rollouts.extend(found)
         else:
             raise ConfigError(
-                f"{path} does not exist; give a results file (osmosis test --output) or a "
-                "trace folder (--debug-dir)"
+                f"{path} does not exist; give a results file (osmosis test --output), a "
+                "trace folder (--debug-dir) or a folder of ATIF trajectories"
             )
     # A results row without a trace (an `osmosis test --server` run, whose traces the server
     # wrote with its own --debug-dir) and that server's trace are one rollout: joined by id.
@@ -173,6 +200,18 @@ def build_index(paths: Iterable[str | Path]) -> RolloutIndex:
             row.trace_path, row.started = traced.trace_path, traced.started
         else:
             rollouts.append(traced)
+    for number, (document, source, named) in enumerate(atif_files):
+        if document in seen:
+            continue
+        seen.add(document)
+        atif = _summarise_atif(document, f"a{number}", source, warnings, named=named)
+        if atif is None:
+            continue
+        row = untraced.pop(atif.rollout_id, None) if atif.rollout_id else None
+        if row is not None:
+            row.atif_path, row.started = atif.atif_path, atif.started
+        else:
+            rollouts.append(atif)
     return RolloutIndex(rollouts, sources, warnings)
 
 
@@ -321,6 +360,113 @@ def _summarise_trace(
         started=_number(first.get("ts")),
         trace_path=path,
     )
+
+
+def _read_atif_file(path: str) -> tuple[dict[str, Any] | None, str]:
+    """The ATIF document in ``path``, or None and why not."""
+    name = os.path.basename(os.path.dirname(path)) + "/" + os.path.basename(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_ATIF_BYTES + 1)
+    except OSError as exc:
+        return None, f"{name}: cannot read ({exc.strerror or exc})"
+    if len(data) > MAX_ATIF_BYTES:
+        return None, f"{name}: larger than {MAX_ATIF_BYTES // 2**20} MB, not read"
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError):
+        return None, f"{name}: not JSON"
+    if not is_atif(document):
+        return None, f"{name}: not an ATIF trajectory (no ATIF schema_version and steps)"
+    return document, ""
+
+
+def _summarise_atif(
+    path: str, key: str, source: str, warnings: list[str], *, named: bool = False
+) -> RolloutSummary | None:
+    """A summary of one ATIF trajectory: ``extra.osmosis`` when we wrote it, else what the
+    steps and ``final_metrics`` say (a foreign document's status is ``UNKNOWN``)."""
+    document, problem = _read_atif_file(path)
+    if document is None:
+        # A folder's other .json files (a results summary, a config) are not ours to report.
+        quiet = "not an ATIF trajectory" in problem and not named
+        if not quiet or os.path.basename(path) == "trajectory.json":
+            warnings.append(problem)
+        return None
+    osmosis = _dict(_dict(document.get("extra")).get("osmosis"))
+    final = _dict(document.get("final_metrics"))
+    final_extra = _dict(final.get("extra"))
+    steps = [s for s in document["steps"] if isinstance(s, dict)]
+    agent_steps = [s for s in steps if s.get("source") == "agent" and s.get("llm_call_count") != 0]
+    metrics = [_dict(s.get("metrics")) for s in agent_steps]
+    rollout_id = next(
+        (
+            v
+            for v in (
+                osmosis.get("rollout_id"),
+                document.get("session_id"),
+                document.get("trajectory_id"),
+            )
+            if isinstance(v, str) and v
+        ),
+        None,
+    )
+    fields = osmosis.get("request_extra_fields")
+    row = fields.get("row_index") if isinstance(fields, dict) else None
+    match = _ROW_IN_ID.match(rollout_id) if rollout_id is not None else None
+    if not isinstance(row, int) or isinstance(row, bool):
+        row = int(match.group(1)) if match else None
+    times = [t for t in (_iso_seconds(s.get("timestamp")) for s in steps) if t is not None]
+    run = _dict(osmosis.get("metrics"))
+    latency = _number(run.get("total_latency_ms"))
+    if latency is None and len(times) > 1:
+        latency = (max(times) - min(times)) * 1000
+    reward = osmosis.get("reward") if "reward" in osmosis else final_extra.get("reward")
+    return RolloutSummary(
+        id=key,
+        rollout_id=rollout_id,
+        row=row,
+        status=str(osmosis.get("status") or "UNKNOWN"),
+        source=source,
+        reward=_number(reward),
+        finish_reason=osmosis.get("finish_reason")
+        if isinstance(osmosis.get("finish_reason"), str)
+        else None,
+        error_message=_short(osmosis.get("error_message")),
+        findings=[
+            str(f.get("code")) for f in _list(osmosis.get("findings")) if isinstance(f, dict)
+        ],
+        turns=len(agent_steps),
+        tool_calls=sum(
+            isinstance(c, dict) for s in agent_steps for c in _list(s.get("tool_calls"))
+        ),
+        prompt_tokens=_count(final.get("total_prompt_tokens"))
+        or sum(_count(m.get("prompt_tokens")) for m in metrics),
+        response_tokens=_count(final.get("total_completion_tokens"))
+        or sum(_count(m.get("completion_tokens")) for m in metrics),
+        latency_ms=latency or 0.0,
+        started=min(times) if times else None,
+        atif_path=path,
+    )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a foreign file may hold anything)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _iso_seconds(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def _tail_from_end(fh: BinaryIO) -> bytes:

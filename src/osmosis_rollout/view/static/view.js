@@ -77,7 +77,8 @@ function ms(value) {
 }
 
 function statusBadge(status) {
-  const kind = status === "COMPLETED" ? "ok" : status === "SKIPPED" ? "dim" : "bad";
+  // UNKNOWN: an ATIF trajectory from another producer, which records no outcome.
+  const kind = status === "COMPLETED" ? "ok" : status === "SKIPPED" || status === "UNKNOWN" ? "dim" : "bad";
   return html`<span class="badge ${kind}">${status}</span>`;
 }
 
