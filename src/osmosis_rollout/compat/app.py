@@ -68,9 +68,15 @@ class V1App(Starlette):
 
 
 def as_v1_app(app: Starlette, name: str) -> V1App:
-    """``app``'s routes and lifespan (the rollout server's) in a :class:`V1App`."""
+    """``app``'s routes, middleware (the request screening) and lifespan (the rollout
+    server's) in a :class:`V1App`: whichever entry point builds the app, it has the same
+    defences as ``osmosis serve``'s."""
     server = app.state.rollout_server
-    v1 = V1App(routes=list(app.router.routes), lifespan=server.lifespan)
+    v1 = V1App(
+        routes=list(app.router.routes),
+        middleware=list(app.user_middleware),
+        lifespan=server.lifespan,
+    )
     v1.state.rollout_server = server
     v1.title = f"Osmosis RolloutServer ({name})"
     return v1

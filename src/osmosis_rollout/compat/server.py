@@ -20,7 +20,7 @@ from pydantic import SecretStr
 
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
-from ..errors import ServeError
+from ..errors import ConfigError, ServeError
 from ..server.app import Hook
 from ..server.app import create_app as _create_app
 from ..server.auth import key_matches
@@ -60,6 +60,16 @@ def generate_api_key() -> str:
 def validate_api_key(provided: str | None, expected: str) -> bool:
     """Whether ``provided`` is ``expected`` (constant time; None is never valid)."""
     return provided is not None and key_matches(provided, expected)
+
+
+def _refuse_blank_key(api_key: str | None) -> None:
+    """A blank key (an unset variable, ``api_key=os.environ.get("KEY", "")``) would serve with
+    no auth while the caller believes there is one: refused, as ``osmosis serve`` refuses it."""
+    if api_key is not None and not api_key.strip():
+        raise ConfigError(
+            "api_key is blank (an unset variable?); give a real key, or api_key=None to "
+            "serve without one"
+        )
 
 
 def _warn_not_registered(what: str, fix: str) -> None:
@@ -155,6 +165,7 @@ def create_app(
             if value is not None
         ]
         _warn_not_registered(", ".join(given) + " are", "drop these arguments to silence this")
+    _refuse_blank_key(api_key)
     client = options.pop("client", None)
     resolved = _v1_settings(
         settings,
@@ -198,6 +209,7 @@ def serve_agent_loop(
     from ..server.serve import serve
     from .validation import validate_agent_loop
 
+    _refuse_blank_key(api_key)
     if local_debug and api_key:
         raise ServeError(
             "local_debug=True disables API key authentication; do not provide api_key in "

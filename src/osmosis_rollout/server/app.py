@@ -32,7 +32,7 @@ from ..config import ServerSettings
 from ..destinations import DestinationPolicy, check_destination
 from ..errors import ConfigError
 from ..protocol import DEFAULT_MAX_METADATA_BYTES, RolloutRequest
-from .auth import key_matches
+from .auth import is_loopback, key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
 from .screening import HostRule, Screening
 from .state import StateUnavailable
@@ -136,6 +136,7 @@ def build_app(server: RolloutServer) -> Starlette:
         origins=settings.allow_origin,
         server_key=edge.server_key,
         on_refusal=edge.count_screened,
+        loopback_only=is_loopback(settings.host),
     )
     app = Starlette(routes=routes, lifespan=server.lifespan, middleware=[screening])
     app.state.rollout_server = server

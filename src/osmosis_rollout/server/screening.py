@@ -12,6 +12,10 @@ name to 127.0.0.1. Three checks close those doors, each on its own:
   that rebinds its own name still sends its own name as ``Host``. A server bound to a wildcard
   address (0.0.0.0, ::) answers to any name unless ``--allow-host`` is given: it is reachable
   from the network anyway, and has a key;
+- a server configured for loopback without a key (the default) refuses a request that arrived
+  at a network address (403): the app may be served by a command we do not control
+  (``uvicorn v1_agent:app --host 0.0.0.0``), and what it trusts on loopback it must not trust
+  from the network; give it a key, or serve it with ``osmosis serve``, which makes one up;
 - a POST with a body must say ``Content-Type: application/json`` (parameters allowed), else
   415: the content types a page may send without a preflight are all refused. Authentication
   still comes first: a request without the server's key is left to its route's 401, so a
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..destinations import as_address
 from .auth import is_loopback, key_matches
 
 __all__ = ["HostRule", "Screening"]
@@ -56,6 +61,15 @@ class HostRule:
         return local and (name in _LOOPBACK_NAMES or name.endswith(".localhost"))
 
 
+def _from_network(arrived_at: str | None) -> bool:
+    """Whether the listening address a request arrived at is a network one (an IP literal that
+    is not loopback); an unknown or non-IP address (an in-process test client) is not."""
+    if arrived_at is None:
+        return False
+    address = as_address(arrived_at.strip("[]"))
+    return address is not None and not address.is_loopback
+
+
 def _host_name(host: str) -> str:
     """``host`` (a ``Host`` header: name, ``name:port``, ``[v6]:port``) as a bare lower name."""
     text = host.strip().lower()
@@ -77,10 +91,14 @@ class Screening:
         origins: Iterable[str] = (),
         server_key: str | None = None,
         on_refusal: Callable[[str, str], None] | None = None,
+        loopback_only: bool = False,
     ) -> None:
         self.app = app
         self.hosts = hosts
         self.server_key = server_key
+        #: Configured for loopback with no key: a request that arrived at a network address is
+        #: refused (the app is being served wider than it was built for).
+        self.loopback_only = loopback_only and server_key is None
         #: Told (path, cause) of each refusal: the metrics count refused inits by cause.
         self.on_refusal = on_refusal
         allowed = {origin.strip().rstrip("/").lower() for origin in origins}
@@ -124,9 +142,18 @@ class Screening:
                     "to serve this page start the server with --allow-origin ORIGIN"
                 ),
             )
+        server = scope.get("server")
+        arrived_at = str(server[0]) if server else None
+        if self.loopback_only and _from_network(arrived_at):
+            return (
+                403,
+                "network_without_key",
+                (
+                    "this server has no API key, so it answers only on loopback; give it a key "
+                    "(api_key=..., --api-key) or serve it with `osmosis serve`, which makes one up"
+                ),
+            )
         if host is not None:
-            server = scope.get("server")
-            arrived_at = str(server[0]) if server else None
             if not self.hosts.allows(host.decode("latin-1"), arrived_at):
                 return (
                     400,
