@@ -153,16 +153,15 @@ class Screening:
                     "(api_key=..., --api-key) or serve it with `osmosis serve`, which makes one up"
                 ),
             )
-        if host is not None:
-            if not self.hosts.allows(host.decode("latin-1"), arrived_at):
-                return (
-                    400,
-                    "foreign_host",
-                    (
-                        "the Host header does not name this server (a DNS rebinding page?); "
-                        "to serve this name start the server with --allow-host NAME"
-                    ),
-                )
+        if host is not None and not self.hosts.allows(host.decode("latin-1"), arrived_at):
+            return (
+                400,
+                "foreign_host",
+                (
+                    "the Host header does not name this server (a DNS rebinding page?); "
+                    "to serve this name start the server with --allow-host NAME"
+                ),
+            )
         if scope["method"].encode() in _BODY_METHODS and (
             chunked is not None or (length is not None and length.strip() not in (b"", b"0"))
         ):
