@@ -57,6 +57,26 @@ def test_an_unknown_completion_params_field_is_refused_naming_it(field: str) -> 
     assert "completion_params.extra_body" in message
 
 
+@pytest.mark.parametrize(
+    "hostile",
+    ["ZZECHO-<script>alert(1)</script>", "x" * 33, "a b", "sk-live-1234567890abcdef\n"],
+)
+def test_a_hostile_field_name_is_never_echoed(hostile: str) -> None:
+    """Found while measuring (issue 38, item 14): the 422 repeated the first 40 characters of
+    an unknown field's name. A 4xx names a field only when it is a short identifier; else it
+    says how long the name was."""
+    for raw in (
+        json.dumps({hostile: 1}),
+        json.dumps({"extra_body": {hostile: 1, "messages": 1}}),
+        json.dumps({"logit_bias": {hostile: "not a number"}}),
+    ):
+        message = _params_error(raw)
+        assert hostile[:8] not in message, message
+    assert f"an unknown field of {len(hostile)} characters" in _params_error(
+        json.dumps({hostile: 1})
+    )
+
+
 @pytest.mark.parametrize("key", ["messages", "rollout_id", "model", "stream", "temperature"])
 def test_extra_body_cannot_set_the_requests_own_fields(key: str) -> None:
     """Extensions extend: they do not replace the history, the id or a named field."""

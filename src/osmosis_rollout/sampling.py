@@ -10,6 +10,7 @@ named field. ``protocol.RolloutRequest`` applies :func:`check_completion_params`
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -64,7 +65,7 @@ class SamplingParams(BaseModel):
     def _check_extra_body(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         for key in value or {}:
             if key in _NOT_EXTENSIONS or key in cls.model_fields:
-                raise ValueError(f"extra_body cannot set {key[:40]!r}: it is not an extension")
+                raise ValueError(f"extra_body cannot set {shown_field(key)}: it is not an extension")
         return value
 
 
@@ -75,17 +76,36 @@ def check_completion_params(value: dict[str, Any]) -> dict[str, Any]:
         SamplingParams.model_validate(value)
     except ValidationError as exc:
         first = exc.errors(include_input=False, include_url=False, include_context=False)[0]
-        field = str(first["loc"][0])[:40] if first["loc"] else ""
+        field = shown_field(str(first["loc"][0])) if first["loc"] else "a field"
         if first["type"] == "extra_forbidden":
             raise ValueError(
-                f"{field!r} is not a known sampling field: send extensions inside "
+                f"{field} is not a known sampling field: send extensions inside "
                 f"completion_params.{EXTENSION_FIELD} (docs/protocol.md)"
             ) from None
-        loc = ".".join(str(part) for part in first["loc"])
+        loc = ".".join(_shown_part(part) for part in first["loc"])
         raise ValueError(f"{loc}: {first['msg']}" if loc else str(first["msg"])) from None
     if not _finite(value, 0):
         raise ValueError("completion_params holds NaN or an infinite number: send finite numbers")
     return value
+
+
+#: A field name a 4xx may repeat: a short identifier, nothing a caller could smuggle text in.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+
+
+def shown_field(name: str) -> str:
+    """``name`` as an error message may show it: quoted when it is a short identifier, else
+    only its length, so a 4xx never echoes what a caller wrote into a field name."""
+    if _IDENTIFIER.fullmatch(name):
+        return repr(name)
+    return f"an unknown field of {len(name)} characters"
+
+
+def _shown_part(part: int | str) -> str:
+    """One step of an error's location: an index, a known field or a short identifier."""
+    if isinstance(part, int) or _IDENTIFIER.fullmatch(part):
+        return str(part)
+    return "<field>"
 
 
 def _finite(value: Any, depth: int) -> bool:
