@@ -65,7 +65,9 @@ class SamplingParams(BaseModel):
     def _check_extra_body(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         for key in value or {}:
             if key in _NOT_EXTENSIONS or key in cls.model_fields:
-                raise ValueError(f"extra_body cannot set {shown_field(key)}: it is not an extension")
+                raise ValueError(
+                    f"extra_body cannot set {shown_field(key)}: it is not an extension"
+                )
         return value
 
 

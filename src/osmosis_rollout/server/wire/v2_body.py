@@ -16,6 +16,7 @@ import json
 import re
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
@@ -38,15 +39,29 @@ def check_url(value: str, name: str, rollout_id: str | None = None) -> str:
     the URL as the HTTP client will, a few times the cost of the rest of the init).
     """
     value = value.strip()
-    if rollout_id is not None and _PLAIN_ID.fullmatch(rollout_id):
+    origin = _origin_of(value)
+    if rollout_id is not None and origin is not None and _PLAIN_ID.fullmatch(rollout_id):
+        # Only the path is templated: the host (``http://2130706433/...`` with that id) is
+        # always checked as written.
         segment = f"/{rollout_id}"
-        templated = value.replace(f"{segment}/", "/_id_/")
+        path = value[len(origin) :]
+        templated = path.replace(f"{segment}/", "/_id_/")
         if templated.endswith(segment):
             templated = templated[: -len(segment)] + "/_id_"
-        _check_cached(templated, name)
+        _check_cached(origin + templated, name)
     else:
         _check(value, name)
     return value
+
+
+def _origin_of(value: str) -> str | None:
+    """``scheme://netloc`` as ``value`` starts with it, or None when it does not."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return None
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return origin if parts.netloc and value.startswith(origin) else None
 
 
 def _check(value: str, name: str) -> None:
