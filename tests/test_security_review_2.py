@@ -3,12 +3,19 @@ small: each test fails on the code the review found."""
 
 from __future__ import annotations
 
+import json
+import stat
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from pydantic import ValidationError
 
+from osmosis_rollout.protocol import RolloutResponse, RolloutStatus
+from osmosis_rollout.server.state.memory import MemoryState, write_outbox
 from osmosis_rollout.server.wire.v2_body import V2Init
+from osmosis_rollout.tracing import Tracer, file_sink
 
 
 def _v2_init(rollout_id: str, host: str) -> dict[str, Any]:
@@ -33,3 +40,31 @@ def test_the_rollout_id_in_the_path_is_still_checked_once_per_shape() -> None:
     for number in range(3):
         body = V2Init.model_validate(_v2_init(f"r-{number}", "127.0.0.1:9100"))
         assert body.completion_callback_url.endswith(f"/r-{number}/completion")
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_an_outbox_file_stays_private_after_a_failed_replay(tmp_path: Path) -> None:
+    """Item 10: a failed replay rewrote the entry with ``Path.write_text``, so a ``0600``
+    outbox file became ``0644`` (the conversation readable by every user of the machine)."""
+    response = RolloutResponse(rollout_id="r-1", status=RolloutStatus.COMPLETED)
+    path = write_outbox(tmp_path, "http://127.0.0.1:1", response, "refused")
+    assert _mode(path) == 0o600
+    state = MemoryState(tmp_path)
+    [entry] = anyio.run(state.outbox_list)
+    anyio.run(state.outbox_retry, entry, None, "refused again")
+    assert _mode(path) == 0o600
+    assert json.loads(path.read_text())["attempts"] == 1
+
+
+def test_traces_are_private_from_the_start(tmp_path: Path) -> None:
+    """Item 10: traces were created ``0644``; both writers now create them ``0600``."""
+    tracer = Tracer(tmp_path / "traces")
+    tracer.sink("r-1")({"event": "hello"})
+    tracer.close()
+    file_sink(tmp_path / "sync", "r-2")({"event": "hello"})
+    assert _mode(tracer.path_for("r-1")) == 0o600
+    [synced] = (tmp_path / "sync").iterdir()
+    assert _mode(synced) == 0o600

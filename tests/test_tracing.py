@@ -299,14 +299,23 @@ def test_trace_files_are_written_on_the_writer_thread_only(
     """Emitting an event never touches the disk on the caller's thread (the event loop's)."""
     import threading
 
+    from osmosis_rollout import tracing
+
     opened_on: list[str] = []
     original = Path.open
+    original_private = tracing.open_private
 
     def spy(self: Path, *args: Any, **kwargs: Any) -> Any:
         opened_on.append(threading.current_thread().name)
         return original(self, *args, **kwargs)
 
+    def spy_private(path: Path, **kwargs: Any) -> Any:
+        opened_on.append(threading.current_thread().name)
+        return original_private(path, **kwargs)
+
+    # Traces are created private (0600) through private_files.open_private: both doors spied.
     monkeypatch.setattr(Path, "open", spy)
+    monkeypatch.setattr(tracing, "open_private", spy_private)
     tracer = Tracer(tmp_path)
     sink = tracer.sink("r-1")
     for seq in range(50):

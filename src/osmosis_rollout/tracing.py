@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .private_files import open_private
 from .redaction import REDACTED, scrub, scrub_data
 
 __all__ = [
@@ -134,7 +135,7 @@ def file_sink(
     def emit(event: dict[str, Any]) -> None:
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            with (directory / safe_trace_name(rollout_id)).open("a", encoding="utf-8") as fh:
+            with open_private(directory / safe_trace_name(rollout_id)) as fh:
                 fh.write(_encode(event, hidden) + "\n")
         except OSError as exc:
             logger.warning("could not write debug event to %s: %s", directory, exc)
@@ -192,7 +193,7 @@ class Tracer:
                 return
             path, line = item
             try:
-                with path.open("a", encoding="utf-8") as fh:
+                with open_private(path) as fh:
                     fh.write(line + "\n")
             except OSError as exc:
                 logger.error("could not write debug trace %s: %s", path, exc)

@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from ...private_files import write_private
 from ...protocol import RolloutResponse, wire
 from ...redaction import redact_url, scrub_data
 from ...tracing import safe_trace_name
@@ -223,9 +224,7 @@ def _record_attempt(path: Path, attempts: int, error: str) -> None:
         return
     data["error"] = error
     data["attempts"] = attempts + 1
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    write_private(path, json.dumps(data, ensure_ascii=False, indent=1))
 
 
 def read_outbox_dir(directory: Path) -> list[OutboxEntry]:
