@@ -17,6 +17,8 @@ from osmosis_rollout.server.state.memory import MemoryState, write_outbox
 from osmosis_rollout.server.wire.v2_body import V2Init
 from osmosis_rollout.tracing import Tracer, file_sink
 
+from .support import ROOT, load_path
+
 
 def _v2_init(rollout_id: str, host: str) -> dict[str, Any]:
     return {
@@ -68,3 +70,20 @@ def test_traces_are_private_from_the_start(tmp_path: Path) -> None:
     assert _mode(tracer.path_for("r-1")) == 0o600
     [synced] = (tmp_path / "sync").iterdir()
     assert _mode(synced) == 0o600
+
+
+def test_the_harness_example_passes_on_no_server_secret() -> None:
+    """Item 13: ``examples/harness`` handed the server's whole environment (the server key
+    included) to the harness process; it now passes what a Python program needs to start and
+    the harness's own settings."""
+    module = load_path(ROOT / "examples/harness/agent.py", "harness_example_env")
+    environ = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "OSMOSIS_API_KEY": "server-key",
+        "AWS_SECRET_ACCESS_KEY": "cloud",
+        "OPENAI_API_KEY": "the-servers-own",
+        "HARNESS_TRIM_AFTER": "3",
+    }
+    passed = module._passed_on(environ)
+    assert passed == {"PATH": "/usr/bin", "HOME": "/home/u", "HARNESS_TRIM_AFTER": "3"}

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ class HarnessAgent(RolloutAgentLoop):
 
     async def run(self, ctx: RolloutContext) -> RolloutResult:
         env = {
-            **os.environ,
+            **_passed_on(os.environ),
             "OPENAI_BASE_URL": ctx.openai_base_url,
             "OPENAI_API_KEY": ctx.openai_api_key,
             "HARNESS_MAX_TURNS": str(ctx.request.max_turns),
@@ -58,6 +59,21 @@ class HarnessAgent(RolloutAgentLoop):
             return ctx.error(f"the harness exited with {proc.returncode}: {tail[0]}")
         messages = json.loads(out)
         return ctx.complete(messages, reward=_score(messages, ctx.request.metadata))
+
+
+#: What the harness inherits from the server's environment: what a Python program needs to
+#: start, and its own settings. Nothing else: the server's key (``OSMOSIS_API_KEY``), cloud
+#: credentials and the trainer's secrets stay with the server.
+_INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+
+
+def _passed_on(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` the harness gets."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in _INHERITED or name.startswith("HARNESS_")
+    }
 
 
 def _score(messages: list[dict[str, Any]], metadata: dict[str, Any]) -> float:
