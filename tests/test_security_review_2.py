@@ -87,3 +87,25 @@ def test_the_harness_example_passes_on_no_server_secret() -> None:
     }
     passed = module._passed_on(environ)
     assert passed == {"PATH": "/usr/bin", "HOME": "/home/u", "HARNESS_TRIM_AFTER": "3"}
+
+
+@pytest.mark.parametrize(
+    "server_url", ["http://169.254.169.254", "http://metadata.google.internal", "http://[fe80::1]"]
+)
+def test_the_compat_llm_client_never_calls_a_metadata_service(server_url: str) -> None:
+    """Item 11: the legacy ``OsmosisLLMClient`` had no destination policy and POSTed the
+    rollout's key to 169.254.169.254. It is refused before any connection, key unsent."""
+    from osmosis_rollout.compat import OsmosisLLMClient
+    from osmosis_rollout.errors import TrainGateError
+
+    async def call() -> None:
+        client = OsmosisLLMClient(server_url, "r-1", api_key="rollout-key", max_retries=0)
+        try:
+            await client.chat_completions([{"role": "user", "content": "hi"}])
+        finally:
+            await client.close()
+
+    with pytest.raises(TrainGateError) as caught:
+        anyio.run(call)
+    assert "rollout-key" not in str(caught.value)
+    assert "metadata" in str(caught.value) or "link-local" in str(caught.value)

@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 
 from ..client import RetryPolicy, TrainGateClient
+from ..destinations import DestinationPolicy
 from ..protocol import (
     CompletionsRequest,
     Message,
@@ -104,7 +105,11 @@ class OsmosisLLMClient:
             base_delay_s=base,
             max_delay_s=ceiling,
         )
-        return TrainGateClient(await self._get_client(), retry=policy)
+        # The server's destination policy (docs/security.md): never a cloud metadata service
+        # or a link-local address, whatever server_url says.
+        return TrainGateClient(
+            await self._get_client(), retry=policy, destinations=DestinationPolicy()
+        )
 
     async def chat_completions(
         self,
