@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
 
 from osmosis_rollout.protocol import RolloutResponse, RolloutStatus
 from osmosis_rollout.server.state.memory import MemoryState, write_outbox
 from osmosis_rollout.server.wire.v2_body import V2Init
 from osmosis_rollout.tracing import Tracer, file_sink
 
-from .support import ROOT, load_path
+from .support import ROOT, load_path, serve_in_thread
 
 
 def _v2_init(rollout_id: str, host: str) -> dict[str, Any]:
@@ -109,3 +114,77 @@ def test_the_compat_llm_client_never_calls_a_metadata_service(server_url: str) -
         anyio.run(call)
     assert "rollout-key" not in str(caught.value)
     assert "metadata" in str(caught.value) or "link-local" in str(caught.value)
+
+
+def test_a_remote_ref_in_a_tool_schema_is_never_fetched() -> None:
+    """Item 4: ``jsonschema`` fetched a remote ``$ref`` with a blocking ``urlopen`` on the
+    event loop, outside the destination policy (a hostile MCP schema made the server GET
+    169.254.169.254). The reference is refused by name; nothing is requested."""
+    from osmosis_rollout.errors import ToolError
+    from osmosis_rollout.tools.arguments import validate_arguments
+    from osmosis_rollout.tools.checks import tool_problems
+
+    hits: list[str] = []
+
+    async def anything(request: Any) -> Response:
+        hits.append(request.url.path)
+        return Response("{}", media_type="application/json")
+
+    app = Starlette(routes=[Route("/{p:path}", anything)])
+    with serve_in_thread(app) as url:
+        tool = {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "description": "Look a thing up.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"q": {"$ref": f"{url}/schema.json"}},
+                },
+            },
+        }
+        with pytest.raises(ToolError, match=r"reference|points outside"):
+            validate_arguments(tool, {"q": "x"})
+        checked = tool_problems([tool])
+    assert hits == []
+    assert any(
+        p.code == "TOOL_SCHEMA_INVALID" and "points outside" in p.message for p in checked.problems
+    )
+
+
+_CATASTROPHIC = r"""
+import json, sys, time
+from osmosis_rollout.errors import ToolError
+from osmosis_rollout.tools.arguments import validate_arguments
+
+tool = {"name": "t", "parameters": {"type": "object", "properties": {
+    "one": {"type": "string", "pattern": "^(a+)+$"},
+    "many": {"type": "array", "items": {"type": "string", "pattern": "^(a|aa)+$"}},
+}}}
+started = time.monotonic()
+outcomes = []
+for args in ({"one": "a" * 40 + "!"}, {"many": ["a" * 60 + "!"] * 1000}):
+    try:
+        validate_arguments(tool, args)
+        outcomes.append("valid")
+    except ToolError as exc:
+        outcomes.append(str(exc))
+print(json.dumps({"s": time.monotonic() - started, "outcomes": outcomes}))
+"""
+
+
+def test_a_catastrophic_pattern_cannot_freeze_the_server() -> None:
+    """Item 4: a tool schema's ``pattern`` ran on Python's ``re``, which holds the GIL through a
+    catastrophic backtrack: ``^(a+)+$`` against 40 ``a``s and a ``!`` froze the server. Matches
+    now run under a time limit per match and per check: a thousand hostile strings cost a
+    fraction of a second, and the model gets an error it can read. (Run in a subprocess: the
+    unbounded engine would never return.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", _CATASTROPHIC], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["s"] < 5
+    first, second = report["outcomes"]
+    assert "does not match" in first or "too long" in first
+    assert "too long to match" in second

@@ -61,12 +61,20 @@ def parse_arguments(
 
 
 @functools.lru_cache(maxsize=512)
-def _compiled(parameters_json: str) -> jsonschema.Draft202012Validator:
+def _compiled(parameters_json: str) -> jsonschema.Draft202012Validator | str:
+    """The schema's validator (offline, patterns bounded: ``bounded_schema``), or why it
+    cannot be checked safely."""
     import jsonschema
+
+    from .bounded_schema import bounded_validator, unsupported
 
     schema = json.loads(parameters_json)
     jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    reason = unsupported(schema)
+    if reason is not None:
+        return reason
+    validator: jsonschema.Draft202012Validator = bounded_validator(schema)
+    return validator
 
 
 def _validator(name: str, parameters: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
@@ -75,12 +83,18 @@ def _validator(name: str, parameters: Mapping[str, Any]) -> jsonschema.Draft2020
     from .checks import describe_schema_error
 
     try:
-        return _compiled(json.dumps(parameters, sort_keys=True, default=str))
+        compiled = _compiled(json.dumps(parameters, sort_keys=True, default=str))
     except SchemaError as exc:
         raise ToolError(
             f"tool {name!r} has an invalid parameters schema: {describe_schema_error(exc)}",
             tool_name=name,
         ) from None
+    if isinstance(compiled, str):
+        raise ToolError(
+            f"tool {name!r} has a parameters schema this server cannot check: {compiled}",
+            tool_name=name,
+        )
+    return compiled
 
 
 #: Keywords that never make an instance invalid (annotations).
@@ -159,7 +173,21 @@ def quick_check(parameters: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], 
 
 
 def _check(name: str, validator: jsonschema.Draft202012Validator, args: Mapping[str, Any]) -> None:
-    errors = sorted(validator.iter_errors(args), key=lambda e: e.json_path)
+    from referencing.exceptions import Unresolvable
+
+    from .bounded_schema import PatternTimeout, match_budget
+
+    try:
+        with match_budget():
+            errors = sorted(validator.iter_errors(args), key=lambda e: e.json_path)
+    except PatternTimeout as exc:
+        raise ToolError(f"invalid arguments for tool {name!r}: {exc}", tool_name=name) from None
+    except Unresolvable as exc:  # a reference the schema does not hold: nothing is fetched
+        raise ToolError(
+            f"tool {name!r} has a parameters schema with a reference it does not hold "
+            f"({_shorten(str(exc), 120)})",
+            tool_name=name,
+        ) from None
     if not errors:
         return
     problems = [f"{e.json_path}: {_shorten(e.message, 200)}" for e in errors[:3]]

@@ -236,6 +236,13 @@ def _schema_problems(params: dict[str, Any], name: str, i: int, where: str) -> l
             "problems; fix the ones above and validate again"
         )
         problems.append(ToolProblem(i, "TOOL_SCHEMA_INVALID", where, message))
+    if not errors:
+        from .bounded_schema import unsupported
+
+        reason = unsupported(params)
+        if reason is not None:
+            message = f"parameters of {name!r} cannot be checked safely: {reason}"
+            problems.append(ToolProblem(i, "TOOL_SCHEMA_INVALID", where, message))
     return problems
 
 
