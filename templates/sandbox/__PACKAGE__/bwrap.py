@@ -6,6 +6,13 @@ folders (its virtualenv and installation), a minimal ``/etc`` (a ``passwd`` nami
 small writable ``/tmp`` as its working folder, no home, an empty environment, no capabilities,
 and ``sandbox_boot.py`` between bubblewrap and the program for rlimits and the
 no-new-processes filter.
+
+Host kernel interfaces are read-only whoever runs the server: when ``osmosis serve`` runs as
+root (containers often do), the sandbox's user is root outside, and bubblewrap then skips its
+own read-only cover of ``/proc/sys`` (a writable ``kernel.core_pattern`` is a known route to
+host root), so ``/proc/sys`` and ``/proc/pressure`` are bound read-only here, and ``/dev`` is
+remounted read-only with a small ``/dev/shm``. The program is the sandbox's pid 1
+(``--as-pid-1``): no bubblewrap process sits inside, outside the limits, for it to attach to.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ _GROUP = f"sandbox:x:{_NOBODY}:\n"
 #: Top-level folders that hold programs and libraries (symlinks into /usr on merged-/usr systems).
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _INSTALL = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
+#: The host kernel's settings under /proc, bound read-only over the sandbox's own /proc.
+_KERNEL_SETTINGS = ("/proc/sys", "/proc/pressure")
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class Limits:
     cpu_s: int = 10  # CPU seconds; raised to the timeout plus one when that is longer
     file_bytes: int = 16 * _MIB  # the largest file it may write
     tmp_bytes: int = 64 * _MIB  # all of /tmp (memory-backed)
+    shm_bytes: int = 8 * _MIB  # all of /dev/shm (memory-backed; /dev itself is read-only)
     open_files: int = 64
     threads: int = 64  # enforced by Linux only when the server is not root
 
@@ -60,8 +70,11 @@ def python_executable() -> str:
 
 
 def prepare_workdir(workdir: Path, code: str) -> None:
-    """Write the program and the minimal /etc files that ``bwrap_command`` binds read-only."""
+    """Write the program, its boot script and the minimal /etc files that ``bwrap_command``
+    binds read-only."""
     (workdir / "main.py").write_text(code, encoding="utf-8")
+    # A copy, not the package's file: the package may sit where the sandbox cannot read it.
+    shutil.copyfile(_BOOT, workdir / "boot.py")
     (workdir / "passwd").write_text(_PASSWD, encoding="utf-8")
     (workdir / "group").write_text(_GROUP, encoding="utf-8")
 
@@ -83,6 +96,7 @@ def bwrap_command(
         "--hostname",
         "sandbox",
         "--die-with-parent",  # the whole pid namespace dies with bwrap
+        "--as-pid-1",  # the program is pid 1: no bwrap init inside to ptrace
         "--new-session",
         "--cap-drop",
         "ALL",
@@ -113,12 +127,24 @@ def bwrap_command(
         str(workdir / "main.py"),
         _INSIDE_PROGRAM,
         "--ro-bind",
-        str(_BOOT),
+        str(workdir / "boot.py"),
         _INSIDE_BOOT,
         "--dev",
         "/dev",
+        "--size",
+        str(limits.shm_bytes),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
         "--proc",
         "/proc",
+        *(
+            arg
+            for path in _KERNEL_SETTINGS
+            if os.path.isdir(path)
+            for arg in ("--ro-bind", path, path)
+        ),
         "--size",
         str(limits.tmp_bytes),
         "--tmpfs",

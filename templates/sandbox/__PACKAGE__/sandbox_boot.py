@@ -7,7 +7,9 @@ mounts); what namespaces cannot do is done here, before the model's program star
   core files;
 - a seccomp filter refusing ``fork``, ``vfork`` and every ``clone`` that is not a thread, so
   the program is one process: Linux does not apply ``RLIMIT_NPROC`` to a process whose real
-  user is root, which is what the sandbox is when ``osmosis serve`` runs as root.
+  user is root, which is what the sandbox is when ``osmosis serve`` runs as root; and refusing
+  ``ptrace`` and ``process_vm_readv``/``process_vm_writev``, so the program cannot drive another
+  process around the filter and the limits.
 
 Then ``exec``: the program starts with the limits and the filter in place and cannot lift them
 (``no_new_privs`` is set, the hard limits equal the soft ones). Standard library only, and only
@@ -26,8 +28,12 @@ import sys
 
 #: Per machine: the kernel's audit arch, and the syscalls that start a process.
 _MACHINES = {
-    "x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435}),
-    "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435}),
+    "x86_64": (
+        0xC000003E,
+        {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "ptrace": 101},
+        (310, 311),  # process_vm_readv, process_vm_writev
+    ),
+    "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "ptrace": 117}, (270, 271)),
 }
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _ERRNO, _KILL = 0x7FFF0000, 0x00050000, 0x80000000
@@ -47,7 +53,7 @@ _LIMITS = (
 
 def no_new_processes_filter(machine: str) -> bytes:
     """The seccomp program (classic BPF) for ``machine``: threads yes, processes no."""
-    arch, calls = _MACHINES[machine]
+    arch, calls, memory_calls = _MACHINES[machine]
     # (code, jump-if-true, jump-if-false, k); a jump is a label or 0 (the next instruction).
     program: list[tuple[int, str | int, str | int, int]] = [
         (_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
@@ -56,9 +62,11 @@ def no_new_processes_filter(machine: str) -> bytes:
     ]
     if machine == "x86_64":
         program.append((_JGE, "kill", 0, _X32_BIT))
-    for name in ("fork", "vfork"):
+    for name in ("fork", "vfork", "ptrace"):
         if name in calls:
             program.append((_JEQ, "eperm", 0, calls[name]))
+    for number in memory_calls:
+        program.append((_JEQ, "eperm", 0, number))
     program.append((_JEQ, "enosys", 0, calls["clone3"]))  # glibc then falls back to clone
     program.append((_JEQ, 0, "allow", calls["clone"]))
     program.append((_LD_W_ABS, 0, 0, 16))  # clone's flags: args[0], low 32 bits
