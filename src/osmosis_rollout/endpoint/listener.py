@@ -8,7 +8,11 @@ a 404, a wrong or missing token a 401: neither reaches the rollout, nor TrainGat
 
 It speaks just enough HTTP/1.1 for OpenAI clients (keep-alive, ``Content-Length`` bodies up to
 :data:`MAX_BODY`): a full server (and its signal handlers) inside ``osmosis serve`` would buy
-nothing here.
+nothing here. Any local process can connect, so it is bounded as the main server is: the token
+is checked from the head, before a byte of the body is read; at most :data:`MAX_CONNECTIONS`
+connections are open (then 503 and close); a request's head must arrive within
+:data:`HEAD_TIMEOUT_S` (an idle kept-alive connection is closed then too) and its body within
+:data:`BODY_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -24,13 +28,27 @@ from dataclasses import dataclass
 from .session import EndpointReply, RolloutEndpoint
 from .translate import error_body
 
-__all__ = ["MAX_BODY", "Grant", "LoopbackListener", "listener"]
+__all__ = [
+    "BODY_TIMEOUT_S",
+    "HEAD_TIMEOUT_S",
+    "MAX_BODY",
+    "MAX_CONNECTIONS",
+    "Grant",
+    "LoopbackListener",
+    "listener",
+]
 
 logger = logging.getLogger("osmosis_rollout.endpoint")
 
 #: The largest request body accepted (a long history with tool results).
 MAX_BODY = 64 * 1024 * 1024
 _MAX_HEAD = 64 * 1024
+#: Open connections at most: a harness keeps a few; more is someone else.
+MAX_CONNECTIONS = 256
+#: How long a request's head may take to arrive (and an idle kept-alive connection may wait).
+HEAD_TIMEOUT_S = 30.0
+#: How long its body may take once the head is in.
+BODY_TIMEOUT_S = 60.0
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -41,6 +59,7 @@ _REASONS = {
     413: "Payload Too Large",
     500: "Internal Server Error",
     502: "Bad Gateway",
+    503: "Service Unavailable",
 }
 
 
@@ -109,13 +128,24 @@ class LoopbackListener:
         return len(self._grants)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._writers) >= MAX_CONNECTIONS:
+            message = "too many connections to the rollout endpoint; retry later"
+            with contextlib.suppress(ConnectionError):
+                await _send(writer, EndpointReply(503, error_body(message, "server_error")))
+            writer.close()
+            return
         self._writers.add(writer)
         try:
             while True:
                 keep = await self._one(reader, writer)
                 if not keep:
                     break
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+        ):
             pass
         finally:
             self._writers.discard(writer)
@@ -125,7 +155,8 @@ class LoopbackListener:
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Read and answer one request; whether the connection stays open."""
-        head = await reader.readuntil(b"\r\n\r\n")
+        async with asyncio.timeout(HEAD_TIMEOUT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3:
@@ -145,13 +176,18 @@ class LoopbackListener:
             length = int(headers.get("content-length", "0"))
         except ValueError:
             length = -1
+        found = self._grant_of(target, headers.get("authorization", ""))
+        if isinstance(found, EndpointReply):  # no such rollout, or not its token: body unread
+            await _send(writer, found)
+            return False
         if not 0 <= length <= MAX_BODY:
             message = f"the body must be at most {MAX_BODY} bytes, with a Content-Length"
             await _send(writer, EndpointReply(413, error_body(message, "bad_request")))
             return False
-        body = await reader.readexactly(length) if length else b""
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            body = await reader.readexactly(length) if length else b""
         try:
-            reply = await self._answer(method, target, headers.get("authorization", ""), body)
+            reply = await self._answer(method, target, found, body)
         except Exception as exc:  # our bug or the agent's, never the harness's: say so, once
             logger.warning("the rollout endpoint failed on a call: %s", type(exc).__name__)
             message = f"the rollout endpoint failed ({type(exc).__name__}); see the server's log"
@@ -161,9 +197,10 @@ class LoopbackListener:
         await _send(writer, reply, keep=keep)
         return keep
 
-    async def _answer(self, method: str, target: str, auth: str, body: bytes) -> EndpointReply:
-        path = target.split("?", 1)[0].rstrip("/")
-        pieces = path.split("/")  # "", "rollouts", slug, "v1", "chat", "completions"
+    def _grant_of(self, target: str, auth: str) -> RolloutEndpoint | EndpointReply:
+        """The endpoint a request's path and token name, or the 404/401 to answer, from the
+        head alone."""
+        pieces = _pieces(target)
         grant = self._grants.get(pieces[2]) if len(pieces) > 2 and pieces[1] == "rollouts" else None
         if grant is None:
             message = (
@@ -176,6 +213,12 @@ class LoopbackListener:
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
             message = "wrong or missing API key: send this rollout's ctx.openai_api_key as Bearer"
             return EndpointReply(401, error_body(message, "authentication_error", "invalid_key"))
+        return endpoint
+
+    async def _answer(
+        self, method: str, target: str, endpoint: RolloutEndpoint, body: bytes
+    ) -> EndpointReply:
+        pieces = _pieces(target)
         if pieces[3:] != ["v1", "chat", "completions"]:
             message = (
                 f"{method} {'/'.join(pieces[3:])} is not served: this endpoint answers "
@@ -185,6 +228,11 @@ class LoopbackListener:
         if method != "POST":
             return EndpointReply(405, error_body("use POST", "invalid_request_error"))
         return await endpoint.handle(body)
+
+
+def _pieces(target: str) -> list[str]:
+    """A request target's path segments: "", "rollouts", slug, "v1", "chat", "completions"."""
+    return target.split("?", 1)[0].rstrip("/").split("/")
 
 
 async def _send(writer: asyncio.StreamWriter, reply: EndpointReply, *, keep: bool = False) -> None:
