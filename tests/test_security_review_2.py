@@ -188,3 +188,37 @@ def test_a_catastrophic_pattern_cannot_freeze_the_server() -> None:
     first, second = report["outcomes"]
     assert "does not match" in first or "too long" in first
     assert "too long to match" in second
+
+
+def test_a_v2_llm_key_echoed_into_the_result_is_scrubbed_from_the_file_outbox(
+    tmp_path: Path,
+) -> None:
+    """Item 9: a v2 LLM key the chat endpoint echoed into the conversation was written
+    unscrubbed to the file outbox (v1's key, the same in both roles, was scrubbed)."""
+    from osmosis_rollout.server.delivery import Delivery
+    from osmosis_rollout.server.wire.v2_target import V2Target
+
+    llm_key, controller_key = "llm-k-" + "7" * 24, "ctl-k-" + "8" * 24
+    target = V2Target(
+        "r-9",
+        "http://127.0.0.1:1/v1/rollouts/r-9/completion",
+        controller_key,
+        grader_url=None,
+        chat_url="http://127.0.0.1:1/v1/rollouts/r-9",
+        llm_key=llm_key,
+    )
+    echoed = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": f"the key is {llm_key} and {controller_key}"},
+    ]
+    response = RolloutResponse(
+        rollout_id="r-9", status=RolloutStatus.COMPLETED, final_messages=echoed, reward=1.0
+    )
+    state = MemoryState(tmp_path)
+    delivery = Delivery(state, tmp_path, None)
+    anyio.run(delivery.keep, target, response, f"refused by {llm_key}")
+    [written] = tmp_path.glob("*.json")
+    text = written.read_text()
+    assert llm_key not in text
+    assert controller_key not in text
+    assert "the key is" in text

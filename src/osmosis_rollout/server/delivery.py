@@ -55,6 +55,13 @@ _FIRST_DELAY_S = 10.0
 _MAX_DELAY_S = 600.0
 
 
+def _scrub_all(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` (text or JSON-like) with every one of ``secrets`` scrubbed."""
+    for secret in secrets:
+        value = scrub(value, secret) if isinstance(value, str) else scrub_data(value, secret)
+    return value
+
+
 def log_exception(rollout_id: str, api_key: str | None, what: str) -> None:
     """Log the exception being handled, its traceback scrubbed of the rollout's api_key."""
     text = scrub(traceback.format_exc(), api_key)
@@ -130,16 +137,17 @@ class Delivery:
     async def keep(self, target: DeliveryTarget, response: RolloutResponse, error: str) -> None:
         """Put an undeliverable result in the state's outbox (a local file if that fails)."""
         rollout_id, api_key = target.rollout_id, target.api_key
+        hidden = target.secrets
         entry = OutboxEntry(
             id="",
             rollout_id=rollout_id,
             server_url=target.server_url,
-            error=scrub(error, api_key),
+            error=_scrub_all(error, hidden),
             written_at=time.time(),
-            response=scrub_data(wire(response), api_key),
+            response=_scrub_all(wire(response), hidden),
             api_key=api_key,
             protocol=target.protocol,
-            route=scrub_data(target.record(), api_key),
+            route=_scrub_all(target.record(), hidden),
         )
 
         async def store() -> str:

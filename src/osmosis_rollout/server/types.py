@@ -112,6 +112,12 @@ class DeliveryTarget(Protocol):
         written."""
         ...
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every key the target holds (the callback key; v2's LLM key too): scrubbed from
+        everything written about the rollout, an outbox entry included."""
+        ...
+
     def channel(self, client: TrainGateClient) -> Any:
         """The channel the agent's chat turns go through (a ``ChatBackend``)."""
         ...

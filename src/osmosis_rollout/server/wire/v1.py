@@ -65,6 +65,11 @@ class V1Callback:
                 )
         return response, terminal_of(response)
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The one key v1 has: chat turns and the callback share it."""
+        return (self.api_key,) if self.api_key else ()
+
     def record(self) -> dict[str, Any] | None:
         """Nothing beyond the URL and the key."""
         return None

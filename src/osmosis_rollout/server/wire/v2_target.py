@@ -85,6 +85,11 @@ class V2Target:
             response = response.model_copy(update={"reward": grade.reward})
         return response, terminal
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The controller key and the LLM key (a chat reply may echo either)."""
+        return tuple(key for key in (self.api_key, self._llm_key) if key)
+
     def record(self) -> dict[str, Any]:
         """The grader URL, the body id rule, and the parts still due with their bodies."""
         return {
