@@ -6,6 +6,7 @@ exactly that and turn it into a message and an exit code::
     OsmosisError (= v1's OsmosisRolloutError)
     ├── ConfigError               a setting, flag or file given by the user is wrong
     │   ├── DatasetError          a dataset row or column is malformed (names the row)
+    │   ├── LaunchError           ``osmosis test --launch CMD`` gave no server answering /health
     │   └── ServeError            v1's serve_agent_loop was given settings it cannot use
     ├── AgentLoadError            "module:Attr" could not be imported or is not an agent
     ├── AgentDefinitionError      an agent's tools or answers break the agent API
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigError",
     "DatasetError",
     "LLMBackendError",
+    "LaunchError",
     "OsmosisError",
     "OsmosisRolloutError",
     "OsmosisServerError",
@@ -105,6 +107,11 @@ class OsmosisValidationError(OsmosisError):
 
 class ConfigError(OsmosisError):
     """A setting, command-line flag or input file is wrong; the message says how to fix it."""
+
+
+class LaunchError(ConfigError):
+    """The server that ``osmosis test --launch CMD`` started exited, or never answered
+    ``GET /health``; the message names the command, its exit code and its last lines."""
 
 
 class DatasetError(ConfigError):

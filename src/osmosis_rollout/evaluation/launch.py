@@ -1,0 +1,189 @@
+"""``osmosis test --launch CMD``: start a rollout server the way the platform does, then stop it.
+
+Any Osmosis rollout server can be tested unchanged, whatever wrote it, because the platform
+starts every one the same way: a command run in the project's folder with
+``_OSMOSIS_ROLLOUT_PORT`` naming the port to serve on (some template mains read
+``ROLLOUT_PORT``, so it is set too). Here the port is a free one on 127.0.0.1, the server's
+output is kept (its last lines explain a server that dies), ``GET /health`` says when it is
+ready, and the server is always stopped: SIGTERM to its process group, then SIGKILL after a
+bound, on every way out (a finished run, an error, Ctrl-C).
+
+A server that exits or never answers is a :class:`LaunchError` naming the command, its exit
+code and its last lines of output: no traceback, no half-started run.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import os
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import httpx2
+
+from ..errors import LaunchError
+
+__all__ = ["LaunchError", "LaunchSpec", "LaunchedServer", "launch", "split_command"]
+
+#: The variables the platform sets for the server it starts (and one some template mains read).
+PORT_VARIABLES = ("_OSMOSIS_ROLLOUT_PORT", "ROLLOUT_PORT")
+INSTANCE_VARIABLE = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
+#: How many lines of the server's output are kept for an error message.
+KEPT_LINES = 40
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to start, where, and how long to wait for it and for its end."""
+
+    command: str
+    cwd: Path = field(default_factory=Path.cwd)
+    env: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 120.0
+    stop_timeout_s: float = 10.0
+
+
+@dataclass
+class LaunchedServer:
+    """A running launched server: where it listens, and what it has printed."""
+
+    url: str
+    port: int
+    instance_id: str
+    process: subprocess.Popen[bytes]
+    output: collections.deque[str]
+
+    def last_lines(self, count: int = 12) -> str:
+        """The last ``count`` lines the server printed (for error messages)."""
+        lines = list(self.output)[-count:]
+        return "\n".join(lines) if lines else "(no output)"
+
+
+def split_command(command: str) -> list[str]:
+    """``command`` split like a shell would (no shell runs it); a clear error if it cannot."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise LaunchError(
+            f"--launch {command!r} cannot be split like a shell line: {exc}"
+        ) from None
+    if not argv:
+        raise LaunchError("--launch needs a command, e.g. --launch 'python main.py'")
+    return argv
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def launch(spec: LaunchSpec) -> AsyncIterator[LaunchedServer]:
+    """Start ``spec.command``, wait until it answers ``/health``, yield it, and stop it."""
+    argv = split_command(spec.command)
+    port = free_port()
+    env = {**os.environ, **spec.env}
+    env.update(dict.fromkeys(PORT_VARIABLES, str(port)))
+    env.setdefault(INSTANCE_VARIABLE, f"osmosis-test-{secrets.token_hex(6)}")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    process = _start(argv, spec, env)
+    output: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
+    reader = threading.Thread(
+        target=_collect, args=(process, output), name="osmosis-launch-output", daemon=True
+    )
+    reader.start()
+    url = f"http://127.0.0.1:{port}"
+    server = LaunchedServer(url, port, env[INSTANCE_VARIABLE], process, output)
+    try:
+        await _wait_ready(server, spec)
+        yield server
+    finally:
+        with anyio.CancelScope(shield=True):
+            await stop(process, spec.stop_timeout_s)
+        reader.join(timeout=1)
+
+
+def _start(argv: list[str], spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The server's process, in its own process group (stopped whole); output piped."""
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=spec.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise LaunchError(
+            f"--launch {spec.command!r} could not start in {spec.cwd}: {exc.strerror or exc}"
+        ) from None
+
+
+def _collect(process: subprocess.Popen[bytes], output: collections.deque[str]) -> None:
+    """Keep the server's last lines (its output is read so it never blocks on a full pipe);
+    runs on its own thread until the pipe closes."""
+    assert process.stdout is not None
+    with contextlib.suppress(OSError, ValueError), process.stdout:
+        for line in process.stdout:
+            output.append(line.decode("utf-8", "replace").rstrip("\r\n")[:500])
+
+
+async def _wait_ready(server: LaunchedServer, spec: LaunchSpec) -> None:
+    """Until ``GET /health`` answers 2xx; a ``LaunchError`` if the server exits or the time
+    runs out."""
+    deadline = time.monotonic() + spec.startup_timeout_s
+    async with httpx2.AsyncClient(timeout=2.0) as http:
+        while True:
+            code = server.process.poll()
+            if code is not None:
+                await anyio.sleep(0.2)  # its last words reach the reader
+                raise LaunchError(
+                    f"the server started by --launch {spec.command!r} exited with code "
+                    f"{code} before it answered /health; its last lines:\n"
+                    f"{server.last_lines()}"
+                )
+            with contextlib.suppress(httpx2.HTTPError):
+                reply = await http.get(f"{server.url}/health")
+                if 200 <= reply.status_code < 300:
+                    return
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"the server started by --launch {spec.command!r} did not answer "
+                    f"GET {server.url}/health within {spec.startup_timeout_s:g} s (does it "
+                    "read _OSMOSIS_ROLLOUT_PORT?); its last lines:\n"
+                    f"{server.last_lines()}"
+                )
+            await anyio.sleep(0.1)
+
+
+async def stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM to the server's process group, SIGKILL after ``timeout_s``; returns once it is
+    reaped, and whatever it started is gone too. Safe to call twice."""
+    if process.poll() is None:
+        _signal_group(process, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await anyio.to_thread.run_sync(functools.partial(process.wait, timeout_s))
+    _signal_group(process, signal.SIGKILL)  # the leader if still there, and what it left
+    if process.poll() is None:
+        await anyio.to_thread.run_sync(process.wait)
+
+
+def _signal_group(process: subprocess.Popen[bytes], which: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, which)

@@ -1,0 +1,118 @@
+"""``osmosis test --launch CMD`` (``evaluation/launch.py``): a server started the way the
+platform starts one, on a free port it is told through ``_OSMOSIS_ROLLOUT_PORT``, waited for on
+``/health``, and always stopped. The servers here are written with nothing but Starlette: no
+part of ours may be assumed of a server we launch."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+
+from osmosis_rollout.errors import LaunchError
+from osmosis_rollout.evaluation.launch import LaunchSpec, launch, split_command
+
+from .support import ASSETS
+
+pytestmark = pytest.mark.anyio
+
+SERVER = ASSETS / "foreign" / "starlette_health.py"
+
+
+def _command(mode: str = "serve") -> str:
+    return shlex.join([sys.executable, str(SERVER), mode])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    )
+
+
+async def test_a_launched_server_is_told_its_port_answers_and_is_stopped(tmp_path: Path) -> None:
+    async with launch(LaunchSpec(_command(), cwd=tmp_path)) as server:
+        reply = httpx2.get(f"{server.url}/health", timeout=5)
+        assert reply.status_code == 200
+        assert reply.json()["instance_id"] == server.instance_id
+        pid = server.process.pid
+        assert f"serving on {server.port} (ROLLOUT_PORT={server.port})" in server.last_lines()
+    assert server.process.returncode is not None
+    assert not _alive(pid)
+
+
+async def test_a_server_that_dies_is_an_error_naming_the_command_code_and_output(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(LaunchError) as caught:
+        async with launch(LaunchSpec(_command("die"), cwd=tmp_path)):
+            pytest.fail("a dead server was yielded")
+    message = str(caught.value)
+    assert "exited with code 3" in message
+    assert str(SERVER) in message
+    assert "RuntimeError: the dataset is missing" in message
+
+
+async def test_a_server_that_never_answers_times_out_with_its_output(tmp_path: Path) -> None:
+    spec = LaunchSpec(_command("silent"), cwd=tmp_path, startup_timeout_s=3)
+    with pytest.raises(LaunchError) as caught:
+        async with launch(spec):
+            pytest.fail("a silent server was yielded")
+    message = str(caught.value)
+    assert "did not answer" in message
+    assert "_OSMOSIS_ROLLOUT_PORT" in message
+    assert "serving on" in message
+
+
+async def test_a_server_ignoring_sigterm_is_killed_after_the_bound(tmp_path: Path) -> None:
+    spec = LaunchSpec(_command("stubborn"), cwd=tmp_path, stop_timeout_s=0.5)
+    with anyio.fail_after(30):
+        async with launch(spec) as server:
+            pid = server.process.pid
+    assert not _alive(pid)
+
+
+async def test_an_error_inside_the_run_still_stops_the_server(tmp_path: Path) -> None:
+    pids: list[int] = []
+
+    async def run() -> None:
+        async with launch(LaunchSpec(_command(), cwd=tmp_path)) as server:
+            pids.append(server.process.pid)
+            raise RuntimeError("inside the run")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        await run()
+    assert pids
+    assert not _alive(pids[0])
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("", "needs a command"),
+        ("python 'unclosed", "cannot be split"),
+        ("/no/such/program --port 1", "could not start"),
+    ],
+)
+async def test_a_command_that_cannot_start_is_a_clear_error(
+    tmp_path: Path, command: str, said: str
+) -> None:
+    async def run() -> None:
+        async with launch(LaunchSpec(command, cwd=tmp_path)):
+            pytest.fail("nothing was started")
+
+    with pytest.raises(LaunchError, match=said):
+        await run()
+
+
+def test_split_command_splits_like_a_shell() -> None:
+    assert split_command("uv run python 'my main.py'") == ["uv", "run", "python", "my main.py"]
