@@ -22,7 +22,7 @@ from osmosis_rollout.server.state.memory import MemoryState, write_outbox
 from osmosis_rollout.server.wire.v2_body import V2Init
 from osmosis_rollout.tracing import Tracer, file_sink
 
-from .support import ROOT, load_path, serve_in_thread
+from .support import ROOT, load_asset, load_path, serve_in_thread
 
 
 def _v2_init(rollout_id: str, host: str) -> dict[str, Any]:
@@ -222,3 +222,49 @@ def test_a_v2_llm_key_echoed_into_the_result_is_scrubbed_from_the_file_outbox(
     assert llm_key not in text
     assert controller_key not in text
     assert "the key is" in text
+
+
+@pytest.mark.anyio
+async def test_queued_rollouts_are_bounded_in_bytes_too(tmp_path: Path) -> None:
+    """Item 12: the queue was bounded in count only (10,000 by default), so large inits could
+    hold many GiB while they waited. Past ``max_queued_bytes`` of waiting init bodies a new
+    init that would wait is refused like a full queue (503 with ``Retry-After``), and the place
+    comes back when the queue drains."""
+    from pydantic import SecretStr
+
+    from osmosis_rollout.config import ServerSettings
+
+    from .serving import SERVER_KEY, init_body, serving
+
+    agent = load_asset("srv_agents").Gated()
+    big = "x" * 20_000
+    settings = ServerSettings(
+        api_key=SecretStr(SERVER_KEY),
+        max_concurrent=1,
+        max_queued=100,
+        max_queued_bytes=50_000,
+        outbox_dir=tmp_path / "outbox",
+        shutdown_grace_s=0,
+    )
+
+    def body(rollout_id: str) -> dict[str, Any]:
+        return init_body(rollout_id, messages=[{"role": "user", "content": big}])
+
+    async with serving(agent, tmp_path, settings=settings) as s:
+        running = await s.init(body("a"))  # takes the slot: not queued
+        await agent.started.wait()
+        queued = [await s.init(body(f"q{i}")) for i in range(2)]  # ~40 KB waiting
+        refused = await s.init(body("over"))
+        queued_bytes = s.server.registry.queued_bytes
+        agent.release.set()
+        await s.settle()
+        again = await s.init(body("later"))
+        await s.settle()
+    assert running.status_code == 202
+    assert [r.status_code for r in queued] == [202, 202]
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"]
+    assert "bytes" in refused.json()["detail"]
+    assert 40_000 < queued_bytes <= 50_000
+    assert again.status_code == 202
+    assert s.server.registry.queued_bytes == 0

@@ -56,6 +56,9 @@ class ServerSettings(BaseModel):
     api_key: SecretStr | None = None
     max_concurrent: int = Field(100, ge=1)
     max_queued: int = Field(10_000, ge=0)
+    #: The init bodies of rollouts waiting for a slot, summed: past it a new one that would
+    #: wait is refused like a full queue (10,000 large inits would otherwise hold many GiB).
+    max_queued_bytes: int = Field(1 << 30, ge=0)
     rollout_timeout_s: float = Field(3600.0, gt=0)
     record_ttl_s: float = Field(3600.0, gt=0)
     shutdown_grace_s: float = Field(30.0, ge=0)

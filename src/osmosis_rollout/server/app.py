@@ -263,7 +263,9 @@ class Edge:
             refused = check_destination(url, self.destinations)
             if refused is not None:
                 return _json(422, _refusal_body(field, refused))
-        answer: Answer = await scheduler.admit(rollout, wire.target(rollout), wire.accepted)
+        answer: Answer = await scheduler.admit(
+            rollout, wire.target(rollout), wire.accepted, size=len(body)
+        )
         return wire.respond(answer)
 
     async def _read_body(self, request: Request) -> bytes | Response:

@@ -87,6 +87,8 @@ class RolloutEntry:
     target: DeliveryTarget | None = None  # where its traffic goes (set by the scheduler)
     #: How it ended, once known (set before its callbacks are sent): status, reward, message.
     terminal: Terminal | None = None
+    #: Its init body's size: counted in ``RolloutRegistry.queued_bytes`` while it waits.
+    size: int = 0
     _init_ready: anyio.Event | None = None
     _finished: anyio.Event | None = None
 
@@ -210,6 +212,8 @@ class RolloutRegistry:
         self.draining = False
         self._drained: anyio.Event | None = None
         self._counts = dict.fromkeys(Phase, 0)
+        #: The init bodies of the queued rollouts, summed (``max_queued_bytes``).
+        self.queued_bytes = 0
 
     # -- idempotency ----------------------------------------------------------------------------
 
@@ -320,6 +324,10 @@ class RolloutRegistry:
     def _move(self, entry: RolloutEntry, phase: Phase) -> None:
         self._counts[entry.phase] -= 1
         self._counts[phase] += 1
+        if entry.phase is Phase.QUEUED:
+            self.queued_bytes -= entry.size
+        if phase is Phase.QUEUED:
+            self.queued_bytes += entry.size
         entry.phase = phase
 
     # -- counts, TTL, drain ---------------------------------------------------------------------

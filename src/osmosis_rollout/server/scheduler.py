@@ -111,6 +111,7 @@ class Scheduler:
         #: The pooled client: the one given, else the lifespan's while it runs.
         self.client = client
         self._admitting = 0  # inits between the admission check and registry.accept
+        self._admitting_bytes = 0  # their queued init bodies, summed
         self._counted: set[str] = set()  # keys holding a place in the shared queue
         #: When each lease held here was last extended (monotonic, taken before the call): a
         #: lease extended less than half a TTL ago cannot have lapsed, so no check is needed.
@@ -164,11 +165,17 @@ class Scheduler:
     # -- admission ------------------------------------------------------------------------------
 
     async def admit(
-        self, rollout: RolloutRequest, target: DeliveryTarget, accepted: AcceptedBody
+        self,
+        rollout: RolloutRequest,
+        target: DeliveryTarget,
+        accepted: AcceptedBody,
+        *,
+        size: int = 0,
     ) -> Answer:
         """Deduplicate, get tools, admit and start ``rollout``; see protocol.md section 1.
 
-        ``target`` is where its traffic goes; ``accepted`` builds the 202 body (the wire's)."""
+        ``target`` is where its traffic goes; ``accepted`` builds the 202 body (the wire's);
+        ``size`` is the init body's, counted against ``max_queued_bytes`` while it waits."""
         digest = fingerprint(rollout)
         found = self.registry.lookup(rollout)  # this process first: no round trip
         if isinstance(found, Conflict):
@@ -189,6 +196,7 @@ class Scheduler:
                 return earlier
         entry = self.registry.reserve(rollout, digest)
         entry.target = target
+        entry.size = size
         try:
             tool_set = await resolve_tool_set(
                 self.agent, rollout, timeout_s=self.settings.get_tools_timeout_s
@@ -215,7 +223,18 @@ class Scheduler:
         # burst of inits cannot all see the same free slot).
         registry = self.registry
         queue = registry.active + registry.queued + self._admitting >= self.settings.max_concurrent
+        waiting = registry.queued_bytes + self._admitting_bytes
+        if queue and waiting + size > self.settings.max_queued_bytes:
+            busy = refusal(
+                503,
+                "too many bytes of rollouts queued; retry later",
+                retry_after=True,
+                reason="busy",
+            )
+            return await self._refuse(entry, busy)
         self._admitting += 1
+        queued_size = size if queue else 0
+        self._admitting_bytes += queued_size
         leased_at = time.monotonic()
         try:
             admitted = await self.state.accept(
@@ -232,6 +251,7 @@ class Scheduler:
             return await self._refuse(entry, self._state_down(rollout, exc))
         finally:
             self._admitting -= 1
+            self._admitting_bytes -= queued_size
         if not admitted:
             busy = refusal(
                 503, "too many rollouts queued; retry later", retry_after=True, reason="busy"
