@@ -275,3 +275,15 @@ def test_every_declared_dependency_is_imported() -> None:
                 imported.add(node.module.split(".")[0])
     unused = {n for n in names if n.replace("-", "_") not in imported} - set(NOT_IMPORTED)
     assert unused == set()
+
+
+def test_the_polling_lease_must_outlast_the_result_wait() -> None:
+    """A controller renews its lease by polling: a lease shorter than one wait would lapse."""
+    with pytest.raises(ConfigError, match=r"poll_lease_s \(OSMOSIS_POLL_LEASE_S"):
+        ServerSettings.resolve(
+            {}, environ={"OSMOSIS_POLL_WAIT_S": "30", "OSMOSIS_POLL_LEASE_S": "30"}
+        )
+    settings = ServerSettings.resolve(
+        {}, environ={"OSMOSIS_POLL_WAIT_S": "1", "OSMOSIS_POLL_LEASE_S": "3"}
+    )
+    assert (settings.poll_wait_s, settings.poll_lease_s, settings.poll_retention_s) == (1, 3, 900)

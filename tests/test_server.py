@@ -694,6 +694,7 @@ async def test_platform_health_needs_the_server_key(tmp_path: Path) -> None:
     assert good.status_code == 200
     body = good.json()
     assert isinstance(body.pop("instance_id"), str)  # v2's key: the replica, or the platform's
+    assert isinstance(body.pop("process_id"), str)  # the polling SDK's: this process's life
     assert body == {
         "status": "healthy",
         "agent_loop": "srv-tools",
@@ -703,6 +704,7 @@ async def test_platform_health_needs_the_server_key(tmp_path: Path) -> None:
         "state": "memory",
         "state_reachable": True,
         "concurrency": {"max_concurrent": 100, "queued": 0, "running": 0},
+        "lifecycle": {"accepting_rollouts": True, "active_rollouts": 0},
     }
 
 

@@ -21,6 +21,7 @@ from pydantic import (
     SecretStr,
     SerializationInfo,
     ValidationError,
+    ValidationInfo,
     field_serializer,
     field_validator,
 )
@@ -88,6 +89,12 @@ class ServerSettings(BaseModel):
     #: At most this long after a replica dies, a peer ends each of its rollouts with ERROR.
     lease_ttl_s: float = Field(30.0, gt=0)
     workers: int = Field(1, ge=1, le=512)
+    #: The polling wire (docs/protocol-polling.md): how long a result poll waits for news, how
+    #: long a rollout nobody polls lives (longer than the wait), and how long a finished result
+    #: is kept unread.
+    poll_wait_s: float = Field(30.0, gt=0, allow_inf_nan=False)
+    poll_lease_s: float = Field(120.0, gt=0, allow_inf_nan=False)
+    poll_retention_s: float = Field(900.0, gt=0, allow_inf_nan=False)
     #: The TrainGate hosts inits may name (HOST[:PORT], an address or a network); empty: the
     #: default destination rule (destinations.py, docs/security.md).
     traingate: tuple[str, ...] = ()
@@ -125,6 +132,14 @@ class ServerSettings(BaseModel):
                 "the server key is blank (an unset variable?); give a real key, or pass "
                 "--no-auth to serve without one"
             )
+        return value
+
+    @field_validator("poll_lease_s")
+    @classmethod
+    def _lease_outlasts_wait(cls, value: float, info: ValidationInfo) -> float:
+        wait = info.data.get("poll_wait_s")
+        if wait is not None and value <= wait:
+            raise ValueError("must exceed poll_wait_s (a controller renews its lease by polling)")
         return value
 
     @field_validator("state")

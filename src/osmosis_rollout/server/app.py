@@ -5,8 +5,9 @@ route (``screening.py``: no web pages, only the server's own host names, JSON bo
 server key, the body's size and arrival time (413, 408, 400), the body's shape (422, via the
 wire), where it asks the server to call (422, ``destinations.py``), and the 503 while the
 server is draining or not running. The routes are ``/health``, ``/platform/health``,
-``/metrics`` and each wire's start route (v1: ``POST /v1/rollout/init``, v2: ``POST /rollout``)
-with its status and cancel routes.
+``/metrics`` and each wire's start route (v1: ``POST /v1/rollout/init``; v2 and polling share
+``POST /rollout``, told apart by the body: ``Wire.claims``) with its status, result and cancel
+routes.
 Everything behind them is ``RolloutServer`` (``core.py``).
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from .core import DELIVERY_GRACE_S, Hook, RolloutServer
 from .screening import HostRule, Screening
 from .state import StateUnavailable
 from .types import Answer, Wire
+from .wire.polling import Polling
 from .wire.v1 import V1
 from .wire.v2 import V2
 
@@ -109,7 +111,15 @@ def create_app(
     server = RolloutServer(
         agent_loop,
         settings,
-        wires=(V1(), V2()),
+        wires=(
+            V1(),
+            V2(),
+            Polling(
+                wait_s=settings.poll_wait_s,
+                lease_s=settings.poll_lease_s,
+                retention_s=settings.poll_retention_s,
+            ),
+        ),
         client=client,
         delivery_grace_s=_DELIVERY_GRACE_S,
     )
@@ -122,9 +132,18 @@ def build_app(server: RolloutServer) -> Starlette:
     metrics routes; the app's lifespan is the server's."""
     edge = Edge(server)
     routes: list[BaseRoute] = []
+    served: set[tuple[str, frozenset[str]]] = set()
+    for path in dict.fromkeys(wire.start_path for wire in server.wires):
+        sharing = [wire for wire in server.wires if wire.start_path == path]
+        routes.append(Route(path, edge.start_route(*sharing), methods=["POST"]))
+        served.add((path, frozenset({"POST"})))
     for wire in server.wires:
-        routes.append(Route(wire.start_path, edge.start_route(wire), methods=["POST"]))
-        routes.extend(wire.routes(edge))
+        for route in wire.routes(edge):
+            # Wires sharing a start route share its cancel route too: the first one serves it.
+            key = (getattr(route, "path", ""), frozenset(getattr(route, "methods", None) or ()))
+            if key not in served:
+                served.add(key)
+                routes.append(route)
     routes.append(Route("/health", edge.health, methods=["GET"]))
     routes.append(Route("/platform/health", edge.platform_health, methods=["GET"]))
     if server.metrics is not None:
@@ -220,17 +239,25 @@ class Edge:
 
     # -- the wire's start route (v1: POST /v1/rollout/init) -------------------------------------
 
-    def start_route(self, wire: Wire) -> Callable[[Request], Awaitable[Response]]:
-        """The handler of ``wire``'s start route."""
+    def start_route(self, *wires: Wire) -> Callable[[Request], Awaitable[Response]]:
+        """The handler of a start route, for the wires that share it (the first whose
+        ``claims`` takes a body parses it; the last takes what no other claims)."""
 
         async def start(request: Request) -> Response:
-            return await self.counted_start(wire, request)
+            return await self.counted_start(wires, request)
 
         return start
 
-    async def counted_start(self, wire: Wire, request: Request) -> Response:
+    def sharing(self, protocol: str) -> frozenset[str]:
+        """The protocols whose wires share ``protocol``'s start route (itself included)."""
+        paths = {wire.start_path for wire in self.server.wires if wire.protocol == protocol}
+        return frozenset(
+            wire.protocol for wire in self.server.wires if wire.start_path in paths
+        ) | {protocol}
+
+    async def counted_start(self, wires: Sequence[Wire], request: Request) -> Response:
         """``start``, with every answer other than 202 counted by cause in the metrics."""
-        response = await self.start(wire, request)
+        response = await self.start(wires, request)
         metrics = self.server.metrics
         if metrics is not None and response.status_code != 202:
             from .metrics import refusal_cause
@@ -243,18 +270,21 @@ class Edge:
             metrics.rejected.labels(cause=cause).inc()
         return response
 
-    async def start(self, wire: Wire, request: Request) -> Response:
-        """Auth, the body, its shape; then the scheduler admits (or refuses) the rollout."""
+    async def start(self, wires: Sequence[Wire], request: Request) -> Response:
+        """Auth, the body, its wire, its shape; then the scheduler admits (or refuses) it."""
         if not self._authorized(request):
             return _json(401, _UNAUTHORIZED)
         server = self.server
         scheduler = server.scheduler
         unavailable = scheduler.unavailable()
         if unavailable is not None:
-            return wire.respond(unavailable)
+            return wires[0].respond(unavailable)
         body = await self._read_body(request)
         if isinstance(body, Response):
             return body
+        wire = wires[-1]
+        if len(wires) > 1:
+            wire = next((each for each in wires[:-1] if each.claims(body)), wire)
         try:
             rollout = wire.parse(body, max_metadata_bytes=server.settings.max_metadata_bytes)
         except ValidationError as exc:

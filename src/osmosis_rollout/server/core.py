@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import socket
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +104,9 @@ class RolloutServer:
         self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         #: What ``/health`` reports as ``instance_id`` (v2): the platform's, else the replica.
         self.instance_id = os.environ.get("_OSMOSIS_ROLLOUT_INSTANCE_ID") or self.replica
+        #: This process's life (``/health``'s ``process_id``): a polling controller that sees
+        #: it change knows the server restarted.
+        self.process_id = uuid.uuid4().hex
         self.delivery_grace_s = delivery_grace_s
         #: How long the edge waits for a start request's body (then 408).
         self.body_timeout_s = body_timeout_s
@@ -250,6 +254,12 @@ class RolloutServer:
                 "running": registry.active,
             },
             instance_id=self.instance_id,
+            process_id=self.process_id,
+            # The polling SDK's RolloutLifecycle: new rollouts taken; rollouts not yet ended.
+            lifecycle={
+                "accepting_rollouts": self.running and not registry.draining,
+                "active_rollouts": len(registry.by_id),
+            },
         )
 
     # -- status and cancel beyond this process (a shared state) ---------------------------------

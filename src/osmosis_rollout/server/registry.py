@@ -214,6 +214,8 @@ class RolloutRegistry:
         self._counts = dict.fromkeys(Phase, 0)
         #: The init bodies of the queued rollouts, summed (``max_queued_bytes``).
         self.queued_bytes = 0
+        #: Told of every phase move (the polling wire wakes the polls waiting on the rollout).
+        self.on_move: Callable[[RolloutEntry], None] | None = None
 
     # -- idempotency ----------------------------------------------------------------------------
 
@@ -329,6 +331,8 @@ class RolloutRegistry:
         if phase is Phase.QUEUED:
             self.queued_bytes += entry.size
         entry.phase = phase
+        if self.on_move is not None:
+            self.on_move(entry)
 
     # -- counts, TTL, drain ---------------------------------------------------------------------
 

@@ -447,8 +447,8 @@ class Scheduler:
 
     async def _grade(self, entry: RolloutEntry, response: RolloutResponse) -> Grade | None:
         """The grader phase, if the agent has one and ``run()`` completed (``grade``)."""
-        if not wants_grade(self.agent, response):
-            return None
+        if not wants_grade(self.agent, response) or not getattr(entry.request, "grade", True):
+            return None  # no grade() hook, run() failed, or the controller grades (polling)
         self.registry.grading(entry)
         await self._publish(entry, "grading")
         return await grade(self.agent, entry, response, self.settings.rollout_timeout_s)

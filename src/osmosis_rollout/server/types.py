@@ -175,16 +175,26 @@ class Edge(Protocol):
         """A bounded 422 body that echoes no input."""
         ...
 
+    def sharing(self, protocol: str) -> frozenset[str]:
+        """The protocols whose wires share ``protocol``'s start route (itself included): one
+        cancel route serves them all."""
+        ...
+
 
 class Wire(Protocol):
     """One wire protocol's side of the server: the route that starts a rollout, that route's
     body parsed into the rollout the agent runs plus its ``DeliveryTarget``, the core's
     ``Answer`` as its response, and targets rebuilt from what the outbox and leases keep."""
 
-    #: Its name, kept with leases and outbox entries ("v1", "v2").
+    #: Its name, kept with leases and outbox entries ("v1", "v2", "polling").
     protocol: str
     #: The ``POST`` route that starts a rollout.
     start_path: str
+
+    def claims(self, body: bytes) -> bool:
+        """Whether a start body is this wire's, when wires share ``start_path`` (v2 and
+        polling share ``/rollout``); a wire alone on its path claims everything."""
+        ...
 
     def parse(self, body: bytes, *, max_metadata_bytes: int) -> RolloutRequest:
         """The rollout a start body asks for; raises pydantic's ``ValidationError`` (a 422)."""

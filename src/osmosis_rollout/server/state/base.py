@@ -185,6 +185,31 @@ class StateBackend(abc.ABC):
 
     # -- idempotency ----------------------------------------------------------------------------
 
+    # -- the polling wire's results (a shared state only) ----------------------------------------
+
+    async def poll_result(self, rollout_id: str) -> tuple[str, bytes] | None:
+        """A polling rollout's stored result and its lease digest (hex), or None."""
+        raise NotImplementedError("one process keeps its polling results in memory")
+
+    async def poll_put(
+        self, rollout_id: str, digest: str, body: bytes, *, retention_s: float
+    ) -> bool:
+        """Store a polling result for ``retention_s``; the first put wins (False for later
+        ones), and the lease others renewed ends."""
+        raise NotImplementedError("one process keeps its polling results in memory")
+
+    async def poll_lease_route(self, key: str) -> dict[str, Any] | None:
+        """The lease data (``LeasedRollout`` fields) of a rollout in flight on any replica."""
+        raise NotImplementedError("one process keeps its polling results in memory")
+
+    async def poll_renew(self, rollout_id: str, lease_s: float) -> None:
+        """A poll reached this replica: the controller's lease runs ``lease_s`` from now."""
+        raise NotImplementedError("one process keeps its polling results in memory")
+
+    async def poll_lease_left(self, rollout_id: str) -> float:
+        """How long the lease renewed on other replicas still runs (0: lapsed, or never)."""
+        raise NotImplementedError("one process keeps its polling results in memory")
+
     @abc.abstractmethod
     async def claim_init(
         self, key: str, rollout_id: str, digest: str, *, pending_ttl_s: float

@@ -88,6 +88,48 @@ class RedisState(StateBackend):
         except StateUnavailable:
             return False
 
+    # -- the polling wire's results -------------------------------------------------------------
+
+    async def poll_result(self, rollout_id: str) -> tuple[str, bytes] | None:
+        """See ``StateBackend.poll_result``."""
+        redis: Any = self._redis
+        digest, body = await self._call(
+            redis.hmget(self._k("poll", rollout_id), "digest", "result")
+        )
+        if digest is None or body is None:
+            return None
+        return _text(digest), bytes(body)
+
+    async def poll_put(
+        self, rollout_id: str, digest: str, body: bytes, *, retention_s: float
+    ) -> bool:
+        """See ``StateBackend.poll_put``."""
+        keys = [self._k("poll", rollout_id), self._k("poll-lease", rollout_id)]
+        done = await self._call(
+            self._scripts.poll_put(keys=keys, args=[digest, body, _ms(retention_s)])
+        )
+        return bool(done)
+
+    async def poll_lease_route(self, key: str) -> dict[str, Any] | None:
+        """See ``StateBackend.poll_lease_route``."""
+        redis: Any = self._redis
+        text = await self._call(redis.get(self._k("lease", key)))
+        if text is None:
+            return None
+        data: dict[str, Any] = json.loads(text)
+        return data
+
+    async def poll_renew(self, rollout_id: str, lease_s: float) -> None:
+        """See ``StateBackend.poll_renew``."""
+        redis: Any = self._redis
+        await self._call(redis.set(self._k("poll-lease", rollout_id), b"1", px=_ms(lease_s)))
+
+    async def poll_lease_left(self, rollout_id: str) -> float:
+        """See ``StateBackend.poll_lease_left``."""
+        redis: Any = self._redis
+        left = await self._call(redis.pttl(self._k("poll-lease", rollout_id)))
+        return max(0, int(left)) / 1000
+
     # -- idempotency ----------------------------------------------------------------------------
 
     async def claim_init(

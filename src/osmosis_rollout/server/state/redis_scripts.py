@@ -261,6 +261,16 @@ return ids
 """
 
 
+# KEYS: poll, poll-lease.  ARGV: digest, body, retention_ms
+_POLL_PUT = """
+if redis.call('HSETNX', KEYS[1], 'result', ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'digest', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('DEL', KEYS[2])
+return 1
+"""
+
+
 class Scripts:
     """The scripts registered on one client, one attribute per operation."""
 
@@ -282,3 +292,4 @@ class Scripts:
         self.cancel = register(_CANCEL)
         self.cancel_matching = register(_CANCEL_MATCHING)
         self.take_cancels = register(_TAKE_CANCELS)
+        self.poll_put = register(_POLL_PUT)

@@ -7,7 +7,9 @@ otherwise. ``POST <prefix>/cancel`` takes exactly one of ``ids``, ``prefix``, ``
 each rollout's disposition. A cancelled rollout still ends in its callbacks (v1: ``ERROR`` with
 finish reason ``cancelled``; v2: completion ``cancelled``, grader ``failure``). Each wire sees
 only its own rollouts. With a shared state, a rollout another replica runs is answered from the
-store and its cancel is passed on to that replica (``RolloutServer.cancel_remote``).
+store and its cancel is passed on to that replica (``RolloutServer.cancel_remote``). The cancel
+route of a start route two wires share (v2 and polling: ``/rollout``) serves both wires'
+rollouts; a polling rollout has no status route (its result route is ``polling.py``'s).
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from .v2_body import CancelBody
 if TYPE_CHECKING:
     from ..core import RolloutServer
 
-__all__ = ["CANCELLED_BY_TRAINER", "control_routes", "disposition", "status_of"]
+__all__ = [
+    "CANCELLED_BY_TRAINER",
+    "cancel_route",
+    "control_routes",
+    "disposition",
+    "status_of",
+    "status_route",
+]
 
 _JSON = "application/json"
 _ONE_SELECTOR = {"detail": "pass exactly one selector: ids, prefix, or all"}
@@ -71,19 +80,27 @@ def disposition(entry: RolloutEntry) -> str:
 
 def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
     """The two routes of ``protocol`` under ``prefix``, behind the server key."""
-    server: RolloutServer = edge.server
+    return [cancel_route(edge, protocol, prefix), status_route(edge, protocol, prefix)]
 
-    def live(rollout_id: str) -> RolloutEntry | None:
-        entry = server.registry.by_id.get(rollout_id)
-        if entry is None or entry.target is None or entry.target.protocol != protocol:
-            return None
-        return entry
+
+def _live(edge: Edge, rollout_id: str, protocols: frozenset[str]) -> RolloutEntry | None:
+    server: RolloutServer = edge.server
+    entry = server.registry.by_id.get(rollout_id)
+    if entry is None or entry.target is None or entry.target.protocol not in protocols:
+        return None
+    return entry
+
+
+def status_route(edge: Edge, protocol: str, prefix: str) -> BaseRoute:
+    """``GET <prefix>/{rollout_id}/status`` for ``protocol``'s rollouts."""
+    server: RolloutServer = edge.server
+    protocols = frozenset({protocol})
 
     async def status(request: Request) -> Response:
         if not edge.authorized(request):
             return _json(401, {"detail": "Invalid or missing API key"})
         rollout_id = request.path_params["rollout_id"]
-        entry = live(rollout_id)
+        entry = _live(edge, rollout_id, protocols)
         if entry is not None:
             return _json(200, status_of(entry))
         record = server.registry.finished(rollout_id)
@@ -93,6 +110,16 @@ def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
         if shared is not None:
             return _json(200, shared)
         return _json(200, status_body(rollout_id, "unknown"))
+
+    # A path converter: a v1 rollout id may hold "/" (v2's may not).
+    return Route(f"{prefix}/{{rollout_id:path}}/status", status, methods=["GET"])
+
+
+def cancel_route(edge: Edge, protocol: str, prefix: str) -> BaseRoute:
+    """``POST <prefix>/cancel``: cancels the rollouts of every wire that shares ``protocol``'s
+    start route (v2 and polling share ``/rollout``: one cancel route serves both)."""
+    server: RolloutServer = edge.server
+    protocols = edge.sharing(protocol)
 
     async def cancel(request: Request) -> Response:
         if not edge.authorized(request):
@@ -109,26 +136,28 @@ def control_routes(edge: Edge, protocol: str, prefix: str) -> list[BaseRoute]:
         dispositions: dict[str, str] = {}
         if selector.ids is not None:
             for rollout_id in selector.ids:
-                entry = live(rollout_id)
+                entry = _live(edge, rollout_id, protocols)
                 if entry is not None:
                     dispositions[rollout_id] = disposition(entry)
-                else:
-                    dispositions[rollout_id] = await server.cancel_remote(rollout_id, protocol)
+                    continue
+                dispositions[rollout_id] = "not_found"
+                for each in sorted(protocols):  # another replica's, of any wire sharing the route
+                    done = await server.cancel_remote(rollout_id, each)
+                    if done != "not_found":
+                        dispositions[rollout_id] = done
+                        break
         else:
             wanted = selector.prefix or ""
             for entry in list(server.registry.by_id.values()):
-                if entry.target is None or entry.target.protocol != protocol:
+                if entry.target is None or entry.target.protocol not in protocols:
                     continue
                 if selector.all or entry.rollout_id.startswith(wanted):
                     done = disposition(entry)
                     if done != "not_found":
                         dispositions[entry.rollout_id] = done
-            for rollout_id, done in (await server.cancel_remote_matching(wanted, protocol)).items():
-                dispositions.setdefault(rollout_id, done)
+            for each in sorted(protocols):
+                for rollout_id, done in (await server.cancel_remote_matching(wanted, each)).items():
+                    dispositions.setdefault(rollout_id, done)
         return _json(200, {"dispositions": dispositions})
 
-    return [
-        Route(f"{prefix}/cancel", cancel, methods=["POST"]),
-        # A path converter: a v1 rollout id may hold "/" (v2's may not).
-        Route(f"{prefix}/{{rollout_id:path}}/status", status, methods=["GET"]),
-    ]
+    return Route(f"{prefix}/cancel", cancel, methods=["POST"])

@@ -98,6 +98,10 @@ class V1:
     protocol = "v1"
     start_path = "/v1/rollout/init"
 
+    def claims(self, body: bytes) -> bool:
+        """Every body of its start route (no other wire shares it)."""
+        return True
+
     def parse(self, body: bytes, *, max_metadata_bytes: int) -> RolloutRequest:
         """The init body as a ``RolloutRequest`` (raises ``ValidationError``)."""
         return RolloutRequest.model_validate_json(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 from starlette.responses import Response
 
+from .polling_body import is_v2_body
 from .v2_body import V2Init, V2Rollout
 from .v2_target import V2Target
 
@@ -43,6 +44,10 @@ class V2:
 
     protocol = "v2"
     start_path = "/rollout"
+
+    def claims(self, body: bytes) -> bool:
+        """A body naming a callback URL or the controller key (``polling_body.is_v2_body``)."""
+        return is_v2_body(body)
 
     def parse(self, body: bytes, *, max_metadata_bytes: int) -> V2Rollout:
         """The body as a ``V2Rollout`` (raises ``ValidationError``: a 422)."""

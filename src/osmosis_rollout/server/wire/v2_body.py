@@ -24,7 +24,15 @@ from ...protocol import MAX_ROLLOUT_ID_LENGTH, Message, RolloutRequest
 from ...redaction import ApiKey
 from ...server_url import normal_server_url
 
-__all__ = ["CancelBody", "V2Init", "V2Rollout", "check_url"]
+__all__ = [
+    "CancelBody",
+    "V2Init",
+    "V2Rollout",
+    "check_metadata",
+    "check_rollout_id",
+    "check_secret",
+    "check_url",
+]
 
 
 #: A rollout id that can stand for any other in a URL's path without changing its structure.
@@ -76,9 +84,41 @@ def _check_cached(value: str, name: str) -> None:
     _check(value, name)
 
 
-def _check_secret(value: str | None, name: str) -> str | None:
+def check_secret(value: str | None, name: str) -> str | None:
+    """``value`` if it is printable ASCII without spaces (it goes into a header)."""
     if value is not None and not all(" " < c <= "~" for c in value):
         raise ValueError(f"{name} must be printable ASCII without spaces")
+    return value
+
+
+def check_rollout_id(value: str) -> str:
+    """``value`` if it is one URL path segment (status and result routes name it)."""
+    if (
+        not value.strip()
+        or value in (".", "..")
+        or any(c in value for c in "/\\\x00")
+        or not value.isprintable()
+    ):
+        raise ValueError(
+            "rollout_id must be one URL path segment: non-empty, printable, not . or .., "
+            "without / or \\"
+        )
+    return value
+
+
+def check_metadata(value: dict[str, Any] | None, info: ValidationInfo) -> Any:
+    """``value`` if it serialises to JSON within the server's limit (in the context)."""
+    if value is None:
+        return None
+    limit = RolloutRequest.default_max_metadata_bytes
+    if isinstance(info.context, dict):
+        limit = int(info.context.get("max_metadata_bytes", limit))
+    try:
+        size = len(json.dumps(value, allow_nan=False, separators=(",", ":")).encode())
+    except (TypeError, ValueError):
+        raise ValueError("metadata must be JSON-serialisable") from None
+    if size > limit:
+        raise ValueError(f"metadata is {size} bytes serialised; the limit is {limit}")
     return value
 
 
@@ -103,19 +143,7 @@ class V2Init(BaseModel):
     @field_validator("rollout_id")
     @classmethod
     def _one_segment(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if (
-            not value.strip()
-            or value in (".", "..")
-            or any(c in value for c in "/\\\x00")
-            or not value.isprintable()
-        ):
-            raise ValueError(
-                "rollout_id must be one URL path segment: non-empty, printable, not . or .., "
-                "without / or \\"
-            )
-        return value
+        return None if value is None else check_rollout_id(value)
 
     @field_validator("chat_completions_url", "completion_callback_url", "grader_callback_url")
     @classmethod
@@ -129,23 +157,12 @@ class V2Init(BaseModel):
     def _check_keys(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value == "" and info.field_name == "llm_api_key":
             raise ValueError("llm_api_key must not be empty: send null for no key")
-        return _check_secret(value, str(info.field_name)) or None
+        return check_secret(value, str(info.field_name)) or None
 
     @field_validator("metadata")
     @classmethod
     def _check_metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> Any:
-        if value is None:
-            return None
-        limit = RolloutRequest.default_max_metadata_bytes
-        if isinstance(info.context, dict):
-            limit = int(info.context.get("max_metadata_bytes", limit))
-        try:
-            size = len(json.dumps(value, allow_nan=False, separators=(",", ":")).encode())
-        except (TypeError, ValueError):
-            raise ValueError("metadata must be JSON-serialisable") from None
-        if size > limit:
-            raise ValueError(f"metadata is {size} bytes serialised; the limit is {limit}")
-        return value
+        return check_metadata(value, info)
 
 
 class V2Rollout(RolloutRequest):

@@ -1,0 +1,133 @@
+"""The polling wire's start body (``docs/protocol-polling.md``), and the rollout the core runs.
+
+``PollingInit`` is ``POST /rollout``'s body as osmosis-ai 0.3.3+ sends it: no callback URL and
+no controller key (the controller reads the result itself), a required ``rollout_id`` (the
+result route names it) and a ``grade`` flag. It is checked as strictly as v2's (the same URL,
+id, secret and metadata checks of ``v2_body.py``; every timeout finite). ``PollingRollout`` is
+what the scheduler and the agent see: a ``RolloutRequest`` plus the polling fields, so a
+repeated id is "the same body" exactly when all of them match.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ...protocol import MAX_ROLLOUT_ID_LENGTH, Message, RolloutRequest
+from ...redaction import ApiKey
+from .v2_body import check_metadata, check_rollout_id, check_secret, check_url
+
+__all__ = ["V2_ONLY_FIELDS", "PollingInit", "PollingRollout", "is_v2_body"]
+
+#: Top-level fields only a v2 init has: a body naming one of them is v2's, never polling's.
+V2_ONLY_FIELDS = ("completion_callback_url", "grader_callback_url", "controller_api_key")
+_V2_MARKS = tuple(f'"{name}"'.encode() for name in V2_ONLY_FIELDS)
+
+
+def is_v2_body(body: bytes) -> bool:
+    """Whether a ``POST /rollout`` body is a v2 init: a JSON object with a callback URL or the
+    controller key as a top-level key (any value, null too: a v2 controller that sent a null
+    URL gets v2's 422, not a polling rollout nobody polls). A body that is not a JSON object
+    goes to v2's parser too (its 422 is as bounded as ours). Most bodies name none of the
+    three anywhere, and are told apart by a substring search without parsing twice."""
+    if not any(mark in body for mark in _V2_MARKS):
+        return False
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return True
+    if not isinstance(value, dict):
+        return True
+    return any(name in value for name in V2_ONLY_FIELDS)
+
+
+class PollingInit(BaseModel):
+    """``POST /rollout``'s polling body; unknown fields are ignored (as the SDK's server)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    initial_messages: list[Message] = Field(fail_fast=True)
+    label: str | None = None
+    metadata: dict[str, Any] | None = None
+    rollout_id: str = Field(max_length=MAX_ROLLOUT_ID_LENGTH)
+    chat_completions_url: str
+    llm_api_key: str | None = None
+    grade: bool = True
+    agent_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
+    grader_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
+    extra_fields: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _served(cls, value: Any, info: ValidationInfo) -> Any:
+        refuse = info.context.get("refuse") if isinstance(info.context, dict) else None
+        if refuse:
+            raise ValueError(refuse)
+        return value
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _one_segment(cls, value: str) -> str:
+        return check_rollout_id(value)
+
+    @field_validator("chat_completions_url")
+    @classmethod
+    def _check_url(cls, value: str, info: ValidationInfo) -> str:
+        return check_url(value, "chat_completions_url", info.data.get("rollout_id"))
+
+    @field_validator("llm_api_key")
+    @classmethod
+    def _check_key(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError("llm_api_key must not be empty: send null for no key")
+        return check_secret(value, "llm_api_key")
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> Any:
+        return check_metadata(value, info)
+
+
+class PollingRollout(RolloutRequest):
+    """A polling rollout as the core and the agent see it (see the module docstring)."""
+
+    agent_timeout_sec: float | None = None
+    grader_timeout_sec: float | None = None
+    label: str | None = None
+    extra_fields: dict[str, Any] | None = None
+    #: False: the controller asked for no grading (the agent's ``grade()`` is not run).
+    grade: bool = True
+
+    @classmethod
+    def of(cls, body: PollingInit) -> PollingRollout:
+        """The rollout ``body`` asks for (already checked: built without validating again)."""
+        metadata = dict(body.metadata or {})
+        if body.label is not None:
+            metadata.setdefault("ground_truth", body.label)
+        return cls.model_construct(
+            rollout_id=body.rollout_id,
+            server_url=body.chat_completions_url.rstrip("/"),
+            messages=body.initial_messages,
+            completion_params={},
+            metadata=metadata,
+            api_key=ApiKey(body.llm_api_key) if body.llm_api_key is not None else None,
+            agent_timeout_sec=body.agent_timeout_sec,
+            grader_timeout_sec=body.grader_timeout_sec,
+            label=body.label,
+            extra_fields=body.extra_fields,
+            grade=body.grade,
+        )
+
+    def called_urls(self) -> list[tuple[str, str]]:
+        """The one URL the server calls for this rollout (the edge checks it against the
+        destination policy): its chat base URL. Results are read, never sent."""
+        return [("chat_completions_url", self.server_url)]
