@@ -50,6 +50,10 @@ def _replay_cpu_ms_per_row(data: dict[str, Any]) -> float:
     return median([r["cpu_ms_per_row"] for r in data["results"]["rounds"]["replay"]])
 
 
+def _test_rows_per_s(protocol: str) -> Callable[[dict[str, Any]], float]:
+    return lambda d: median([r["rows_per_s"] for r in d["results"][protocol]])
+
+
 FIGURES = (
     Figure(
         "server CPU per rollout (ms)",
@@ -65,6 +69,30 @@ FIGURES = (
         ("--stacks", "fast", "--kinds", "baseline,sdk", "--concurrency", "16", "--rollouts", "300"),
         "throughput",
         lambda d: d["results"]["16"]["sdk@fast"]["rollouts_per_s"],
+        "higher",
+    ),
+    Figure(
+        "server CPU per v2 rollout (ms)",
+        "bench_wire_cpu.py",
+        ("--rollouts", "300", "--rounds", "1"),
+        "wire_cpu",
+        lambda d: d["v2_median_ms"],
+        "lower",
+    ),
+    Figure(
+        "osmosis test rows/s, protocol v1 (in process)",
+        "bench_test_wires.py",
+        ("--rows", "300", "--repeats", "1"),
+        "test_wires",
+        _test_rows_per_s("v1"),
+        "higher",
+    ),
+    Figure(
+        "osmosis test rows/s, protocol v2 (in process)",
+        "bench_test_wires.py",
+        ("--rows", "300", "--repeats", "1"),
+        "test_wires",
+        _test_rows_per_s("v2"),
         "higher",
     ),
     Figure(
