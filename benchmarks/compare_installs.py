@@ -74,7 +74,7 @@ FIGURES = (
     Figure(
         "server CPU per v2 rollout (ms)",
         "bench_wire_cpu.py",
-        ("--rollouts", "300", "--rounds", "1"),
+        ("--rollouts", "1000", "--rounds", "1"),
         "wire_cpu",
         lambda d: d["v2_median_ms"],
         "lower",
