@@ -106,7 +106,7 @@ def test_render_markdown_is_one_row_per_finding() -> None:
     assert lines[0].startswith("| finding | wires | trainable |")
     assert len(lines) == 2 + len(for_wire("v2"))
     assert "| `history_rewritten` | all | no | `DRY_RUN_HISTORY_REWRITTEN` |" in text
-    assert "| `tools_not_sent` | v2, v3 | yes | `DRY_RUN_PROTOCOL` |" in text
+    assert "| `tools_not_sent` | v2, polling | yes | `DRY_RUN_PROTOCOL` |" in text
     assert text.endswith("\n")
     odd = FindingKind("odd", frozenset({"v1"}), "test", False, None, "x", "a | b", "fix")
     row = render_markdown([odd]).splitlines()[2]

@@ -30,7 +30,7 @@ OFFICIAL_038 = {
     ("body", "wire"),
     [
         (OFFICIAL_032, "v2"),
-        (OFFICIAL_038, "v3"),
+        (OFFICIAL_038, "polling"),
         ({"status": "healthy", "agent_loop": "calc", "active_rollouts": 0}, "v1"),
         ({**OFFICIAL_038, "agent_loop": "calc"}, "v1"),  # ours speaks every wire
         ({"ok": True}, "v1"),

@@ -35,7 +35,7 @@ __all__ = [
 #: whose server and mock land separately: its findings are here so its checks only raise them).
 V1: Final = "v1"
 V2: Final = "v2"
-POLLING: Final = "v3"
+POLLING: Final = "polling"
 WIRES: Final = (V1, V2, POLLING)
 #: A rule of every wire (the append-only history, the tools called, one result...).
 ANY_WIRE: Final = frozenset(WIRES)

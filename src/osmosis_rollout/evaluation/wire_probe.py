@@ -33,7 +33,7 @@ class ProbedWire:
     reason: str
 
 
-def wire_of_health(status: int, body: bytes, *, polling: str = "v3") -> ProbedWire:
+def wire_of_health(status: int, body: bytes, *, polling: str = "polling") -> ProbedWire:
     """The wire a ``/health`` answer shows (``polling``: the polling wire's name)."""
     try:
         data: Any = json.loads(body) if body else None
@@ -54,7 +54,7 @@ def wire_of_health(status: int, body: bytes, *, polling: str = "v3") -> ProbedWi
 
 
 async def probe_wire(
-    http: httpx2.AsyncClient, url: str, *, api_key: str | None = None, polling: str = "v3"
+    http: httpx2.AsyncClient, url: str, *, api_key: str | None = None, polling: str = "polling"
 ) -> ProbedWire:
     """One ``GET {url}/health``; a server that cannot be reached keeps the default (v1)."""
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
