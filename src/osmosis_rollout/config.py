@@ -103,8 +103,14 @@ class ServerSettings(BaseModel):
     allow_origin: tuple[str, ...] = ()
     #: Host names requests may name besides the server's own (``*``: any).
     allow_host: tuple[str, ...] = ()
+    # The platform's launch contract (``launch.py``, docs/platform.md): who started us, and where
+    # its runner reads each rollout's files.
     #: Each rollout's files go under ``<artifact_root>/<rollout_id>/`` (``trajectory.json``).
     artifact_root: Path | None = None
+    #: The id ``/health`` reports (body and ``x-osmosis-rollout-instance-id``); None: the replica.
+    instance_id: str | None = Field(None, min_length=1, max_length=256)
+    #: The rollout's name on the platform (``rollouts/<name>/``), shown in the banner and logs.
+    server_name: str | None = Field(None, min_length=1, max_length=256)
 
     @field_validator("traingate", "allow_origin", "allow_host", mode="before")
     @classmethod
@@ -121,6 +127,14 @@ class ServerSettings(BaseModel):
 
         for item in value:
             parse_allowed(item)
+        return value
+
+    @field_validator("instance_id", "server_name")
+    @classmethod
+    def _printable_ascii(cls, value: str | None) -> str | None:
+        # The instance id is sent as a header value, and both are written to log lines.
+        if value is not None and not all(" " <= c <= "~" for c in value):
+            raise ValueError("must be printable ASCII")
         return value
 
     @field_validator("api_key", mode="before")

@@ -189,8 +189,11 @@ def serve_command(
     \\[tool.osmosis.serve] in pyproject.toml. On SIGTERM the server drains: new inits get 503,
     running rollouts get the grace period, the rest end with an ERROR/cancelled callback.
     """
+    from rich.markup import escape
+
     from ..config import ServerSettings, find_pyproject
     from ..errors import OsmosisError
+    from ..launch import launch_settings, port_conflict
 
     err = stderr_console()
     pyproject = find_pyproject(Path.cwd())
@@ -217,8 +220,15 @@ def serve_command(
     }
     try:
         settings = ServerSettings.resolve(
-            cli, environ=os.environ, pyproject=pyproject, flags=_FLAGS, fallback=_v1_settings(err)
+            cli,
+            environ=os.environ,
+            pyproject=pyproject,
+            flags=_FLAGS,
+            fallback={**_v1_settings(err), **launch_settings(os.environ)},
         )
+        conflict = port_conflict(settings.port, os.environ)
+        if conflict is not None:
+            err.print(f"[yellow]warning[/] {escape(conflict)}", soft_wrap=True)
         settings, generated = decide_auth(settings, no_auth=no_auth)
         if reload and settings.workers > 1:
             fail("--reload runs one process: drop --workers (or the workers setting) to use it")
@@ -320,6 +330,12 @@ def _print_banner(
     else:
         err.print("  auth          on (Bearer key required)")
     err.print(f"  traingate     {escape(_destinations_line(settings))}")
+    if settings.server_name or settings.instance_id or settings.artifact_root:
+        # Started by the platform (or its local runner): say what it told us.
+        parts = [f"rollout {settings.server_name}" if settings.server_name else None]
+        parts.append(f"instance {settings.instance_id}" if settings.instance_id else None)
+        parts.append(f"artifacts {settings.artifact_root}" if settings.artifact_root else None)
+        err.print(f"  platform      {escape(', '.join(p for p in parts if p))}")
     traces = settings.debug_dir or "off (use --debug-dir)"
     err.print(f"  debug traces  {traces}")
     err.print(f"  outbox        {settings.outbox_dir or '.osmosis/outbox'}")

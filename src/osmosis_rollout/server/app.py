@@ -42,7 +42,7 @@ from .wire.polling import Polling
 from .wire.v1 import V1
 from .wire.v2 import V2
 
-__all__ = ["Edge", "Hook", "build_app", "create_app"]
+__all__ = ["INSTANCE_HEADER", "Edge", "Hook", "build_app", "create_app"]
 
 _JSON = "application/json"
 #: Inits larger than this are refused with 413 before parsing (messages can be long).
@@ -167,6 +167,8 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 
 
 _UNAUTHORIZED = {"detail": "Invalid or missing API key"}
+#: The header ``/health`` names this server's instance in (the platform's runner checks it).
+INSTANCE_HEADER = "x-osmosis-rollout-instance-id"
 
 
 class Edge:
@@ -179,6 +181,11 @@ class Edge:
         self.server_key = settings.api_key.get_secret_value() if settings.api_key else None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.destinations = DestinationPolicy.for_server(settings.host, settings.traingate)
+        # The platform's runner reads the instance id from this header (the body's is v2's).
+        instance = server.instance_id
+        self._instance = (
+            {INSTANCE_HEADER: instance} if all(" " < c <= "~" for c in instance) else None
+        )
 
     def count_screened(self, path: str, cause: str) -> None:
         """Count an init the screening refused (``screening.py``), by cause."""
@@ -212,7 +219,9 @@ class Edge:
         """200 with counts; 503 while draining or while the shared state is unreachable."""
         body = await self.server.health_body()
         status = 200 if body.status == "healthy" else 503
-        return Response(body.model_dump_json(), status_code=status, media_type=_JSON)
+        return Response(
+            body.model_dump_json(), status_code=status, media_type=_JSON, headers=self._instance
+        )
 
     async def platform_health(self, request: Request) -> Response:
         """The ``/health`` body behind the server key; 404 when the server has no key."""

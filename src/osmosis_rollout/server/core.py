@@ -102,8 +102,11 @@ class RolloutServer:
         self.state: StateBackend = open_state(settings.state, outbox_dir=self.outbox_dir)
         #: This process among the replicas sharing the state (leases and queue places name it).
         self.replica = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        #: What ``/health`` reports as ``instance_id`` (v2): the platform's, else the replica.
-        self.instance_id = os.environ.get("_OSMOSIS_ROLLOUT_INSTANCE_ID") or self.replica
+        #: What ``/health`` reports as ``instance_id`` (v2): the platform's (the settings', or
+        #: the variable's for an app built without them), else the replica.
+        self.instance_id = (
+            settings.instance_id or os.environ.get("_OSMOSIS_ROLLOUT_INSTANCE_ID") or self.replica
+        )
         #: This process's life (``/health``'s ``process_id``): a polling controller that sees
         #: it change knows the server restarted.
         self.process_id = uuid.uuid4().hex

@@ -22,10 +22,12 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from pydantic import ValidationError
 
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
 from ..errors import ConfigError, OsmosisError
+from ..launch import apply_launch, port_conflict
 from .app import create_app
 from .auth import decide_auth
 from .connections import (
@@ -148,7 +150,7 @@ def serve(
     agent_loop: RolloutAgentLoop,
     *,
     host: str = "127.0.0.1",
-    port: int = 9000,
+    port: int | None = None,
     settings: ServerSettings | None = None,
     log_level: str = "info",
     sock: socket.socket | None = None,
@@ -168,18 +170,26 @@ def serve(
     come with ``uvicorn[standard]``; see docs/benchmarks.md), else asyncio and the pure-Python
     h11; ``loop="asyncio", http="h11"`` forces that fallback.
 
+    The port is ``port``, else the platform's ``_OSMOSIS_ROLLOUT_PORT``, else 9000; the
+    platform's other variables fill what was not given (``launch.py``, docs/platform.md).
+
     Auth follows ``osmosis serve``: a blank ``api_key`` is a ``ConfigError``; on an interface
     other than loopback without a key one is generated and printed once on stderr, unless
     ``no_auth=True`` says to serve without one.
     """
-    settings, app_options = _with_auth(settings, host, app_options, no_auth=no_auth)
+    if settings is None:
+        settings, app_options = _settings_of(host, port, log_level, app_options)
+    settings = apply_launch(settings, os.environ)
+    conflict = port_conflict(settings.port, os.environ)
+    if conflict is not None:
+        print(f"osmosis serve: warning: {conflict}", file=sys.stderr, flush=True)
+    settings = _with_auth(settings, no_auth=no_auth)
     loop, http = http_stack(loop, http)
     stack = {"loop": loop, "http": http}
     raise_file_limit()  # before any fork: every worker inherits it
-    if settings is not None:
-        host, port, log_level = settings.host, settings.port, settings.log_level
-        workers = settings.workers if workers == 1 else workers
-    listener = sock or bind_socket(host, port)
+    log_level = settings.log_level
+    workers = settings.workers if workers == 1 else workers
+    listener = sock or bind_socket(settings.host, settings.port)
     if workers > 1:
         if not hasattr(os, "fork"):
             raise ConfigError("--workers needs os.fork (Linux or macOS); run one process per core")
@@ -188,8 +198,7 @@ def serve(
             _serve_one(agent_loop, settings, app_options, log_level, listener, stack, worker=True)
 
         logging.config.dictConfig(_log_config(log_level))  # the supervisor's lines too
-        state = settings.state if settings is not None else app_options.get("state", "memory")
-        if state == "memory":
+        if settings.state == "memory":
             logger.warning(
                 "%d workers with the memory state: each keeps its own idempotency records, so a "
                 "retried init that reaches another worker starts a second rollout; use Redis",
@@ -208,39 +217,56 @@ def serve(
         listener.close()
 
 
-def _with_auth(
-    settings: ServerSettings | None, host: str, app_options: dict[str, Any], *, no_auth: bool
-) -> tuple[ServerSettings | None, dict[str, Any]]:
-    """``settings`` or ``app_options`` with the server key ``decide_auth`` picks; a generated
-    key is printed once on stderr (the CLI's banner does the same)."""
-    if settings is None:
-        key = app_options.get("api_key")
-        if isinstance(key, str) and not key.strip():
-            raise ConfigError(
-                "api_key is blank (an unset variable?); give a real key, or pass no_auth=True "
-                "to serve without one"
-            )
-        probe = ServerSettings(host=host, api_key=key or None)
-    else:
-        probe = settings
-    decided, generated = decide_auth(probe, no_auth=no_auth)
+#: ``create_app`` keywords that are not settings: they pass through to it as they are.
+_APP_ONLY = frozenset({"client", "on_startup", "on_shutdown"})
+
+
+def _settings_of(
+    host: str, port: int | None, log_level: str, app_options: dict[str, Any]
+) -> tuple[ServerSettings, dict[str, Any]]:
+    """The ``ServerSettings`` that ``serve()``'s keywords describe, and the rest of them.
+
+    A port left out stays out of the settings' given fields, so the platform's may fill it.
+    """
+    key = app_options.get("api_key")
+    if isinstance(key, str) and not key.strip():
+        raise ConfigError(
+            "api_key is blank (an unset variable?); give a real key, or pass no_auth=True "
+            "to serve without one"
+        )
+    given = {k: v for k, v in app_options.items() if k not in _APP_ONLY and v is not None}
+    given.update(host=host, log_level=log_level)
+    if port is not None:
+        given["port"] = port
+    try:
+        settings = ServerSettings.model_validate(given)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors(include_input=False, include_url=False)
+        )
+        raise ConfigError(f"invalid serve() settings: {problems}") from None
+    return settings, {k: v for k, v in app_options.items() if k in _APP_ONLY}
+
+
+def _with_auth(settings: ServerSettings, *, no_auth: bool) -> ServerSettings:
+    """``settings`` with the server key ``decide_auth`` picks; a generated key is printed once
+    on stderr (the CLI's banner does the same)."""
+    decided, generated = decide_auth(settings, no_auth=no_auth)
     if decided.api_key is not None and generated:
         shown = decided.api_key.get_secret_value()
         print(
-            f"osmosis serve: no server key on {host if settings is None else settings.host}, "
+            f"osmosis serve: no server key on {settings.host}, "
             f"a public interface; generated one (shown once, pass it to TrainGate): {shown}",
             file=sys.stderr,
             flush=True,
         )
-    if settings is not None:
-        return decided, app_options
-    key_value = decided.api_key.get_secret_value() if decided.api_key is not None else None
-    return None, {**app_options, "api_key": key_value}
+    return decided
 
 
 def _serve_one(
     agent_loop: RolloutAgentLoop,
-    settings: ServerSettings | None,
+    settings: ServerSettings,
     app_options: dict[str, Any],
     log_level: str,
     listener: socket.socket,
@@ -249,10 +275,7 @@ def _serve_one(
     worker: bool,
 ) -> None:
     """One server process: the app, uvicorn on ``listener``, drain on the first signal."""
-    if settings is not None:
-        app = create_app(agent_loop, settings=settings)
-    else:
-        app = create_app(agent_loop, **app_options)
+    app = create_app(agent_loop, settings=settings, **app_options)
     resolved = app.state.rollout_server.settings
     limits = ConnectionLimits(
         max_connections=resolved.max_connections or auto_max_connections(file_limit()[0]),
