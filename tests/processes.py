@@ -38,8 +38,9 @@ class ServeProcess:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without inherited ``OSMOSIS_*`` settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    """This environment without inherited ``OSMOSIS_*`` settings (nor the platform's
+    ``_OSMOSIS_ROLLOUT_*``), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OSMOSIS_", "_OSMOSIS_"))}
     env.update(extra)
     env["COLUMNS"] = "200"  # keep each printed line on one line
     return env
