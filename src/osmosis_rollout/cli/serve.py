@@ -82,7 +82,13 @@ def serve_command(
         ),
     ] = None,
     no_auth: Annotated[
-        bool, typer.Option("--no-auth", help="Serve without a key, even on a public interface.")
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="Serve without a key, even on a public interface (a controller that sends "
+            "none, as the platform's): there, the first accepted init's hosts are pinned "
+            "unless --traingate names them, and cancels go by ids only.",
+        ),
     ] = False,
     traingate: Annotated[
         list[str] | None,
@@ -322,7 +328,14 @@ def _print_banner(
     loop, http = http_stack()
     fallback = "" if (loop, http) == ("uvloop", "httptools") else " (pure-Python fallback)"
     err.print(f"  http          uvicorn on {loop} + {http}{fallback}")
-    if settings.api_key is None:
+    from ..server.pinning import is_open
+
+    if is_open(settings):
+        err.print(
+            "  auth          [yellow]off[/] on a public interface (--no-auth): anyone who "
+            "reaches the port may start rollouts; cancels by ids only"
+        )
+    elif settings.api_key is None:
         err.print("  auth          [yellow]off[/] (no server key)")
     elif generated:
         err.print("  auth          on; generated key (shown once, pass it to TrainGate):")
@@ -372,6 +385,13 @@ def _destinations_line(settings: Any) -> str:
     """Where inits may send the server's calls: the allow-list, or the default rule."""
     if settings.traingate:
         return f"{', '.join(settings.traingate)} only (--traingate)"
+    from ..server.pinning import is_open
+
+    if is_open(settings):
+        return (
+            "the hosts of the first accepted init only (pinned: no key, no --traingate), "
+            "never link-local, cloud metadata or loopback"
+        )
     from ..server.auth import is_loopback
 
     here = "" if is_loopback(settings.host) else ", loopback"

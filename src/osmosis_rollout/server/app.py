@@ -35,6 +35,7 @@ from ..errors import ConfigError
 from ..protocol import DEFAULT_MAX_METADATA_BYTES, RolloutRequest
 from .auth import is_loopback, key_matches
 from .core import DELIVERY_GRACE_S, Hook, RolloutServer
+from .pinning import FirstInitPin, is_open
 from .screening import HostRule, Screening
 from .state import StateUnavailable
 from .types import Answer, Wire
@@ -181,6 +182,10 @@ class Edge:
         self.server_key = settings.api_key.get_secret_value() if settings.api_key else None
         self._body_limit = max(_MIN_BODY_LIMIT, 4 * settings.max_metadata_bytes)
         self.destinations = DestinationPolicy.for_server(settings.host, settings.traingate)
+        #: No key on a public interface (``--no-auth``): only ids may be cancelled, and without
+        #: ``--traingate`` the first accepted init's hosts are pinned (``pinning.py``).
+        self.open = is_open(settings)
+        self.pin = FirstInitPin() if self.open and not settings.traingate else None
         # The platform's runner reads the instance id from this header (the body's is v2's).
         instance = server.instance_id
         self._instance = (
@@ -298,13 +303,26 @@ class Edge:
             rollout = wire.parse(body, max_metadata_bytes=server.settings.max_metadata_bytes)
         except ValidationError as exc:
             return _json(422, _validation_body(exc))
-        for field, url in _called_urls(rollout):
+        urls = _called_urls(rollout)
+        for field, url in urls:
             refused = check_destination(url, self.destinations)
             if refused is not None:
                 return _json(422, _refusal_body(field, refused))
-        answer: Answer = await scheduler.admit(
-            rollout, wire.target(rollout), wire.accepted, size=len(body)
-        )
+        claim = None
+        if self.pin is not None:
+            pinned_out, claim = self.pin.hold(urls)
+            if pinned_out is not None:
+                return _json(403, {"detail": pinned_out})
+        try:
+            answer: Answer = await scheduler.admit(
+                rollout, wire.target(rollout), wire.accepted, size=len(body)
+            )
+        except BaseException:
+            if self.pin is not None:
+                self.pin.settle(claim, accepted=False)
+            raise
+        if self.pin is not None:
+            self.pin.settle(claim, accepted=answer.status == 202)
         return wire.respond(answer)
 
     async def _read_body(self, request: Request) -> bytes | Response:

@@ -167,6 +167,12 @@ class Edge(Protocol):
         """Whether the request carries the server key (or the server has none)."""
         ...
 
+    @property
+    def open(self) -> bool:
+        """No key on a public interface (``--no-auth``): anyone who reaches the port may call
+        (``server/pinning.py``); cancels go by ids only."""
+        ...
+
     async def read_body(self, request: Request) -> bytes | Response:
         """The body within the limits (or the 413/408/400 to answer)."""
         ...

@@ -40,6 +40,10 @@ __all__ = [
 
 _JSON = "application/json"
 _ONE_SELECTOR = {"detail": "pass exactly one selector: ids, prefix, or all"}
+_IDS_ONLY = {
+    "detail": "this server runs without a key on a public interface (--no-auth): it cancels "
+    "rollouts by ids only, not by prefix or all"
+}
 _IN_FLIGHT = {
     Phase.PENDING: "queued",
     Phase.QUEUED: "queued",
@@ -133,6 +137,9 @@ def cancel_route(edge: Edge, protocol: str, prefix: str) -> BaseRoute:
             return _json(422, edge.validation_body(exc))
         if selector.selectors() != 1:
             return _json(422, _ONE_SELECTOR)
+        if edge.open and selector.ids is None:
+            # Anyone may reach an open server: one request must not end every rollout.
+            return _json(403, _IDS_ONLY)
         dispositions: dict[str, str] = {}
         if selector.ids is not None:
             for rollout_id in selector.ids:
