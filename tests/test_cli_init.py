@@ -26,6 +26,8 @@ from osmosis_rollout.cli import app
 from osmosis_rollout.scaffold import list_templates
 
 TEMPLATES = [info.name for info in list_templates()]
+#: Each template's project, and the default template in the platform's workspace layout.
+PROJECTS = [*TEMPLATES, "workspace"]
 STEPS = ["validate", "test", "pytest", "ruff check", "ruff format"]
 runner = CliRunner()
 
@@ -119,6 +121,33 @@ def test_init_help_names_the_real_default_template() -> None:
     assert init_command._DEFAULT_TEMPLATE == DEFAULT_TEMPLATE
 
 
+def test_the_workspace_layout_is_the_platforms(tmp_path: Path) -> None:
+    """--layout workspace: the project under rollouts/NAME with the main.py the platform starts,
+    and the eval and training configs naming it; cd leads into the project."""
+    dest = tmp_path / "ws"
+    result = runner.invoke(app, ["init", "calc", "--layout", "workspace", "-p", str(dest)])
+    assert result.exit_code == 0, result.output
+    project = dest / "rollouts" / "calc"
+    for part in ("main.py", "pyproject.toml", "dataset.jsonl", "calc/agent.py", "tests"):
+        assert (project / part).exists(), part
+    for config in ("configs/eval/calc.toml", "configs/training/calc.toml"):
+        text = (dest / config).read_text()
+        assert 'rollout = "calc"' in text and 'entrypoint = "main.py"' in text
+    assert "osmosis_rollout" in (project / "main.py").read_text()
+    lines = result.stdout.splitlines()
+    assert Path(shlex.split(lines[lines.index("Next:") + 1])[1]).absolute() == project
+
+
+def test_an_unknown_layout_is_a_usage_error(tmp_path: Path) -> None:
+    """A typo in --layout names the layouts; nothing is written."""
+    result = runner.invoke(app, ["init", "x", "--layout", "platform", "-p", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "unknown layout 'platform'; choose one of: project, workspace" in one_line(
+        result.stderr
+    )
+    assert not (tmp_path / "x").exists()
+
+
 # -- every template, end to end --------------------------------------------------------------
 
 
@@ -152,7 +181,8 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def _init(template: str, base: Path) -> Pipeline:
     """Run init as the user would and follow its output: the folder to cd into, the commands."""
     done = Pipeline(template)
-    init = _run(["-m", "osmosis_rollout", "init", f"demo-{template}", "-t", template], base)
+    chosen = ["--layout", "workspace"] if template == "workspace" else ["-t", template]
+    init = _run(["-m", "osmosis_rollout", "init", f"demo-{template}", *chosen], base)
     done.steps["init"] = init
     if init.returncode == 0:
         lines = init.stdout.splitlines()
@@ -186,7 +216,7 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pipeline]:
     """Every template through init, then validate, test, pytest and ruff, concurrently."""
     base = tmp_path_factory.mktemp("init-e2e")
     with ThreadPoolExecutor(max_workers=max(4, os.cpu_count() or 1)) as pool:
-        done = {p.template: p for p in pool.map(lambda t: _init(t, base), TEMPLATES)}
+        done = {p.template: p for p in pool.map(lambda t: _init(t, base), PROJECTS)}
         jobs = {
             (template, step): pool.submit(_run, _step_args(p, step), p.project)
             for template, p in done.items()
@@ -204,7 +234,7 @@ def _report(step: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("template", PROJECTS)
 def test_init_creates_the_project(pipelines: dict[str, Pipeline], template: str) -> None:
     """`osmosis init` exits 0 and the printed cd target is the new project."""
     done = pipelines[template]
@@ -215,7 +245,7 @@ def test_init_creates_the_project(pipelines: dict[str, Pipeline], template: str)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("step", STEPS)
-@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("template", PROJECTS)
 def test_generated_project_passes(pipelines: dict[str, Pipeline], template: str, step: str) -> None:
     """In the new project: validate, test on its dataset, its pytest and ruff all exit 0."""
     done = pipelines[template]

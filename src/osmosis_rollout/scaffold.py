@@ -26,6 +26,7 @@ from .errors import ConfigError
 
 __all__ = [
     "DEFAULT_TEMPLATE",
+    "LAYOUTS",
     "ProjectNames",
     "TemplateInfo",
     "create_project",
@@ -33,6 +34,7 @@ __all__ = [
     "list_templates",
     "project_names",
     "render_template",
+    "workspace_project",
 ]
 
 DEFAULT_TEMPLATE = "tools"
@@ -186,20 +188,60 @@ def create_project(
     name: str,
     template: str = DEFAULT_TEMPLATE,
     templates_dir: Path | None = None,
+    layout: str = "project",
 ) -> list[Path]:
     """Create the project ``name`` in ``dest`` from ``template``; return the files written.
 
+    ``layout`` is ``project`` (the template's files in ``dest``) or ``workspace`` (the Osmosis
+    platform's layout: the project in ``dest/rollouts/<name>/`` with the ``main.py`` the
+    platform starts, and ``configs/eval/<name>.toml``, ``configs/training/<name>.toml``).
     ``dest`` must not exist or be an empty folder, and its parent must exist. Raises
-    ``ConfigError`` (bad name, unknown template, existing files, a write that failed); in every
-    failure case nothing is left behind.
+    ``ConfigError`` (bad name, unknown template or layout, existing files, a write that
+    failed); in every failure case nothing is left behind.
     """
+    if layout not in LAYOUTS:
+        raise ConfigError(f"unknown layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
     names = project_names(name)
     info = _find_template(template, templates_dir)
     dest = Path(dest).absolute()
     _check_destination(dest)
     rendered = render_template(info, names.placeholders())
+    if layout == "workspace":
+        rendered = _in_workspace(rendered, names, templates_dir or info.path.parent)
     _write_all(dest, rendered)
     return sorted((dest / relative for relative in rendered), key=lambda p: str(p).lower())
+
+
+#: ``osmosis init --layout``: a project folder, or the platform's workspace around one.
+LAYOUTS = ("project", "workspace")
+#: The folder (beside the templates, with no ``template.toml``) of the workspace's own files.
+WORKSPACE_FILES = "_workspace"
+
+
+def workspace_project(names: ProjectNames) -> PurePosixPath:
+    """Where a workspace keeps the project: ``rollouts/<name>``."""
+    return PurePosixPath("rollouts", names.project)
+
+
+def _in_workspace(
+    project: Mapping[PurePosixPath, str], names: ProjectNames, templates_dir: Path
+) -> dict[PurePosixPath, str]:
+    """The template's files moved under ``rollouts/<name>/``, with the workspace's own."""
+    folder = templates_dir / WORKSPACE_FILES
+    if not folder.is_dir():
+        raise ConfigError(
+            f"the workspace layout's files ({folder}) are missing from this installation; "
+            "reinstall osmosis-rollout"
+        )
+    info = TemplateInfo(WORKSPACE_FILES, "the platform's workspace", folder)
+    rendered = {workspace_project(names) / relative: text for relative, text in project.items()}
+    for relative, text in render_template(info, names.placeholders()).items():
+        if relative in rendered:
+            raise ConfigError(
+                f"the template and the workspace layout both write {relative}; rename one"
+            )
+        rendered[relative] = text
+    return rendered
 
 
 def _find_template(name: str, templates_dir: Path | None) -> TemplateInfo:

@@ -46,6 +46,15 @@ def init_command(
     list_templates: Annotated[
         bool, typer.Option("--list-templates", help="List the templates and exit.")
     ] = False,
+    layout: Annotated[
+        str,
+        typer.Option(
+            "--layout",
+            help="project: the template's files in the folder; workspace: the Osmosis "
+            "platform's layout (rollouts/NAME/ with its main.py, configs/eval/NAME.toml, "
+            "configs/training/NAME.toml).",
+        ),
+    ] = "project",
 ) -> None:
     """Create a new agent project that passes validate, test and its own tests at once.
 
@@ -71,19 +80,34 @@ def init_command(
             fail("missing NAME: the project to create", hint="osmosis init my-agent")
         names = project_names(name)
         dest = (path or Path(name)).absolute()
-        files = create_project(dest, name=name, template=template)
+        files = create_project(dest, name=name, template=template, layout=layout)
     except OsmosisError as exc:
         fail(str(exc))
     shown = _shown(dest)
     where = escape(shown)
-    out.print(f"Created [bold]{escape(name)}[/] from the {escape(template)} template in {where}:")
+    laid_out = " (the platform's workspace layout)" if layout == "workspace" else ""
+    out.print(
+        f"Created [bold]{escape(name)}[/] from the {escape(template)} template in "
+        f"{where}{laid_out}:"
+    )
     for file in files:
         out.print(f"  {escape(file.relative_to(dest).as_posix())}")
     # The project names its agent in [tool.osmosis]: inside it, commands need no TARGET.
     named = escape("([tool.osmosis] agent)")
-    out.print(f"\nIts agent, {names.target}, is named in pyproject.toml {named}.")
+    project, inside = dest, "pyproject.toml"
+    if layout == "workspace":
+        from ..scaffold import workspace_project
+
+        folder = workspace_project(names)
+        project, inside = dest.joinpath(*folder.parts), f"{folder}/pyproject.toml"
+    out.print(f"\nIts agent, {names.target}, is named in {escape(inside)} {named}.")
+    if layout == "workspace":
+        out.print(
+            f"The platform starts it as: _OSMOSIS_ROLLOUT_PORT=8000 python "
+            f"{escape(f'{folder}/main.py')} (see osmosis-rollout's docs/platform.md)."
+        )
     out.print("Next:")
-    out.print(f"  cd {escape(shlex.quote(shown))}")
+    out.print(f"  cd {escape(shlex.quote(_shown(project)))}")
     out.print("  osmosis validate")
     out.print("  osmosis test --dataset dataset.jsonl")
 
