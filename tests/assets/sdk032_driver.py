@@ -84,7 +84,10 @@ def chat_app(calls: list[dict[str, Any]], slow_started: asyncio.Event) -> FastAP
         text = json.dumps(body.get("messages", []))
         if "slow" in text:
             slow_started.set()
-            await asyncio.sleep(30)
+            for _ in range(300):  # 30 s, unless the server hangs up first (it was cancelled)
+                if await request.is_disconnected():
+                    break
+                await asyncio.sleep(0.1)
         return {
             "id": "chatcmpl-1",
             "object": "chat.completion",
