@@ -122,7 +122,8 @@ def sdk_venv(version: str, *, extras: Sequence[str] = ("server",)) -> Path:
             "point OSMOSIS_ROLLOUT_TEST_PYTHON at one"
         )
         raise AssertionError("unreachable")  # skip_or_fail raises
-    requirement = f"osmosis-ai[{','.join(extras)}]=={version}" if extras else f"osmosis-ai=={version}"
+    wanted = f"[{','.join(extras)}]" if extras else ""
+    requirement = f"osmosis-ai{wanted}=={version}"
     tag = hashlib.sha256(f"{requirement} {python}".encode()).hexdigest()[:10]
     venv = cache_dir() / f"osmosis-ai-{version}-{tag}"
     ready = venv / ".ready"

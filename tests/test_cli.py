@@ -140,3 +140,48 @@ def test_each_commands_summary_is_one_line_so_help_never_breaks_it_mid_sentence(
     result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"})
     assert "Serve a local web page of the rollouts in PATH" in result.output
     assert "each rollout as a" not in result.output  # the second line of the old paragraph
+
+
+# -- two `osmosis` commands ------------------------------------------------------------------
+
+
+def test_version_names_the_toolkit_and_where_it_runs_from() -> None:
+    """`osmosis --version` says which of the two `osmosis` commands this is."""
+    import osmosis_rollout
+    from osmosis_rollout._version import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(f"osmosis-rollout {__version__} (the osmosis-rollout toolkit, ")
+    assert str(Path(osmosis_rollout.__file__).resolve().parent) in first
+
+
+def test_version_says_when_the_platforms_sdk_is_installed_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With osmosis-ai beside us, the note says `osmosis-rollout` always runs this toolkit."""
+    import osmosis_rollout.cli as cli
+
+    monkeypatch.setattr(cli, "sdk_version", lambda: "0.3.2")
+    result = CliRunner().invoke(app, ["--version"])
+    note = " ".join(result.stdout.split())
+    assert "note: osmosis-ai 0.3.2 is installed too" in note
+    assert "`osmosis-rollout` always runs this toolkit" in note
+
+
+def test_the_osmosis_rollout_command_is_the_same_app() -> None:
+    """Both console scripts, and `python -m osmosis_rollout`, run the one app."""
+    from importlib.metadata import entry_points
+
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts["osmosis-rollout"] == scripts["osmosis"] == "osmosis_rollout.cli:main"
+    done = subprocess.run(
+        [sys.executable, "-m", "osmosis_rollout", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith("osmosis-rollout ")

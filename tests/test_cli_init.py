@@ -132,7 +132,8 @@ def test_the_workspace_layout_is_the_platforms(tmp_path: Path) -> None:
         assert (project / part).exists(), part
     for config in ("configs/eval/calc.toml", "configs/training/calc.toml"):
         text = (dest / config).read_text()
-        assert 'rollout = "calc"' in text and 'entrypoint = "main.py"' in text
+        assert 'rollout = "calc"' in text
+        assert 'entrypoint = "main.py"' in text
     assert "osmosis_rollout" in (project / "main.py").read_text()
     lines = result.stdout.splitlines()
     assert Path(shlex.split(lines[lines.index("Next:") + 1])[1]).absolute() == project
@@ -142,9 +143,7 @@ def test_an_unknown_layout_is_a_usage_error(tmp_path: Path) -> None:
     """A typo in --layout names the layouts; nothing is written."""
     result = runner.invoke(app, ["init", "x", "--layout", "platform", "-p", str(tmp_path / "x")])
     assert result.exit_code == 2
-    assert "unknown layout 'platform'; choose one of: project, workspace" in one_line(
-        result.stderr
-    )
+    assert "unknown layout 'platform'; choose one of: project, workspace" in one_line(result.stderr)
     assert not (tmp_path / "x").exists()
 
 

@@ -64,7 +64,9 @@ def test_a_given_port_wins_and_a_different_one_is_warned_about() -> None:
     given = apply_launch(ServerSettings(port=9100, instance_id="mine"), environ)
     assert (given.port, given.instance_id) == (9100, "mine")
     warning = port_conflict(9100, environ)
-    assert warning is not None and "8123" in warning and "9100" in warning
+    assert warning is not None
+    assert "8123" in warning
+    assert "9100" in warning
     assert port_conflict(8123, environ) is None
     assert port_conflict(9100, {}) is None
 
@@ -87,9 +89,11 @@ async def test_health_names_the_instance_in_its_body_and_header() -> None:
     settings = ServerSettings(instance_id="run-7-instance")
     app = create_app(load_agent(AGENT), settings=settings)
     transport = httpx2.ASGITransport(app=app)
-    async with app.router.lifespan_context(app):
-        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            response = await http.get("/health")
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http,
+    ):
+        response = await http.get("/health")
     assert response.status_code == 200
     assert response.headers["x-osmosis-rollout-instance-id"] == "run-7-instance"
     assert response.json()["instance_id"] == "run-7-instance"

@@ -32,7 +32,7 @@ INSTANCE = "platform-instance-7"
 CONCURRENCY = 5
 
 #: A subclass of the generated agent that raises on request: the "agent raises" case.
-RAISING = '''
+RAISING = """
 from .agent import PlatformCheckAgent
 
 
@@ -41,7 +41,7 @@ class RaisingOnRequest(PlatformCheckAgent):
         if "please raise" in str(ctx.request.messages):
             raise RuntimeError("the agent failed on purpose")
         return await super().run(ctx)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,8 @@ def test_a_cancel_by_the_driver_cancels(report: dict[str, Any]) -> None:
     assert report["cancelled"]["raised"] is True
     assert report["cancelled"]["status"]["status"] == "cancelled"
     bodies = [c["parsed"]["value"] for c in _callbacks(report, "row-2-cancelled")]
-    assert bodies and bodies[0]["status"] == "cancelled"
+    assert bodies
+    assert bodies[0]["status"] == "cancelled"
 
 
 def test_the_drivers_capacity_read_of_health_gives_our_concurrency(

@@ -11,7 +11,7 @@ import pytest
 from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.server.pinning import FirstInitPin, is_open, origin_of
 
-from .serving import GATE_URL, init_body, serving
+from .serving import init_body, serving
 from .support import load_asset
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +42,8 @@ async def test_the_first_accepted_init_pins_the_hosts_later_inits_may_name(
     assert stranger.status_code == 403
     detail = stranger.json()["detail"]
     assert detail.startswith("server_url names a host this server does not call")
-    assert "elsewhere" not in stranger.text and "traingate.test" not in stranger.text
+    assert "elsewhere" not in stranger.text
+    assert "traingate.test" not in stranger.text
     assert again.status_code == 202
     assert "r-2" not in s.gate.records or s.completions("r-2") == []
 
@@ -103,7 +104,8 @@ def test_a_first_init_that_was_not_accepted_gives_the_pin_back() -> None:
     admitted is checked against it."""
     pin = FirstInitPin()
     refusal, claim = pin.hold([("server_url", "http://a.example")])
-    assert refusal is None and claim is not None
+    assert refusal is None
+    assert claim is not None
     during, _ = pin.hold([("server_url", "http://b.example")])
     assert during is not None
     pin.settle(claim, accepted=False)

@@ -96,4 +96,3 @@ def apply_launch(settings: ServerSettings, environ: Mapping[str, str]) -> Server
         if field not in settings.model_fields_set
     }
     return settings.model_copy(update=update) if update else settings
-

@@ -24,9 +24,31 @@ app = typer.Typer(
 
 
 def _version(value: bool) -> None:
+    # Two packages install a command named `osmosis` (this toolkit and the platform's SDK,
+    # osmosis-ai): say which one this is, from where, and that the other is there too.
     if value:
-        typer.echo(f"osmosis-rollout {__version__}")
+        from pathlib import Path
+
+        here = Path(__file__).resolve().parent.parent
+        typer.echo(f"osmosis-rollout {__version__} (the osmosis-rollout toolkit, {here})")
+        sdk = sdk_version()
+        if sdk is not None:
+            typer.echo(
+                f"note: osmosis-ai {sdk} is installed too; its own `osmosis` command (the "
+                "platform's CLI) is the one that was installed last. `osmosis-rollout` always "
+                "runs this toolkit."
+            )
         raise typer.Exit()
+
+
+def sdk_version() -> str | None:
+    """The installed osmosis-ai's version (the platform's SDK), if any."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("osmosis-ai")
+    except PackageNotFoundError:
+        return None
 
 
 @app.callback()
