@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
@@ -15,7 +17,7 @@ from osmosis_rollout.launch import apply_launch, launch_settings, port_conflict
 from osmosis_rollout.loader import load_agent
 from osmosis_rollout.server import create_app
 
-from .processes import REPO, clean_env, osmosis_serve
+from .processes import REPO, clean_env, osmosis_serve, stop_process, wait_healthy
 from .support import free_port
 
 AGENT = f"{REPO}/examples/calculator/agent.py:CalculatorAgent"
@@ -126,3 +128,30 @@ def test_a_given_port_wins_with_a_warning(tmp_path: Path) -> None:
         banner = " ".join(served.output().split())
     assert f"_OSMOSIS_ROLLOUT_PORT is {env['_OSMOSIS_ROLLOUT_PORT']}" in banner
     assert "where the platform's controller will not call it" in banner
+
+
+def test_serve_takes_the_platforms_port_when_none_is_given(tmp_path: Path) -> None:
+    """The Python twin: serve(agent) with no port listens where _OSMOSIS_ROLLOUT_PORT says, and
+    reports the platform's instance."""
+    port = free_port()
+    script = (
+        "from osmosis_rollout.loader import load_agent\n"
+        "from osmosis_rollout.server import serve\n"
+        f"serve(load_agent({AGENT!r}))\n"
+    )
+    env = clean_env(_OSMOSIS_ROLLOUT_PORT=str(port), _OSMOSIS_ROLLOUT_INSTANCE_ID="py-twin")
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log, timeout=30)
+        health = httpx2.get(f"http://127.0.0.1:{port}/health", timeout=10)
+    finally:
+        stop_process(proc)
+    assert health.headers["x-osmosis-rollout-instance-id"] == "py-twin"
