@@ -128,3 +128,21 @@ def test_only_a_keyless_public_server_is_open() -> None:
     assert is_open(ServerSettings(host="0.0.0.0"))
     assert not is_open(ServerSettings(host="127.0.0.1"))
     assert not is_open(ServerSettings(host="0.0.0.0", api_key="k" * 16))
+
+
+def test_the_banner_says_the_server_is_open_and_pinned() -> None:
+    """The operator sees what an open server trusts (the banner of `osmosis serve`)."""
+    from rich.console import Console
+
+    from osmosis_rollout.cli.serve import _print_banner
+
+    console = Console(record=True, width=200)
+    _print_banner(console, "agent.py:A", "a", ServerSettings(host="0.0.0.0"), generated=False)
+    text = console.export_text()
+    assert "auth          off on a public interface (--no-auth)" in text
+    assert "cancels by ids only" in text
+    assert "the hosts of the first accepted init only (pinned: no key, no --traingate)" in text
+    listed = Console(record=True, width=200)
+    allowed = ServerSettings(host="0.0.0.0", traingate=("tg.internal:443",))
+    _print_banner(listed, "agent.py:A", "a", allowed, generated=False)
+    assert "tg.internal:443 only (--traingate)" in listed.export_text()
