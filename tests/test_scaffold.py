@@ -287,3 +287,33 @@ def test_a_template_folder_without_templates_is_empty(tmp_path: Path) -> None:
     assert list_templates(tmp_path) == []
     with pytest.raises(ConfigError, match=r"choose one of: \(none\)"):
         create_project(tmp_path / "x", name="x", templates_dir=tmp_path)
+
+
+def test_the_workspace_layout_puts_the_project_under_rollouts(tmp_path: Path) -> None:
+    """--layout workspace: the template's files under rollouts/NAME/, the layout's around them,
+    names filled in everywhere."""
+    files = create_project(
+        tmp_path / "ws", name="demo-agent", template="minimal", layout="workspace"
+    )
+    relative = {f.relative_to(tmp_path / "ws").as_posix() for f in files}
+    assert "rollouts/demo-agent/demo_agent/agent.py" in relative
+    assert "rollouts/demo-agent/main.py" in relative
+    assert {"configs/eval/demo-agent.toml", "configs/training/demo-agent.toml"} <= relative
+    for file in files:
+        assert "__PROJECT__" not in file.read_text()
+        assert "__PROJECT__" not in str(file)
+
+
+def test_a_layout_it_does_not_know_or_cannot_find_writes_nothing(tmp_path: Path) -> None:
+    """An unknown layout, or templates without the layout's files: one error, nothing written."""
+    with pytest.raises(
+        ConfigError, match="unknown layout 'flat'; choose one of: project, workspace"
+    ):
+        create_project(tmp_path / "a", name="a", layout="flat")
+    root = make_template(tmp_path / "templates", "custom", {"README.md": "# __PROJECT__\n"})
+    with pytest.raises(ConfigError, match=r"the workspace layout's files .* are missing"):
+        create_project(
+            tmp_path / "b", name="b", template="custom", templates_dir=root, layout="workspace"
+        )
+    assert not (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists()
