@@ -33,8 +33,11 @@ def _health(url: str) -> tuple[dict[str, object], str | None] | None:
 def test_main_serves_the_agent_on_the_platforms_port(tmp_path: Path) -> None:
     """`_OSMOSIS_ROLLOUT_PORT=P python main.py` answers /health on P with the platform's id."""
     port = _free_port()
+    # Settings of your shell (OSMOSIS_PORT would win over the platform's port) stay out.
+    mine = ("OSMOSIS_", "_OSMOSIS_")
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(mine)}
     env = {
-        **os.environ,
+        **inherited,
         "_OSMOSIS_ROLLOUT_PORT": str(port),
         "_OSMOSIS_ROLLOUT_INSTANCE_ID": "test-instance",
         "OSMOSIS_HOST": "127.0.0.1",  # tests stay on this machine
