@@ -155,3 +155,16 @@ def test_serve_takes_the_platforms_port_when_none_is_given(tmp_path: Path) -> No
     finally:
         stop_process(proc)
     assert health.headers["x-osmosis-rollout-instance-id"] == "py-twin"
+
+
+def test_serve_keywords_become_settings_with_the_port_left_for_the_platform() -> None:
+    """serve(agent, host=...) builds the app's settings from its keywords: the bound host is
+    the one the screening and the destination policy judge, and no port means "not given"."""
+    from osmosis_rollout.server.serve import _settings_of
+
+    settings, rest = _settings_of("0.0.0.0", None, "info", {"max_concurrent": 4, "client": None})
+    assert (settings.host, settings.max_concurrent) == ("0.0.0.0", 4)
+    assert "port" not in settings.model_fields_set
+    assert rest == {"client": None}
+    with pytest.raises(ConfigError, match=r"invalid serve\(\) settings: max_concurrent"):
+        _settings_of("127.0.0.1", 9000, "info", {"max_concurrent": 0})
