@@ -168,3 +168,15 @@ def test_serve_keywords_become_settings_with_the_port_left_for_the_platform() ->
     assert rest == {"client": None}
     with pytest.raises(ConfigError, match=r"invalid serve\(\) settings: max_concurrent"):
         _settings_of("127.0.0.1", 9000, "info", {"max_concurrent": 0})
+
+
+def test_a_bad_platform_variable_stops_osmosis_serve_with_one_line() -> None:
+    """Exit 2 and an error naming the variable, before anything is bound."""
+    from typer.testing import CliRunner
+
+    from osmosis_rollout.cli import app
+
+    result = CliRunner().invoke(app, ["serve", AGENT], env={"_OSMOSIS_ROLLOUT_PORT": "eighty"})
+    assert result.exit_code == 2
+    assert "_OSMOSIS_ROLLOUT_PORT='eighty' is not usable" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.output
