@@ -13,7 +13,7 @@ import pytest
 
 from osmosis_rollout.config import ServerSettings
 from osmosis_rollout.errors import ConfigError
-from osmosis_rollout.launch import apply_launch, launch_settings, port_conflict
+from osmosis_rollout.launch_contract import apply_launch, launch_settings, port_conflict
 from osmosis_rollout.loader import load_agent
 from osmosis_rollout.server import create_app
 

@@ -103,8 +103,8 @@ class ServerSettings(BaseModel):
     allow_origin: tuple[str, ...] = ()
     #: Host names requests may name besides the server's own (``*``: any).
     allow_host: tuple[str, ...] = ()
-    # The platform's launch contract (``launch.py``, docs/platform.md): who started us, and where
-    # its runner reads each rollout's files.
+    # The platform's launch contract (``launch_contract.py``, docs/platform.md): who started
+    # us, and where its runner reads each rollout's files.
     #: Each rollout's files go under ``<artifact_root>/<rollout_id>/`` (``trajectory.json``).
     artifact_root: Path | None = None
     #: The id ``/health`` reports (body and ``x-osmosis-rollout-instance-id``); None: the replica.

@@ -199,7 +199,7 @@ def serve_command(
 
     from ..config import ServerSettings, find_pyproject
     from ..errors import OsmosisError
-    from ..launch import launch_settings, port_conflict
+    from ..launch_contract import launch_settings, port_conflict
 
     err = stderr_console()
     pyproject = find_pyproject(Path.cwd())

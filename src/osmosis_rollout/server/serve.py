@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from ..agent import RolloutAgentLoop
 from ..config import ServerSettings
 from ..errors import ConfigError, OsmosisError
-from ..launch import apply_launch, port_conflict
+from ..launch_contract import apply_launch, port_conflict
 from .app import create_app
 from .auth import decide_auth
 from .connections import (
@@ -171,7 +171,8 @@ def serve(
     h11; ``loop="asyncio", http="h11"`` forces that fallback.
 
     The port is ``port``, else the platform's ``_OSMOSIS_ROLLOUT_PORT``, else 9000; the
-    platform's other variables fill what was not given (``launch.py``, docs/platform.md).
+    platform's other variables fill what was not given (``launch_contract.py``,
+    docs/platform.md).
 
     Auth follows ``osmosis serve``: a blank ``api_key`` is a ``ConfigError``; on an interface
     other than loopback without a key one is generated and printed once on stderr, unless
