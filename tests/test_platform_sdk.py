@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ class RaisingOnRequest(PlatformCheckAgent):
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The workspace served as the platform starts it, driven once by the SDK's driver."""
     venv = sdk_venv("0.3.2")
     workspace = tmp_path_factory.mktemp("platform") / "workspace"
@@ -53,9 +52,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     project = workspace / "rollouts" / "platform-check"
     (project / "platform_check" / "raising.py").write_text(RAISING)
     port = free_port()
+    artifacts = workspace / "artifacts"
     env = clean_env(
         _OSMOSIS_ROLLOUT_PORT=str(port),
         _OSMOSIS_ROLLOUT_INSTANCE_ID=INSTANCE,
+        _OSMOSIS_ROLLOUT_ARTIFACT_ROOT=str(artifacts),
         OSMOSIS_HOST="127.0.0.1",  # tests bind loopback only; the platform binds 0.0.0.0
     )
     log = workspace / "serve.log"
@@ -81,11 +82,12 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             env=clean_env(),
         )
         assert driven.returncode == 0, f"{driven.stderr[-4000:]}\n--- server\n{log.read_text()}"
-        found = json.loads(driven.stdout.splitlines()[-1])
-        found["server_log"] = log.read_text(errors="replace")
-        yield found
+        found: dict[str, Any] = json.loads(driven.stdout.splitlines()[-1])
     finally:
-        stop_process(server)
+        stop_process(server)  # drained: every trajectory is written
+    found["server_log"] = log.read_text(errors="replace")
+    found["artifacts"] = str(artifacts)
+    return found
 
 
 def _our_python() -> Path:
@@ -152,3 +154,15 @@ def test_the_chat_calls_carry_the_llm_key_never_the_controllers(report: dict[str
     for call in report["chat_calls"]:
         assert call["authorization"] == "Bearer llm-key-for-chat-4567"
     assert "controller-key-for-callbacks-0123" not in report["server_log"]
+
+
+def test_each_rollout_leaves_a_trajectory_the_runner_can_read(report: dict[str, Any]) -> None:
+    """Under ``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``, every rollout the driver ran has its
+    ``<rollout_id>/trajectory.json``, valid against the ``atif`` package's models."""
+    import atif
+
+    root = Path(report["artifacts"])
+    for rollout_id in ("row-0-success", "row-1-raises", "row-2-cancelled"):
+        document = json.loads((root / rollout_id / "trajectory.json").read_text())
+        trajectory = atif.Trajectory.model_validate(document, strict=True)
+        assert trajectory.session_id == rollout_id
