@@ -2,9 +2,9 @@
 real ``osmosis serve`` on 127.0.0.1.
 
 osmosis-ai needs Python 3.12+, so it lives in a venv of its own, made once and kept under
-``~/.cache/osmosis-rollout-tests/`` (never in ours). The test skips, naming why, only when no
-3.12+ interpreter exists or the package index cannot give the package; with
-``TESTS_REQUIRE_PROGRAMS=1`` (CI) it fails instead. The controller's side is
+``~/.cache/osmosis-rollout-tests/`` by ``tests/peer_sdk.py`` (never in ours). The test skips,
+naming why, only when no 3.12+ interpreter exists or the package index cannot give the
+package; with ``TESTS_REQUIRE_PROGRAMS=1`` (CI) it fails instead. The controller's side is
 ``tests/assets/polling_sdk_controller.py``: success with the agent's reward, an agent that
 raises, a cancel, a controller that stops polling, ``/health``, every body strict.
 """
@@ -13,101 +13,29 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .gates import ADD_CALL, ANSWER
+from .peer_sdk import python_of, sdk_venv
 from .processes import REPO, clean_env, osmosis_serve
-from .programs import skip_or_fail
 from .support import serve_in_thread
 from .v2_gate import V2Gate
 
 pytestmark = pytest.mark.slow
 
-SDK = "osmosis-ai==0.3.8"
+SDK_VERSION = "0.3.8"
 AGENT = f"{REPO}/tests/assets/v2_interop_agent.py:InteropAgent"
 CONTROLLER = REPO / "tests" / "assets" / "polling_sdk_controller.py"
 SERVER_KEY = "polling-interop-key-01"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "osmosis-rollout-tests"
-
-
-def _version(python: str) -> tuple[int, int] | None:
-    try:
-        out = subprocess.run(
-            [python, "-c", "import sys; print(*sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout.split()
-        return int(out[0]), int(out[1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
-def _candidates() -> Iterator[str]:
-    """Pythons that may be 3.12+: ours, those on PATH, pyenv's."""
-    yield sys.executable
-    for name in ("python3.13", "python3.12", "python3"):
-        found = shutil.which(name)
-        if found:
-            yield found
-    roots = [Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")]
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        root = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=30)
-        if root.returncode == 0 and root.stdout.strip():
-            roots.insert(0, Path(root.stdout.strip()))
-    for root in roots:
-        for version in sorted((root / "versions").glob("3.1[2-9]*"), reverse=True):
-            yield str(version / "bin" / "python3")
-
-
-def _python312() -> str | None:
-    for python in _candidates():
-        version = _version(python)
-        if version is not None and version >= (3, 12):
-            return python
-    return None
-
-
-def _sdk_venv() -> Path:
-    """The cached venv's python with the SDK in it, made (atomically) if missing."""
-    venv = CACHE / SDK.replace("==", "-")
-    python = venv / "bin" / "python"
-    check = [str(python), "-c", "import osmosis_ai.rollout.client"]
-    if python.exists() and subprocess.run(check, capture_output=True, timeout=120).returncode == 0:
-        return python
-    base = _python312()
-    if base is None:
-        skip_or_fail(f"no Python 3.12+ interpreter found for {SDK} (install one, e.g. pyenv)")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    building = CACHE / f"{venv.name}.{os.getpid()}.tmp"
-    shutil.rmtree(building, ignore_errors=True)
-    subprocess.run([base, "-m", "venv", str(building)], check=True, timeout=300)
-    install = subprocess.run(
-        [str(building / "bin" / "python"), "-m", "pip", "install", "-q", SDK],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if install.returncode != 0:
-        shutil.rmtree(building, ignore_errors=True)
-        tail = install.stderr.strip().splitlines()[-1:] or ["no output"]
-        skip_or_fail(f"pip could not install {SDK} (is the package index reachable?): {tail[0]}")
-    shutil.rmtree(venv, ignore_errors=True)
-    building.rename(venv)
-    return python
 
 
 @pytest.fixture(scope="module")
 def sdk_python() -> Path:
-    return _sdk_venv()
+    """osmosis-ai 0.3.8 in its cached Python 3.12+ venv (tests/peer_sdk.py)."""
+    return python_of(sdk_venv(SDK_VERSION, extras=()))
 
 
 def test_the_official_controller_drives_osmosis_serve(sdk_python: Path, tmp_path: Path) -> None:
