@@ -70,7 +70,7 @@ async def _record(rows: list[RowInput], concurrency: int, cassette: Path) -> dic
     options = RunOptions(concurrency=concurrency)
     gate = MockTrainGate(MockLLMBackend(policy="all"))
     wall, cpu = time.perf_counter(), time.process_time()
-    recorder = CassetteRecorder(cassette, gate, options, agent=TARGET)
+    recorder = CassetteRecorder(cassette, gate, options, agent=TARGET, protocol="v1")
     async with Harness(agent, gate=gate, max_concurrent=concurrency) as harness:
         report = await run_batch(harness, rows, options, on_result=recorder.row_finished)
     recorder.close()

@@ -510,7 +510,9 @@ async def test_a_replica_that_stalled_past_its_lease_does_not_send_a_second_call
 def test_a_file_outbox_entry_never_holds_a_password_of_its_url(tmp_path: Path) -> None:
     """A server_url with ``user:password@`` is written with the password as ***."""
     response = RolloutResponse(rollout_id="pw-1", status=RolloutStatus.ERROR)
-    path = write_outbox(tmp_path, "http://trainer:pw-hunter2@tg.test:9", response, "failed")
+    path = write_outbox(
+        tmp_path, "http://trainer:pw-hunter2@tg.test:9", response, "failed", protocol="v1"
+    )
     text = path.read_text(encoding="utf-8")
     assert "pw-hunter2" not in text
     assert json.loads(text)["server_url"] == "http://trainer:***@tg.test:9"

@@ -1,4 +1,4 @@
-"""The mock TrainGate as a protocol v2 controller (testing/traingate_v2.py), driven against a
+"""The mock TrainGate as a protocol v2 controller (testing/wire/v2.py), driven against a
 small v2 server that follows the spec (tests/v2_stub.py) on 127.0.0.1; each v2 finding is
 provoked on purpose by bending one rule, and never fires on the well-behaved stub."""
 
@@ -13,12 +13,10 @@ import pytest
 from osmosis_rollout import RolloutAgentLoop, RolloutContext, RolloutRequest, RolloutResult
 from osmosis_rollout.errors import ConfigError
 from osmosis_rollout.evaluation.runner import RowInput, RunOptions, run_batch
-from osmosis_rollout.protocol import CompletionsRequest
+from osmosis_rollout.protocol import CompletionsRequest, GraderCallback, Sample
 from osmosis_rollout.testing import Harness, MockLLMBackend, MockTrainGate
 from osmosis_rollout.testing.records import completion_from_message
-from osmosis_rollout.testing.traingate_v2 import sse_reply, v2_route
-from osmosis_rollout.testing.v2_bodies import GraderCallback, Sample, v2_result
-from osmosis_rollout.testing.v2_driver import retry_after
+from osmosis_rollout.testing.wire.v2 import retry_after, sse_reply, v2_result, v2_route
 
 from .support import load_asset, serve_in_thread, wait_until
 from .v2_stub import ADD_TOOL, Behaviour, V2Stub
@@ -386,7 +384,7 @@ async def test_the_runs_sampling_reaches_each_v2_call_through_the_mock() -> None
 def test_the_label_is_the_rows_ground_truth_as_a_string(truth: Any, label: str | None) -> None:
     """v2's label is a string: a number or a structure is sent as its JSON."""
     from osmosis_rollout.protocol import RolloutRequest
-    from osmosis_rollout.testing.v2_bodies import start_body
+    from osmosis_rollout.testing.wire.v2 import start_body
 
     metadata = {} if truth is None else {"ground_truth": truth}
     request = RolloutRequest(
@@ -402,7 +400,7 @@ def test_the_label_is_the_rows_ground_truth_as_a_string(truth: Any, label: str |
 
 
 def test_a_cancelled_rollout_reads_as_cancelled() -> None:
-    from osmosis_rollout.testing.v2_bodies import CompletionCallback
+    from osmosis_rollout.protocol import CompletionCallback
 
     completion = CompletionCallback(status="cancelled", err_message="rollout cancelled")
     grader = GraderCallback(status="failure", err_message="rollout cancelled")

@@ -23,8 +23,8 @@ from osmosis_rollout.protocol import RolloutRequest
 from osmosis_rollout.scaffold import list_templates
 from osmosis_rollout.testing import Harness, MockLLMBackend
 from osmosis_rollout.testing.harness import MOCK_API_KEY, MOCK_CALLBACK_KEY, RolloutOutcome
-from osmosis_rollout.testing.v2_bodies import start_body
-from osmosis_rollout.testing.v2_driver import HttpxCalls
+from osmosis_rollout.testing.wire import HttpxCalls
+from osmosis_rollout.testing.wire.v2 import start_body
 
 from .processes import REPO, ServeProcess, clean_env, osmosis_serve
 

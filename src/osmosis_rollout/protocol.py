@@ -4,6 +4,13 @@ This is the only module that knows JSON field names. It follows ``protocol.md``:
 from TrainGate is validated strictly (with errors that never echo input values), what
 OpenAI-compatible servers return is read leniently (unknown fields are ignored), and everything we
 send drops ``null`` fields (use :func:`wire`).
+
+Protocol v2's bodies (``protocol-v2.md``, the end of this module) are each one model that both
+sides use: the server builds its callbacks and status answers with them and reads the init and
+the cancel with them; the mock TrainGate builds the init and the cancel and reads the rest. They
+refuse unknown fields (``extra="forbid"``), so a field one side adds and the other does not
+declare fails at once. Only a server reading an init or a cancel ignores unknown fields (the
+spec says a server does): :class:`V2InitReceived`, :class:`CancelBodyReceived`, the same fields.
 """
 
 from __future__ import annotations
@@ -28,16 +35,23 @@ from pydantic import (
 
 from .redaction import REVEAL_SECRETS, ApiKey, dump_secret
 from .sampling import EXTENSION_FIELD, SamplingParams, check_completion_params
-from .server_url import normal_server_url
+from .server_url import check_called_url, normal_server_url
 
 __all__ = [
     "DEFAULT_MAX_METADATA_BYTES",
+    "DISPOSITIONS",
     "EXTENSION_FIELD",
+    "TERMINAL_STATUSES",
+    "CancelAnswer",
+    "CancelBody",
+    "CancelBodyReceived",
     "ChatMessage",
+    "CompletionCallback",
     "CompletionChoice",
     "CompletionUsage",
     "CompletionsRequest",
     "CompletionsResponse",
+    "GraderCallback",
     "HealthResponse",
     "InitResponse",
     "Message",
@@ -49,9 +63,16 @@ __all__ = [
     "RolloutRequest",
     "RolloutResponse",
     "RolloutStatus",
+    "Sample",
     "SamplingParams",
+    "StatusAnswer",
+    "V2Init",
+    "V2InitReceived",
     "check_completion_params",
+    "check_metadata",
+    "check_one_segment",
     "check_rollout_id",
+    "check_secret",
     "describe_validation_error",
     "wire",
     "wire_json",
@@ -428,3 +449,177 @@ class RolloutResponse(BaseModel):
         if value is not None and not math.isfinite(value):
             raise ValueError("reward must be a finite number")
         return value
+
+
+# -- protocol v2 (docs/protocol-v2.md): one strict model per body, for both sides -------------
+
+
+class _V2Body(BaseModel):
+    """A v2 body: unknown fields are refused, so the two sides cannot drift apart unseen."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_secret(value: str | None, name: str) -> str | None:
+    """``value`` if it is printable ASCII without spaces (it goes into a header)."""
+    if value is not None and not all(" " < c <= "~" for c in value):
+        raise ValueError(f"{name} must be printable ASCII without spaces")
+    return value
+
+
+def check_one_segment(value: str) -> str:
+    """``value`` if it is one URL path segment (a v2 rollout id: routes and URLs name it)."""
+    if (
+        not value.strip()
+        or value in (".", "..")
+        or any(c in value for c in "/\\\x00")
+        or not value.isprintable()
+    ):
+        raise ValueError(
+            "rollout_id must be one URL path segment: non-empty, printable, not . or .., "
+            "without / or \\"
+        )
+    return value
+
+
+def check_metadata(value: dict[str, Any] | None, info: ValidationInfo) -> Any:
+    """``value`` if it serialises to JSON within the server's limit (in the context)."""
+    if value is None:
+        return None
+    limit = RolloutRequest.default_max_metadata_bytes
+    if isinstance(info.context, dict):
+        limit = int(info.context.get("max_metadata_bytes", limit))
+    try:
+        size = len(json.dumps(value, allow_nan=False, separators=(",", ":")).encode())
+    except (TypeError, ValueError):
+        raise ValueError("metadata must be JSON-serialisable") from None
+    if size > limit:
+        raise ValueError(f"metadata is {size} bytes serialised; the limit is {limit}")
+    return value
+
+
+class V2Init(_V2Body):
+    """``POST /rollout``'s body (spec 3.1). Checked strictly: every URL through the checker
+    v1's ``server_url`` passes (scheme, host, printable ASCII; D2), every timeout finite (D4),
+    secrets printable ASCII, the metadata under the limit (the validation context's
+    ``max_metadata_bytes``), and a rollout id one path segment."""
+
+    initial_messages: list[Message] = Field(fail_fast=True)
+    label: str | None = None
+    metadata: dict[str, Any] | None = None
+    rollout_id: str | None = Field(default=None, max_length=MAX_ROLLOUT_ID_LENGTH)
+    chat_completions_url: str
+    controller_api_key: str | None = None
+    llm_api_key: str | None = None
+    completion_callback_url: str
+    grader_callback_url: str | None = None
+    agent_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
+    grader_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
+    extra_fields: dict[str, Any] | None = None
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _one_segment(cls, value: str | None) -> str | None:
+        return None if value is None else check_one_segment(value)
+
+    @field_validator("chat_completions_url", "completion_callback_url", "grader_callback_url")
+    @classmethod
+    def _check_urls(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        return check_called_url(value, str(info.field_name), info.data.get("rollout_id"))
+
+    @field_validator("controller_api_key", "llm_api_key")
+    @classmethod
+    def _check_keys(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value == "" and info.field_name == "llm_api_key":
+            raise ValueError("llm_api_key must not be empty: send null for no key")
+        return check_secret(value, str(info.field_name)) or None
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> Any:
+        return check_metadata(value, info)
+
+
+class V2InitReceived(V2Init):
+    """:class:`V2Init` as a server reads it: unknown fields ignored (spec section 2)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class CancelBody(_V2Body):
+    """``POST /rollout/cancel``'s body: exactly one of the three selectors (spec 3.3)."""
+
+    ids: list[str] | None = Field(default=None, max_length=10_000)
+    prefix: str | None = Field(default=None, max_length=MAX_ROLLOUT_ID_LENGTH)
+    all: bool = False
+
+    def selectors(self) -> int:
+        """How many selectors are present (must be one)."""
+        return (self.ids is not None) + (self.prefix is not None) + bool(self.all)
+
+
+class CancelBodyReceived(CancelBody):
+    """:class:`CancelBody` as a server reads it: unknown fields ignored (spec section 2)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+#: The dispositions a cancel answers per rollout (spec 3.3).
+Disposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
+DISPOSITIONS: frozenset[str] = frozenset({"cancelled_queued", "cancelled_running", "not_found"})
+
+
+class CancelAnswer(_V2Body):
+    """The cancel's answer: each rollout's disposition."""
+
+    dispositions: dict[str, Disposition]
+
+
+#: Terminal values of the status answer; in flight it is queued, running or grading.
+TERMINAL_STATUSES: frozenset[str] = frozenset({"success", "failure", "cancelled"})
+
+
+class StatusAnswer(_V2Body):
+    """``GET /rollout/{id}/status``'s answer (spec 3.2; v1's extension answers the same):
+    ``reward`` only for a success, ``err_message`` only otherwise."""
+
+    rollout_id: str
+    status: Literal["queued", "running", "grading", "success", "failure", "cancelled", "unknown"]
+    reward: float | None = None
+    err_message: str | None = None
+
+
+class CompletionCallback(_V2Body):
+    """``POST completion_callback_url``: the agent phase's verdict, no sample (spec 5.1). The
+    fields in the order the server sends them."""
+
+    rollout_id: str | None = None
+    #: Always null from this server (U8).
+    extra_fields: dict[str, Any] | None = None
+    #: ``cancelled`` is what a controller also accepts (the original server never sends it).
+    status: Literal["success", "failure", "cancelled"]
+    err_message: str | None = None
+    err_category: str | None = None
+
+
+class Sample(_V2Body):
+    """The grader callback's sample: the conversation and its reward (spec 5.2)."""
+
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    label: str | None = None
+    reward: float | None = None
+    remove_sample: bool = False
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    extra_fields: dict[str, Any] = Field(default_factory=dict)
+
+
+class GraderCallback(_V2Body):
+    """``POST grader_callback_url``: the sample and its reward, the terminal event (5.2)."""
+
+    status: Literal["success", "failure"]
+    rollout_id: str | None = None
+    sample: Sample | None = None
+    err_message: str | None = None
+    err_category: str | None = None

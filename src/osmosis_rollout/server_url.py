@@ -13,6 +13,7 @@ past a check of the written host). Where the URL may point is ``destinations.py`
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -20,7 +21,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
-__all__ = ["check_host_spelling", "destination", "normal_server_url", "redacted_url"]
+__all__ = [
+    "check_called_url",
+    "check_host_spelling",
+    "destination",
+    "normal_server_url",
+    "redacted_url",
+]
 
 #: A host name (letters, digits, ``.-_``) or an IPv4/IPv6 address, as ``urlsplit`` reports it.
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
@@ -121,3 +128,53 @@ def destination(url: str) -> str:
         return "?"
     host = parts.hostname or "?"
     return f"[{host}]{port}" if ":" in host else f"{host}{port}"
+
+
+#: A rollout id that can stand for any other in a URL's path without changing its structure.
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._~-]{1,256}")
+
+
+def check_called_url(value: str, name: str, rollout_id: str | None = None) -> str:
+    """``value`` stripped, if :func:`normal_server_url` takes it; the error names ``name`` (a
+    protocol v2 URL field: ``chat_completions_url``, ``completion_callback_url``...).
+
+    The three URLs of a rollout usually differ from the last one's only by the rollout id as a
+    path segment: checked with that segment replaced, the result is cached (the check parses
+    the URL as the HTTP client will, a few times the cost of the rest of the init).
+    """
+    value = value.strip()
+    origin = _origin_of(value)
+    if rollout_id is not None and origin is not None and _PLAIN_ID.fullmatch(rollout_id):
+        # Only the path is templated: the host (``http://2130706433/...`` with that id) is
+        # always checked as written.
+        segment = f"/{rollout_id}"
+        path = value[len(origin) :]
+        templated = path.replace(f"{segment}/", "/_id_/")
+        if templated.endswith(segment):
+            templated = templated[: -len(segment)] + "/_id_"
+        _check_cached(origin + templated, name)
+    else:
+        _check(value, name)
+    return value
+
+
+def _origin_of(value: str) -> str | None:
+    """``scheme://netloc`` as ``value`` starts with it, or None when it does not."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return None
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return origin if parts.netloc and value.startswith(origin) else None
+
+
+def _check(value: str, name: str) -> None:
+    try:
+        normal_server_url(value)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("server_url", name)) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_cached(value: str, name: str) -> None:
+    _check(value, name)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ..testing.wire import WIRES
 from ._common import fail
+
+if TYPE_CHECKING:
+    from ..testing.wire import MockWire
 
 
 def jobs_count(jobs: str, *, rows: int | None = None) -> tuple[int | None, str | None]:
@@ -112,21 +117,44 @@ def check_mode_flags(
         fail(f"{flag} works only in batch mode, not with --interactive")
 
 
-def check_protocol(protocol: str, *, interactive: bool) -> str:
-    """``--protocol v1|v2`` (any case); the interactive debugger steps v1 rollouts only."""
-    value = protocol.strip().lower()
-    if value not in ("v1", "v2"):
+def check_protocol(protocol: str, *, interactive: bool, command: str = "test") -> MockWire:
+    """``--protocol`` (any case): one of ``testing.wire.WIRES``; the interactive debugger
+    steps only the wires that say they can be stepped."""
+    from ..errors import ConfigError
+    from ..testing.wire import wire_named, wire_names
+
+    example = (
+        "osmosis test agent.py:MyAgent -d rows.jsonl"
+        if command == "test"
+        else f"osmosis {command} agent.py:MyAgent"
+    )
+    other = WIRES[-1].protocol
+    try:
+        wire = wire_named(protocol)
+    except ConfigError:
         fail(
-            f"--protocol {protocol!r}: choose v1 or v2",
-            hint="osmosis test agent.py:MyAgent -d rows.jsonl --protocol v2",
+            f"--protocol {protocol!r}: choose {' or '.join(wire_names())}",
+            hint=f"{example} --protocol {other}",
         )
-    if value == "v2" and interactive:
+    if interactive and not wire.steppable:
+        steppable = " or ".join(w.protocol for w in WIRES if w.steppable)
         fail(
-            "--interactive steps rollouts over protocol v1 only: drop --protocol v2, or run "
-            "the batch with it",
-            hint="osmosis test agent.py:MyAgent -d rows.jsonl --protocol v2",
+            f"--interactive steps rollouts over protocol {steppable} only: drop --protocol "
+            f"{wire.protocol}, or run the batch with it",
+            hint=f"{example} --protocol {wire.protocol}",
         )
-    return value
+    return wire
+
+
+#: ``--protocol``'s default: the first wire of ``testing.wire.WIRES``.
+DEFAULT_PROTOCOL = WIRES[0].protocol
+
+
+def protocol_metavar() -> str:
+    """``--protocol``'s choices as its metavar: ``v1|v2``."""
+    from ..testing.wire import wire_names
+
+    return "|".join(wire_names())
 
 
 def check_server_debug_dir(server: str | None, debug_dir: Path | None) -> None:
@@ -167,14 +195,14 @@ def check_server_url(url: str) -> None:
         )
 
 
-def say_no_turn_budget() -> None:
-    """``--max-turns`` with ``--protocol v2``: v2 carries no turn budget, so it cannot reach the
-    agent (``--temperature`` and ``--max-tokens`` do: the mock applies them to each call)."""
+def say_no_turn_budget(wire: MockWire) -> None:
+    """``--max-turns`` on a wire without a turn budget (v2): it cannot reach the agent
+    (``--temperature`` and ``--max-tokens`` do: the mock applies them to each call)."""
     from ._common import stderr_console
 
     stderr_console().print(
-        "[dim]--max-turns: protocol v2 has no turn budget, so the agent's own limit applies "
-        "(--temperature and --max-tokens still reach each chat call)[/]",
+        f"[dim]--max-turns: protocol {wire.protocol} has no turn budget, so the agent's own "
+        "limit applies (--temperature and --max-tokens still reach each chat call)[/]",
         soft_wrap=True,
     )
 

@@ -14,6 +14,7 @@ from . import app
 from ._common import fail, run_async
 from ._target import TARGET_HELP
 from ._test_flags import (
+    DEFAULT_PROTOCOL,
     check_fail_on,
     check_jobs,
     check_mock_policy,
@@ -26,6 +27,7 @@ from ._test_flags import (
     jobs_count,
     llm_key,
     llm_of,
+    protocol_metavar,
     run_rows,
     say_auto_jobs,
     say_no_turn_budget,
@@ -94,12 +96,12 @@ def command_test(
         str,
         typer.Option(
             "--protocol",
-            metavar="v1|v2",
+            metavar=protocol_metavar(),
             help="The wire the mock TrainGate speaks to the server: v1 (POST /v1/rollout/init, "
             "one callback) or v2 (POST /rollout, completion and grader callbacks, status, "
             "cancel), in-process or with --server. See docs/protocol-v2.md.",
         ),
-    ] = "v1",
+    ] = DEFAULT_PROTOCOL,
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -339,9 +341,9 @@ def command_test(
             "--resume continues the results file of --output: give it",
             hint="osmosis test agent.py:MyAgent -d rows.jsonl -o results.jsonl --resume",
         )
-    protocol = check_protocol(protocol, interactive=interactive)
-    if protocol == "v2" and _given(context, "max_turns"):
-        say_no_turn_budget()
+    wire = check_protocol(protocol, interactive=interactive)
+    if not wire.turn_budget and _given(context, "max_turns"):
+        say_no_turn_budget(wire)
     if interactive and trajectories is not None:
         fail("--trajectories works only in batch mode, not with --interactive")
     if trajectories is not None and trajectories.exists() and not trajectories.is_dir():
@@ -402,7 +404,7 @@ def command_test(
         pass_threshold=pass_threshold,
         by=by,
         tool_error_share=tool_error_share,
-        protocol=protocol,
+        protocol=wire.protocol,
     )
     try:
         if interactive:

@@ -10,6 +10,7 @@ import typer
 from . import app
 from ._common import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, fail, run_async, stdout_console
 from ._target import TARGET_HELP, agent_target
+from ._test_flags import DEFAULT_PROTOCOL, check_protocol, protocol_metavar
 
 
 @app.command("validate")
@@ -56,10 +57,10 @@ def validate_command(
         str,
         typer.Option(
             "--protocol",
-            metavar="v1|v2",
+            metavar=protocol_metavar(),
             help="The wire of the dry run: v1 or v2 (docs/protocol-v2.md).",
         ),
-    ] = "v1",
+    ] = DEFAULT_PROTOCOL,
 ) -> None:
     """Check an agent statically, dynamically and with one dry rollout.
 
@@ -70,12 +71,7 @@ def validate_command(
     from ..render import validation_report
     from ..validator import validate_agent_loop_async
 
-    wire = protocol.strip().lower()
-    if wire not in ("v1", "v2"):
-        fail(
-            f"--protocol {protocol!r}: choose v1 or v2",
-            hint="osmosis validate agent.py:MyAgent --protocol v2",
-        )
+    wire = check_protocol(protocol, interactive=False, command="validate").protocol
     target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
     if reward:
         from ._validate_reward import reward_checks

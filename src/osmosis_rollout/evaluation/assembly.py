@@ -17,6 +17,7 @@ from ..errors import ConfigError, DatasetError
 
 if TYPE_CHECKING:
     from ..agent import RolloutAgentLoop
+    from ..testing.wire import MockWire
     from .options import TestOptions
     from .parallel import WorkerPool
     from .replay import ReplayBackend
@@ -78,7 +79,7 @@ def _prepare(
     }
     if options.replay is not None:
         backend: Any = replay_backend(options.replay, options.replay_mode, sources=pool is not None)
-        check_replay_protocol(backend, options.protocol)
+        check_replay_protocol(backend, options.wire)
         note = cassette_note(backend)
         if note:
             warn(note)
@@ -190,7 +191,7 @@ def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPo
         backend=backend,
         debug_dir=str(Path(debug_dir).resolve()) if debug_dir is not None else None,
         verbose=options.verbose,
-        protocol=options.protocol,
+        protocol=options.wire.protocol,
     )
     pool = WorkerPool(spec, options.jobs, notify=warn)
     pool.start()
@@ -244,11 +245,11 @@ def recorded_settings(backend: ReplayBackend, given: dict[str, Any]) -> dict[str
     }
 
 
-def check_replay_protocol(backend: ReplayBackend, protocol: str) -> None:
+def check_replay_protocol(backend: ReplayBackend, wire: MockWire) -> None:
     """A cassette replays on the wire it was recorded on: the agent's chat requests differ
     between wires (v2's model name, tools on every call), so a replay across them would report
     every row as diverged. Refused instead, naming the flag that fixes it."""
-    recorded = backend.cassette.header.protocol
+    recorded, protocol = backend.cassette.header.protocol, wire.protocol
     if recorded != protocol:
         raise ConfigError(
             f"{backend.cassette.path} was recorded with --protocol {recorded}; replay it with "

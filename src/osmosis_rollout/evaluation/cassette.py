@@ -5,7 +5,8 @@ A cassette is what ``osmosis test --record PATH`` writes and ``--replay PATH`` r
 per line:
 
 - ``{"type": "header", "format": "osmosis-cassette", "version": 1, ...}``: when, with which
-  osmosis, agent, LLM (URL without credentials, model) and run options it was recorded;
+  osmosis, agent, LLM (URL without credentials, model), run options and wire (``protocol``:
+  ``v1`` or ``v2``; a header without it predates v2, so it is v1) it was recorded;
 - ``{"type": "row", ...}`` per dataset row, written as soon as that row finishes: its ``input``
   (messages, metadata, request options), the ``tools`` the server declared, every LLM ``turn``
   (``request``: the messages the agent sent and its sampling ``params``; ``reply``: the whole
@@ -31,11 +32,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._version import __version__
 from ..errors import ConfigError
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, describe_validation_error
+from ..testing.wire import LEGACY_PROTOCOL, wire_names
 from ..tracing import secret_free_json
 from .collector import paused_gc
 
@@ -89,8 +91,20 @@ class CassetteHeader(_Part):
     agent: str | None = None
     llm: dict[str, Any] = Field(default_factory=dict)
     options: RecordedOptions = Field(default_factory=RecordedOptions)
-    #: The wire the mock TrainGate spoke (``osmosis test --protocol``); older cassettes: v1.
-    protocol: Literal["v1", "v2"] = "v1"
+    #: The wire the mock TrainGate spoke (``osmosis test --protocol``: a name of
+    #: ``testing.wire.WIRES``). Every writer names it; a header without one is read as v1
+    #: (``LEGACY_PROTOCOL``) only because such a cassette predates protocol v2.
+    protocol: str = LEGACY_PROTOCOL
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_wire(cls, value: str) -> str:
+        if value not in wire_names():
+            raise ValueError(
+                f"protocol {value!r} is not a wire this osmosis speaks "
+                f"({', '.join(wire_names())}): a newer osmosis recorded it"
+            )
+        return value
 
 
 class History(_Part):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..testing.wire import WIRES, MockWire, wire_named
+
 
 @dataclass(frozen=True)
 class TestOptions:
@@ -21,7 +23,8 @@ class TestOptions:
     ``api_key`` is the ``server``'s key; without a ``server`` it is the LLM's (v1's meaning of
     ``--api-key``), else ``OPENAI_API_KEY``. A ``model`` without ``llm_url`` is served by
     ``OPENAI_BASE_URL`` (OpenAI's by default); with the mock LLM it is an error, never ignored.
-    ``protocol`` is the wire the mock TrainGate speaks to the server: ``"v1"`` or ``"v2"``.
+    ``protocol`` is the wire the mock TrainGate speaks to the server: a name of
+    ``testing.wire.WIRES`` (``"v1"``, the default, or ``"v2"``), or the wire itself.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -69,4 +72,9 @@ class TestOptions:
     resume: bool = False
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
     tool_error_share: float = 0.2
-    protocol: str = "v1"
+    protocol: MockWire | str = WIRES[0]
+
+    @property
+    def wire(self) -> MockWire:
+        """The wire ``protocol`` names (``ConfigError`` for a name no wire has)."""
+        return wire_named(self.protocol)

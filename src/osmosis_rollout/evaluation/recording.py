@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..protocol import Message, wire
 from ..testing.records import RolloutRecord
 from ..testing.traingate import MockTrainGate
+from ..testing.wire import MockWire, wire_named
 from .cassette import (
     CassetteHeader,
     CassetteRow,
@@ -62,12 +63,12 @@ class CassetteRecorder:
         agent: str | None = None,
         llm: dict[str, Any] | None = None,
         secrets: Iterable[str | None] = (),
-        protocol: str = "v1",
+        protocol: MockWire | str,
     ) -> None:
         self.gate = gate
         header = CassetteHeader(
             agent=agent,
-            protocol="v2" if protocol == "v2" else "v1",
+            protocol=wire_named(protocol).protocol,  # named always: never v1 by default
             llm=llm or {},
             options=RecordedOptions(
                 max_turns=options.max_turns,

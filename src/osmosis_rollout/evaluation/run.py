@@ -163,7 +163,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             agent=options.target,
             llm=describe_llm(backend),
             secrets=secrets,
-            protocol=options.protocol,
+            protocol=options.wire,
         )
     trajectories = None
     if options.trajectories is not None:
@@ -227,7 +227,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     max_concurrent=fit.concurrency,
                     debug_dir=options.debug_dir,
                     secrets=secrets,
-                    protocol=options.protocol,
+                    protocol=options.wire,
                 ) as harness:
                     if trajectories is not None and harness.server_agent is not None:
                         trajectories.agent_name = harness.server_agent  # --server's agent

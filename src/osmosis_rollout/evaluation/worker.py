@@ -82,10 +82,10 @@ class WorkerSpec:
 
     target: str
     backend: BackendSpec
+    #: The wire the workers' mock TrainGates speak (``--protocol``'s name): always given.
+    protocol: str
     debug_dir: str | None = None
     verbose: bool = False
-    #: The wire the workers' mock TrainGates speak (``--protocol``).
-    protocol: str = "v1"
     #: Shared by every worker: rollout ids read ``row-<n>-<run_id>`` as with one process.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 

@@ -39,9 +39,7 @@ from .pinning import FirstInitPin, is_open
 from .screening import HostRule, Screening
 from .state import StateUnavailable
 from .types import Answer, Wire
-from .wire.polling import Polling
-from .wire.v1 import V1
-from .wire.v2 import V2
+from .wire import all_wires
 
 __all__ = ["INSTANCE_HEADER", "Edge", "Hook", "build_app", "create_app"]
 
@@ -112,15 +110,7 @@ def create_app(
     server = RolloutServer(
         agent_loop,
         settings,
-        wires=(
-            V1(),
-            V2(),
-            Polling(
-                wait_s=settings.poll_wait_s,
-                lease_s=settings.poll_lease_s,
-                retention_s=settings.poll_retention_s,
-            ),
-        ),
+        wires=all_wires(settings),
         client=client,
         delivery_grace_s=_DELIVERY_GRACE_S,
     )

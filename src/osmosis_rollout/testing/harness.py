@@ -7,9 +7,10 @@ turns and callbacks through :meth:`MockTrainGate.post_transport` (straight to th
 handlers). Every byte still goes through the real serialisation and parsing on both sides. With
 ``server_url`` the harness drives an already running server instead, over ``httpx2``, and the
 mock TrainGate listens on 127.0.0.1 for its calls. ``osmosis test``, ``osmosis validate``'s dry
-run and the REPL all use this. ``protocol="v2"`` drives the server over protocol v2 instead
-(``POST /rollout``, two callbacks, status, cancel: :mod:`.traingate_v2`); rows, findings and
-results read the same on both wires.
+run and the REPL all use this. ``protocol`` is the wire it drives the server over (a
+:data:`~.wire.WIRES` entry or its name: ``"v1"`` by default, ``"v2"`` for ``POST /rollout``,
+two callbacks, status, cancel: :mod:`.wire.v2`); rows, findings and results read the same on
+every wire.
 """
 
 from __future__ import annotations
@@ -30,23 +31,26 @@ from ..agent import RolloutAgentLoop
 from ..client import RetryPolicy, TrainGateClient
 from ..errors import ConfigError
 from ..protocol import Message, RolloutRequest, RolloutResponse, describe_validation_error
-from ..transport import AsgiTransport, Httpx2Transport, PostTransport, Reply, TransportFailure
+from ..transport import AsgiTransport, Httpx2Transport, PostTransport, TransportFailure
+from .records import Finding, LLMBackend, RolloutRecord
+from .traingate import MockTrainGate
+from .wire import (
+    MOCK_API_KEY,
+    MOCK_CALLBACK_KEY,
+    V1,
+    HttpxCalls,
+    MockWire,
+    ServerCalls,
+    ServerLink,
+    wire_named,
+)
 
 if TYPE_CHECKING:
     from ..server import RolloutServer
-from .records import Finding, LLMBackend, RolloutRecord
-from .traingate import MockTrainGate
-from .v2_driver import HttpxCalls, ServerCalls
 
-__all__ = ["Harness", "RolloutOutcome", "ServerUnreachable"]
+__all__ = ["MOCK_API_KEY", "MOCK_CALLBACK_KEY", "Harness", "RolloutOutcome", "ServerUnreachable"]
 
 _SERVER_BASE = "http://rollout-server.test"
-#: The per-rollout secret the mock TrainGate hands out and expects back on every call.
-MOCK_API_KEY = "mock-traingate-key"
-#: On v2, the second secret: the bearer of the two callbacks, never the agent's to hold.
-MOCK_CALLBACK_KEY = "mock-traingate-callback-key"
-#: The wires a harness speaks (``osmosis test --protocol``).
-PROTOCOLS = ("v1", "v2")
 
 
 class ServerUnreachable(ConfigError):
@@ -115,17 +119,18 @@ class Harness:
         debug_dir: str | Path | None = None,
         outbox_dir: str | Path | None = None,
         secrets: Iterable[str | None] = (),
-        protocol: str = "v1",
+        protocol: MockWire | str = V1,
         v2_slack_s: float = 60.0,
         artifact_root: str | Path | None = None,
     ) -> None:
         if (agent is None) == (server_url is None):
             raise ConfigError("give either an agent (in-process server) or a server_url")
-        if protocol not in PROTOCOLS:
-            raise ConfigError(f"unknown protocol {protocol!r}; choose v1 or v2")
-        #: The wire spoken to the server; on v2 a controller waits for the grader callback
-        #: up to agent + grader timeouts + ``v2_slack_s`` (spec: 60 s), then cancels.
-        self.protocol = protocol
+        #: The wire spoken to the server (``wire_named`` refuses an unknown name).
+        self.wire = wire_named(protocol)
+        #: Its name, as ``--protocol`` spells it.
+        self.protocol = self.wire.protocol
+        #: On v2 a controller waits for the grader callback up to agent + grader timeouts +
+        #: this (spec: 60 s), then cancels.
         self.v2_slack_s = v2_slack_s
         self.agent = agent
         self.gate = gate or MockTrainGate(backend)
@@ -255,26 +260,8 @@ class Harness:
             name = response.json().get("agent_loop")
             self.server_agent = name if isinstance(name, str) else None
         await self._probe_key(http)
-        if self.protocol == "v2":
-            await self._probe_v2(http)
-
-    async def _probe_v2(self, http: httpx2.AsyncClient) -> None:
-        """Fail fast when the server has no ``POST /rollout`` (an older ``osmosis serve``, or
-        another server): an empty body is refused (422) by a v2 server before anything starts,
-        and answered 404/405 by one without the route."""
-        headers = {"Content-Type": "application/json"}
-        if self.server_key:
-            headers["Authorization"] = f"Bearer {self.server_key}"
-        try:
-            response = await http.post("/rollout", content=b"{}", headers=headers, timeout=10.0)
-        except httpx2.TransportError:
-            return  # /health answered a moment ago: let the run report what happens
-        if response.status_code in (404, 405):
-            raise ConfigError(
-                f"the rollout server at {self.server_url} does not speak protocol v2 (POST "
-                f"/rollout answered HTTP {response.status_code}); drop --protocol v2 to test "
-                "it over v1, or serve the agent with an osmosis serve that has v2"
-            )
+        assert self.server_url is not None
+        await self.gate.controller(self.wire).probe(http, self.server_url, self.server_key)
 
     async def _probe_key(self, http: httpx2.AsyncClient) -> None:
         """Check the server key once, before any row: a wrong or missing key would otherwise
@@ -325,9 +312,10 @@ class Harness:
         timeout_s: float = 60.0,
         grader_timeout_s: float | None = None,
     ) -> RolloutOutcome:
-        """Send one init, wait for its completion callback, and report what happened.
+        """Start one rollout over the harness's wire, wait for its result, and report what
+        happened (the wire's controller: ``Controller.run``).
 
-        ``timeout_s`` is how long the rollout may take; the callback is awaited a little longer
+        ``timeout_s`` is how long the rollout may take; the result is awaited a little longer
         (the server's own deadline starts later, when the agent starts), so that an agent that
         runs too long shows up as the server's ``ERROR``/``timeout``, not as a lost callback.
         Raises ``ConfigError`` when the request itself is invalid (e.g. metadata too large).
@@ -353,14 +341,19 @@ class Harness:
                 f"this rollout cannot be sent: {describe_validation_error(exc)}"
             ) from None
         started = time.perf_counter()
+        link = ServerLink(
+            post=self._server_post,
+            calls=self._server_calls(),
+            base_url=self._server_base,
+            key=self.server_key,
+            agent=self.agent,
+            slack_s=self.v2_slack_s,
+        )
+        grader_s = timeout_s if grader_timeout_s is None else grader_timeout_s
         try:
-            if self.protocol == "v2":
-                grader_s = timeout_s if grader_timeout_s is None else grader_timeout_s
-                record, response = await self._run_v2(request, timeout_s, grader_s)
-            else:
-                record, response = await self.gate.init_rollout_via(
-                    self._server_post, self._server_base, request, server_key=self.server_key
-                )
+            record, response = await self.gate.controller(self.wire).run(
+                link, request, timeout_s=timeout_s, grader_timeout_s=grader_s
+            )
         except TransportFailure as exc:
             raise ServerUnreachable(
                 f"cannot reach the rollout server at {self.server_url}: {exc.kind}"
@@ -369,8 +362,6 @@ class Harness:
             init_body: Any = response.json()
         except ValueError:
             init_body = response.text[:500]
-        if response.status_code == 202 and self.protocol == "v1":
-            record = await self.gate.wait_completed(rid, timeout_s + max(1.0, timeout_s / 10))
         tracer = self.rollout_server.tracer if self.rollout_server is not None else None
         if tracer is not None and record.findings:
             tracer.sink(rid, secrets=[MOCK_API_KEY, MOCK_CALLBACK_KEY])(
@@ -385,39 +376,6 @@ class Harness:
             wall_ms=(time.perf_counter() - started) * 1000,
             findings=list(record.findings),
         )
-
-    async def _run_v2(
-        self, request: RolloutRequest, agent_s: float, grader_s: float
-    ) -> tuple[RolloutRecord, Reply]:
-        """One v2 rollout: ``POST /rollout`` (429s waited out), then its grader callback, the
-        status check, or the deadline and a cancel (:class:`~.v2_driver.V2Controller`)."""
-        assert self._server_post is not None
-        declared = None
-        if self.agent is not None:  # what the agent declares, for `tools_not_sent`
-            from ..tools.tool_set import resolve_tool_set
-
-            with contextlib.suppress(Exception):  # a broken get_tools: the server reports it
-                # the shared, checked models (read, never changed): no copy per row
-                declared = list((await resolve_tool_set(self.agent, request)).tools)
-        wait_s = max(0.0, agent_s) + max(0.0, grader_s) + self.v2_slack_s
-        record, reply = await self.gate.v2.start(
-            self._server_post,
-            self._server_base,
-            request,
-            llm_key=MOCK_API_KEY,
-            callback_key=MOCK_CALLBACK_KEY,
-            agent_timeout_s=agent_s,
-            grader_timeout_s=grader_s,
-            server_key=self.server_key,
-            declared=declared,
-            give_up_at=time.monotonic() + wait_s,
-        )
-        if reply.status_code == 202:
-            await self.gate.v2.finish(
-                record, self._server_calls(), self._server_base,
-                wait_s=wait_s, server_key=self.server_key,
-            )  # fmt: skip
-        return record, reply
 
     def _server_calls(self) -> ServerCalls:
         """How status and cancel reach the server: a direct call of the in-process app (as the

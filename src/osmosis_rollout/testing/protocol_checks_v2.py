@@ -9,7 +9,9 @@ callback, no reward on a failure, and status and cancel answers that agree with 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pydantic import ValidationError
 
 from ..findings import (
     CANCEL_WRONG,
@@ -22,13 +24,18 @@ from ..findings import (
     STATUS_WRONG,
     TOOLS_NOT_SENT,
 )
-from ..protocol import CompletionsRequest
+from ..protocol import (
+    DISPOSITIONS,
+    TERMINAL_STATUSES,
+    CancelAnswer,
+    CompletionCallback,
+    CompletionsRequest,
+    GraderCallback,
+    StatusAnswer,
+    describe_validation_error,
+)
 from .protocol_checks import check_history
-from .records import RolloutRecord
-from .v2_bodies import DISPOSITIONS, TERMINAL_STATUSES, CompletionCallback, GraderCallback
-
-if TYPE_CHECKING:
-    from .traingate_v2 import V2Exchange
+from .records import RolloutRecord, V2Exchange
 
 __all__ = [
     "check_cancel",
@@ -130,6 +137,15 @@ def check_status(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
             "(the terminal event): record the outcome before sending the callback",
         )
         return
+    try:
+        StatusAnswer.model_validate(body)
+    except ValidationError as exc:
+        record.add(
+            STATUS_WRONG,
+            "GET /rollout/{id}/status answered a body that is not a v2 status answer: "
+            + describe_validation_error(exc),
+        )
+        return
     want, reward = expected_status(exchange)
     got_reward = body.get("reward")
     if status != want or (status == "success" and got_reward != reward):
@@ -151,7 +167,17 @@ def check_cancel(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
             f"POST /rollout/cancel answered HTTP {code} with disposition {found!r} for this "
             "id: expected cancelled_queued, cancelled_running or not_found",
         )
-    elif found == "not_found" and not exchange.completions:
+        return
+    try:
+        CancelAnswer.model_validate(body)
+    except ValidationError as exc:
+        record.add(
+            CANCEL_WRONG,
+            "POST /rollout/cancel answered a body that is not a v2 cancel answer: "
+            + describe_validation_error(exc),
+        )
+        return
+    if found == "not_found" and not exchange.completions:
         record.add(
             CANCEL_WRONG,
             "POST /rollout/cancel said not_found for a rollout that sent no callback at all: "

@@ -1,35 +1,35 @@
-"""What the mock TrainGate records: each rollout's :class:`RolloutRecord`, the findings it
-reports (:class:`Finding`; their codes: :mod:`osmosis_rollout.findings`), and
-:class:`LLMBackend`, the interface its backends answer.
+"""What the mock TrainGate records: each rollout's :class:`RolloutRecord` (on v2 with its
+:class:`V2Exchange`), the findings it reports (:class:`Finding`; their codes:
+:mod:`osmosis_rollout.findings`), and :class:`LLMBackend`, the interface its backends answer.
 
-Kept apart from :mod:`.traingate` (the Starlette app and its handlers) so the backends, the
-runner and the REPL can use them without the app.
+Kept apart from :mod:`.traingate` (the Starlette app) and the wires (:mod:`.wire`: the
+handlers) so the backends, the runner and the REPL can use them without the app.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import anyio
 
 from ..errors import LLMBackendError
 from ..protocol import (
+    CompletionCallback,
     CompletionsRequest,
     CompletionsResponse,
+    GraderCallback,
     OpenAIFunctionToolSchema,
     RolloutRequest,
     RolloutResponse,
 )
 
-if TYPE_CHECKING:
-    from .traingate_v2 import V2Exchange
-
 __all__ = [
     "Finding",
     "LLMBackend",
     "RolloutRecord",
+    "V2Exchange",
     "completion_from_message",
     "estimate_tokens",
 ]
@@ -62,6 +62,27 @@ class Finding:
 
 
 @dataclass
+class V2Exchange:
+    """A v2 rollout as its controller sees it: the callback key, the callbacks, the answers."""
+
+    callback_key: str | None
+    #: The tools the agent declares, where known (in process: its ``get_tools``): a chat call
+    #: without ``tools`` is then a ``tools_not_sent`` finding.
+    declared: list[OpenAIFunctionToolSchema] | None = None
+    completions: list[CompletionCallback] = field(default_factory=list)
+    graders: list[GraderCallback] = field(default_factory=list)
+    terminal: anyio.Event = field(default_factory=anyio.Event)
+    #: The answers read after the terminal event or at the deadline: (HTTP status, body).
+    status: tuple[int, Any] | None = None
+    cancel: tuple[int, Any] | None = None
+    #: Inits answered 429 before the one that was accepted.
+    throttled: int = 0
+    #: Set once the controller gave up on the rollout (refused, or past its deadline): later
+    #: callbacks are acknowledged quietly (spec 11.4).
+    closed: bool = False
+
+
+@dataclass
 class RolloutRecord:
     """Everything the mock saw for one rollout."""
 
@@ -90,9 +111,16 @@ class RolloutRecord:
     #: answer arrived for :meth:`MockTrainGate.init_rollout`. A chat call waits for it, since a
     #: server may start the agent (and its first turn) before its 202 reaches us.
     tools_ready: anyio.Event = field(default_factory=anyio.Event)
-    #: A protocol v2 rollout's callbacks, keys and answers (None on v1): its ``completions``
-    #: then hold one result built from the completion and grader callbacks, once both came.
-    v2: V2Exchange | None = None
+    #: What the rollout's wire keeps beyond the chat turns and the result (None on v1; on v2
+    #: a :class:`V2Exchange`: its ``completions`` then hold one result built from the
+    #: completion and grader callbacks, once both came). A wire keeps its own type here.
+    exchange: Any = None
+
+    @property
+    def v2(self) -> V2Exchange | None:
+        """The v2 exchange, on a protocol v2 rollout (None otherwise)."""
+        exchange = self.exchange
+        return exchange if isinstance(exchange, V2Exchange) else None
 
     @property
     def result(self) -> RolloutResponse | None:

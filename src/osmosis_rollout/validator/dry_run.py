@@ -20,6 +20,7 @@ from ..findings import NO_COMPLETION, FindingKind, kind_of
 from ..loader import error_location, frame_location
 from ..protocol import RolloutStatus
 from ..testing.records import LLMBackend
+from ..testing.wire import WIRES, MockWire
 from .result import Problem
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ async def dry_run(
     timeout_s: float,
     location: str | None,
     backend: LLMBackend | None = None,
-    protocol: str = "v1",
+    protocol: MockWire | str = WIRES[0],
 ) -> list[Problem]:
     """Run one rollout of ``agent`` with the built-in mock LLM and report what went wrong
     (over ``protocol``, v1 or v2: the same checks, and v2's own findings)."""

@@ -15,6 +15,7 @@ from ..agent import RolloutAgentLoop
 from ..errors import AgentLoadError
 from ..loader import agent_from_object, class_location, find_source, load_target, parse_target
 from ..protocol import RolloutRequest
+from ..testing.wire import WIRES, MockWire
 from .dry_run import dry_run as run_dry_run
 from .dynamic import check_instance, check_tools, sample_request
 from .result import Check, Problem, ValidationResult
@@ -32,14 +33,15 @@ async def validate_agent_loop_async(
     dry_run: bool = True,
     timeout_s: float = 30.0,
     request: RolloutRequest | None = None,
-    protocol: str = "v1",
+    protocol: MockWire | str = WIRES[0],
 ) -> ValidationResult:
     """Check an agent (``"file.py:Attr"``, ``"pkg.mod:Attr"``, a class or an instance).
 
     Never raises for problems in the agent and never prints: everything found is a ``Problem``
     in the returned ``ValidationResult``. ``request`` is what ``get_tools`` is called with (a
     typical init by default). From sync code, ``validate_agent_loop(agent)`` is v1's spelling
-    (no dry run, v1's problem codes beside ours). ``protocol`` is the wire of the dry run.
+    (no dry run, v1's problem codes beside ours). ``protocol`` is the wire of the dry run
+    (``testing.wire.WIRES``: the wire or its name).
     """
     validation = _Validation(target_or_agent, dry_run=dry_run, timeout_s=timeout_s)
     validation.protocol = protocol
@@ -53,7 +55,7 @@ class _Validation:
         self.dry_run = dry_run
         self.timeout_s = timeout_s
         self.request = sample_request()
-        self.protocol = "v1"
+        self.protocol: MockWire | str = WIRES[0]
         label = target if isinstance(target, str) else _label(target)
         self.result = ValidationResult(target=label)
         self.static = StaticReport()

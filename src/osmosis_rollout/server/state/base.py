@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..types import DeliveryTarget
 
 __all__ = [
+    "LEGACY_PROTOCOL",
     "Claim",
     "ClaimOutcome",
     "LeasedRollout",
@@ -79,6 +80,11 @@ def fingerprint(request: RolloutRequest) -> int:
     return int.from_bytes(hashlib.blake2b(canonical.encode(), digest_size=8).digest(), "big")
 
 
+#: The wire of an outbox entry or a lease that names none: v1, only because such an entry was
+#: written before protocol v2 existed (since then every writer names its wire).
+LEGACY_PROTOCOL = "v1"
+
+
 @dataclass(frozen=True, slots=True)
 class LeasedRollout:
     """What a peer needs to end a rollout whose replica died: where and how to call back
@@ -89,7 +95,7 @@ class LeasedRollout:
     server_url: str
     api_key: str | None
     messages: list[dict[str, Any]]
-    protocol: str = "v1"
+    protocol: str = LEGACY_PROTOCOL
     route: dict[str, Any] | None = None
 
     @classmethod
@@ -140,7 +146,8 @@ class OutboxEntry:
     attempts: int = 0
     next_at: float | None = None  # when a replica retries it; None = only on replay
     location: str = ""  # a file path or ``redis://.../stream#id``, for people
-    protocol: str = "v1"
+    #: The wire that rebuilds its target (``Wire.protocol``); every writer names it.
+    protocol: str = LEGACY_PROTOCOL
     route: dict[str, Any] | None = None
 
     def public(self) -> dict[str, Any]:

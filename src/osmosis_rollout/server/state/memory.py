@@ -33,6 +33,7 @@ from ...protocol import RolloutResponse, wire
 from ...redaction import redact_url, scrub_data
 from ...tracing import safe_trace_name
 from .base import (
+    LEGACY_PROTOCOL,
     Claim,
     ClaimOutcome,
     LeasedRollout,
@@ -186,7 +187,7 @@ def write_outbox(
     error: str,
     secret: str | None = None,
     *,
-    protocol: str = "v1",
+    protocol: str,
     route: dict[str, Any] | None = None,
 ) -> Path:
     """Atomically write one undelivered callback, ``secret`` scrubbed; returns the file's path."""
@@ -200,9 +201,8 @@ def write_outbox(
         "error": error,
         "written_at": time.time(),
         "response": wire(response),
+        "protocol": protocol,  # always named: a reader never has to guess the wire
     }
-    if protocol != "v1":
-        data["protocol"] = protocol
     if route is not None:
         data["route"] = route
     record = scrub_data(data, secret)
@@ -249,7 +249,7 @@ def read_outbox_dir(directory: Path) -> list[OutboxEntry]:
                     response=dict(response),
                     attempts=int(data.get("attempts", 0)),
                     location=str(path),
-                    protocol=str(data.get("protocol", "v1")),
+                    protocol=str(data.get("protocol", LEGACY_PROTOCOL)),
                     route=dict(data["route"]) if data.get("route") else None,
                 )
             )

@@ -31,6 +31,7 @@ from .base import (
     BODY_CHANGED,
     ID_RUNNING,
     KEY_REUSED,
+    LEGACY_PROTOCOL,
     Claim,
     ClaimOutcome,
     LeasedRollout,
@@ -376,7 +377,7 @@ class RedisState(StateBackend):
             api_key=record.get("api_key"),
             attempts=int(tries or 0),
             location=f"{self._k('outbox')}#{ident}",
-            protocol=str(record.get("protocol") or "v1"),
+            protocol=str(record.get("protocol") or LEGACY_PROTOCOL),
             route=record.get("route"),
         )
 

@@ -22,9 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ...protocol import CancelBodyReceived, StatusAnswer
 from ..registry import CANCELLED_BY_TRAINER, Phase, RolloutEntry, cancel_entry
 from ..types import Edge, Terminal
-from .v2_body import CancelBody
 
 if TYPE_CHECKING:
     from ..core import RolloutServer
@@ -58,15 +58,19 @@ def _json(status: int, body: Any) -> Response:
 
 
 def status_body(rollout_id: str, status: str, terminal: Terminal | None = None) -> dict[str, Any]:
-    """A status answer; ``reward`` only for a success, ``err_message`` only otherwise."""
-    if terminal is not None:
-        return {
-            "rollout_id": rollout_id,
-            "status": terminal.status,
-            "reward": terminal.reward if terminal.status == "success" else None,
-            "err_message": None if terminal.status == "success" else terminal.err_message,
-        }
-    return {"rollout_id": rollout_id, "status": status, "reward": None, "err_message": None}
+    """A status answer (``protocol.StatusAnswer``); ``reward`` only for a success,
+    ``err_message`` only otherwise."""
+    if terminal is None:
+        answer = StatusAnswer(rollout_id=rollout_id, status=status)
+    elif terminal.status == "success":
+        answer = StatusAnswer(rollout_id=rollout_id, status="success", reward=terminal.reward)
+    else:
+        answer = StatusAnswer(
+            rollout_id=rollout_id,
+            status=terminal.status,
+            err_message=terminal.err_message,
+        )
+    return answer.model_dump()
 
 
 def status_of(entry: RolloutEntry) -> dict[str, Any]:
@@ -111,8 +115,8 @@ def status_route(edge: Edge, protocol: str, prefix: str) -> BaseRoute:
         if record is not None and record.protocol == protocol:
             return _json(200, status_body(rollout_id, "unknown", record.terminal))
         shared = await server.shared_status(rollout_id, protocol)
-        if shared is not None:
-            return _json(200, shared)
+        if shared is not None:  # the same model: what another replica wrote answers alike
+            return _json(200, StatusAnswer.model_validate(shared).model_dump())
         return _json(200, status_body(rollout_id, "unknown"))
 
     # A path converter: a v1 rollout id may hold "/" (v2's may not).
@@ -132,7 +136,7 @@ def cancel_route(edge: Edge, protocol: str, prefix: str) -> BaseRoute:
         if isinstance(body, Response):
             return body
         try:
-            selector = CancelBody.model_validate_json(body)
+            selector = CancelBodyReceived.model_validate_json(body)
         except ValidationError as exc:
             return _json(422, edge.validation_body(exc))
         if selector.selectors() != 1:

@@ -3,8 +3,8 @@
 ``PollingInit`` is ``POST /rollout``'s body as osmosis-ai 0.3.3+ sends it: no callback URL and
 no controller key (the controller reads the result itself), a required ``rollout_id`` (the
 result route names it) and a ``grade`` flag. It is checked as strictly as v2's (the same URL,
-id, secret and metadata checks of ``v2_body.py``; every timeout finite). ``PollingRollout`` is
-what the scheduler and the agent see: a ``RolloutRequest`` plus the polling fields, so a
+id, secret and metadata checks as ``protocol.V2Init``; every timeout finite). ``PollingRollout``
+is what the scheduler and the agent see: a ``RolloutRequest`` plus the polling fields, so a
 repeated id is "the same body" exactly when all of them match.
 """
 
@@ -22,9 +22,16 @@ from pydantic import (
     model_validator,
 )
 
-from ...protocol import MAX_ROLLOUT_ID_LENGTH, Message, RolloutRequest
+from ...protocol import (
+    MAX_ROLLOUT_ID_LENGTH,
+    Message,
+    RolloutRequest,
+    check_metadata,
+    check_one_segment,
+    check_secret,
+)
 from ...redaction import ApiKey
-from .v2_body import check_metadata, check_rollout_id, check_secret, check_url
+from ...server_url import check_called_url
 
 __all__ = ["V2_ONLY_FIELDS", "PollingInit", "PollingRollout", "is_v2_body"]
 
@@ -77,12 +84,12 @@ class PollingInit(BaseModel):
     @field_validator("rollout_id")
     @classmethod
     def _one_segment(cls, value: str) -> str:
-        return check_rollout_id(value)
+        return check_one_segment(value)
 
     @field_validator("chat_completions_url")
     @classmethod
     def _check_url(cls, value: str, info: ValidationInfo) -> str:
-        return check_url(value, "chat_completions_url", info.data.get("rollout_id"))
+        return check_called_url(value, "chat_completions_url", info.data.get("rollout_id"))
 
     @field_validator("llm_api_key")
     @classmethod

@@ -139,4 +139,4 @@ class V1:
         ``POST /v1/rollout/cancel``, shaped as v2's, over v1 rollouts."""
         from .control import control_routes
 
-        return control_routes(edge, "v1", "/v1/rollout")
+        return control_routes(edge, self.protocol, "/v1/rollout")

@@ -1,11 +1,11 @@
 """The v2 wire (``docs/protocol-v2.md``): ``POST /rollout``, answered ``202 {"rollout_id"}``.
 
-The body (``v2_body.py``) names the rollout's chat base URL with its LLM key, and its
-completion and grader callback URLs with the controller key; the target (``v2_target.py``)
-sends the chat turns and the two callbacks. Beside the start route: ``GET
-/rollout/{id}/status`` and ``POST /rollout/cancel`` (``control.py``). Admission refusals are
-429 with ``Retry-After`` (v1 says 503), and a reused rollout id with another body is a 409 that
-says so in v2's terms (there is no idempotency key in v2: the id is the key).
+The body (``protocol.V2Init``; the rollout it makes: ``v2_body.py``) names the rollout's chat
+base URL with its LLM key, and its completion and grader callback URLs with the controller key;
+the target (``v2_target.py``) sends the chat turns and the two callbacks. Beside the start
+route: ``GET /rollout/{id}/status`` and ``POST /rollout/cancel`` (``control.py``). Admission
+refusals are 429 with ``Retry-After`` (v1 says 503), and a reused rollout id with another body
+is a 409 that says so in v2's terms (there is no idempotency key in v2: the id is the key).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 from starlette.responses import Response
 
+from ...protocol import V2InitReceived
 from .polling_body import is_v2_body
-from .v2_body import V2Init, V2Rollout
+from .v2_body import V2Rollout
 from .v2_target import V2Target
 
 if TYPE_CHECKING:
@@ -51,7 +52,9 @@ class V2:
 
     def parse(self, body: bytes, *, max_metadata_bytes: int) -> V2Rollout:
         """The body as a ``V2Rollout`` (raises ``ValidationError``: a 422)."""
-        init = V2Init.model_validate_json(body, context={"max_metadata_bytes": max_metadata_bytes})
+        init = V2InitReceived.model_validate_json(
+            body, context={"max_metadata_bytes": max_metadata_bytes}
+        )
         return V2Rollout.of(init)
 
     def target(self, request: RolloutRequest) -> V2Target:
@@ -106,4 +109,4 @@ class V2:
         """``GET /rollout/{id}/status`` and ``POST /rollout/cancel``."""
         from .control import control_routes
 
-        return control_routes(edge, "v2", "/rollout")
+        return control_routes(edge, self.protocol, "/rollout")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
-from ...protocol import RolloutResponse, RolloutStatus
+from ...protocol import CompletionCallback, GraderCallback, RolloutResponse, RolloutStatus, Sample
 from ..types import Terminal, terminal
 
 if TYPE_CHECKING:
@@ -135,27 +135,27 @@ def callback_bodies(
     label: str | None,
     graded: bool,
 ) -> tuple[dict[str, Any], Terminal]:
-    """The completion and grader bodies of a result (spec 14.4), and its terminal status."""
+    """The completion and grader bodies of a result (spec 14.4), and its terminal status.
+
+    Built with the wire's models (``protocol.CompletionCallback``, ``GraderCallback``), which
+    the mock TrainGate reads: a field set here that they do not declare fails at once; kept as
+    their JSON-ready dicts, which outbox entries and leases hold."""
     cancelled = response.finish_reason == "cancelled"
     if response.status is RolloutStatus.COMPLETED:
-        completion: dict[str, Any] = {
-            "status": "success",
-            "err_message": None,
-            "err_category": None,
-        }
+        completion = CompletionCallback(rollout_id=rollout_id, status="success")
     else:
         if response.finish_reason == "timeout":
             category = "timeout"
         elif cancelled:
             category = "agent_error"
         category = category or "agent_error"
-        completion = {
-            "status": "cancelled" if cancelled else "failure",
-            "err_message": response.error_message,
-            "err_category": None if cancelled else category,
-        }
-    completion = {"rollout_id": rollout_id, "extra_fields": None, **completion}
-    bodies: dict[str, Any] = {"completion": completion}
+        completion = CompletionCallback(
+            rollout_id=rollout_id,
+            status="cancelled" if cancelled else "failure",
+            err_message=response.error_message,
+            err_category=None if cancelled else category,
+        )
+    bodies: dict[str, Any] = {"completion": completion.model_dump()}
 
     reward: float | None = None
     error: str | None = None
@@ -175,21 +175,22 @@ def callback_bodies(
         metrics = response.metrics.model_dump(mode="json") if response.metrics else {}
         extra = dict(response.extra_fields)
         extra.setdefault("finish_reason", response.finish_reason)
-        sample = {
-            "messages": response.final_messages,
-            "label": label,
-            "reward": reward if error is None else None,
-            "remove_sample": False,
-            "metrics": {k: v for k, v in metrics.items() if isinstance(v, int | float)},
-            "extra_fields": extra,
-        }
-        bodies["grader"] = {
-            "status": "success" if error is None else "failure",
-            "rollout_id": rollout_id,
-            "sample": sample,
-            "err_message": error,
-            "err_category": err_category,
-        }
+        sample = Sample(
+            messages=response.final_messages,
+            label=label,
+            reward=reward if error is None else None,
+            remove_sample=False,
+            metrics={k: v for k, v in metrics.items() if isinstance(v, int | float)},
+            extra_fields=extra,
+        )
+        grader = GraderCallback(
+            status="success" if error is None else "failure",
+            rollout_id=rollout_id,
+            sample=sample,
+            err_message=error,
+            err_category=err_category,
+        )
+        bodies["grader"] = grader.model_dump()
     if error is None:
         end = terminal("success", reward)
     elif cancelled:
