@@ -27,7 +27,7 @@ from osmosis_rollout.protocol import (
     V2Init,
     V2InitReceived,
 )
-from osmosis_rollout.server.registry import terminal
+from osmosis_rollout.server.types import terminal
 from osmosis_rollout.server.wire import all_wires
 from osmosis_rollout.server.wire.control import status_body
 from osmosis_rollout.server.wire.v2_target import callback_bodies
