@@ -2,8 +2,10 @@
 
 ``V2Gate`` serves one rollout's three URLs with the id as a path segment: chat (bearer = the
 LLM key; scripted replies, JSON or SSE), completion and grader callbacks (bearer = the controller
-key; body id must match the path's when present). It records every call and can answer the next
-calls of a kind with a fault. ``v2_init`` builds a ``POST /rollout`` body pointing at it.
+key; body id must match the path's when present; the body read with the one v2 schema,
+``protocol.CompletionCallback``/``GraderCallback``, else a 422). It records every call and
+can answer the next calls of a kind with a fault. ``v2_init`` builds a ``POST /rollout`` body
+pointing at it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from osmosis_rollout.protocol import CompletionCallback, GraderCallback
 
 LLM_KEY = "llm-key-5551234"
 CONTROLLER_KEY = "controller-key-7778889"
@@ -94,6 +99,11 @@ class V2Gate:
         body = json.loads(await request.body())
         if body.get("rollout_id") is not None and body["rollout_id"] != rid:
             return JSONResponse({"detail": "rollout_id mismatch"}, 422)
+        model = CompletionCallback if kind == "completion" else GraderCallback
+        try:  # the one v2 schema: a field the server sends and the model lacks fails here
+            model.model_validate(body)
+        except ValidationError as exc:
+            return JSONResponse({"detail": str(exc)[:1000]}, 422)
         status = self._fault(kind)
         with self.lock:
             store = self.completions if kind == "completion" else self.graders
