@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from osmosis_rollout.testing.traingate_v2 import sse_reply
-from osmosis_rollout.testing.v2_driver import retry_after
 
 import osmosis_rollout
 from osmosis_rollout.endpoint.translate import sse_events
 from osmosis_rollout.protocol import CompletionsRequest
 from osmosis_rollout.results import CompletionsResult
 from osmosis_rollout.testing.records import completion_from_message
+from osmosis_rollout.testing.wire.v2 import retry_after, sse_reply
 from osmosis_rollout.transport import (
     AsgiTransport,
     Http1Transport,
