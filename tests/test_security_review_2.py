@@ -57,7 +57,7 @@ def test_an_outbox_file_stays_private_after_a_failed_replay(tmp_path: Path) -> N
     """Item 10: a failed replay rewrote the entry with ``Path.write_text``, so a ``0600``
     outbox file became ``0644`` (the conversation readable by every user of the machine)."""
     response = RolloutResponse(rollout_id="r-1", status=RolloutStatus.COMPLETED)
-    path = write_outbox(tmp_path, "http://127.0.0.1:1", response, "refused")
+    path = write_outbox(tmp_path, "http://127.0.0.1:1", response, "refused", protocol="v1")
     assert _mode(path) == 0o600
     state = MemoryState(tmp_path)
     [entry] = anyio.run(state.outbox_list)
