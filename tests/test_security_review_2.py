@@ -268,3 +268,16 @@ async def test_queued_rollouts_are_bounded_in_bytes_too(tmp_path: Path) -> None:
     assert 40_000 < queued_bytes <= 50_000
     assert again.status_code == 202
     assert s.server.registry.queued_bytes == 0
+
+
+def test_a_v2_inits_extra_fields_are_bounded_like_its_metadata() -> None:
+    """Item 12: ``extra_fields`` had no size cap (``metadata`` had 1 MiB): now the same bound,
+    a bounded 422 that names the field and echoes nothing of it."""
+    body = _v2_init("r-x", "127.0.0.1:9100")
+    body["extra_fields"] = {"blob": "s3cr3t-" + "x" * 2_000_000}
+    with pytest.raises(ValidationError) as caught:
+        V2Init.model_validate(body)
+    [error] = caught.value.errors(include_input=False, include_context=False, include_url=False)
+    assert error["loc"] == ("extra_fields",)
+    assert "extra_fields is" in error["msg"]
+    assert "s3cr3t" not in str(error)

@@ -483,18 +483,20 @@ def check_one_segment(value: str) -> str:
 
 
 def check_metadata(value: dict[str, Any] | None, info: ValidationInfo) -> Any:
-    """``value`` if it serialises to JSON within the server's limit (in the context)."""
+    """``value`` if it serialises to JSON within the server's limit (in the context); the
+    same bound for ``metadata`` and ``extra_fields``, whichever field ``info`` names."""
     if value is None:
         return None
+    name = info.field_name or "metadata"
     limit = RolloutRequest.default_max_metadata_bytes
     if isinstance(info.context, dict):
         limit = int(info.context.get("max_metadata_bytes", limit))
     try:
         size = len(json.dumps(value, allow_nan=False, separators=(",", ":")).encode())
     except (TypeError, ValueError):
-        raise ValueError("metadata must be JSON-serialisable") from None
+        raise ValueError(f"{name} must be JSON-serialisable") from None
     if size > limit:
-        raise ValueError(f"metadata is {size} bytes serialised; the limit is {limit}")
+        raise ValueError(f"{name} is {size} bytes serialised; the limit is {limit}")
     return value
 
 
@@ -536,7 +538,7 @@ class V2Init(_V2Body):
             raise ValueError("llm_api_key must not be empty: send null for no key")
         return check_secret(value, str(info.field_name)) or None
 
-    @field_validator("metadata")
+    @field_validator("metadata", "extra_fields")
     @classmethod
     def _check_metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> Any:
         return check_metadata(value, info)
