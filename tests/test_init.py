@@ -106,3 +106,44 @@ def test_importing_the_package_stays_cheap() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_seeds_sync_validator_imports_from_the_top_level() -> None:
+    """The seed's ``validate_agent_loop(agent)`` is the core's sync validator, beside
+    ``validate_agent_loop_async``: called from plain code, it reports the seed's checks (a
+    ``name``, an async ``run``, the tools) with the original SDK's codes, as compat's does."""
+    import inspect
+
+    from osmosis_rollout import (
+        RolloutAgentLoop,
+        RolloutContext,
+        RolloutRequest,
+        RolloutResult,
+        ValidationResult,
+        validate_agent_loop,
+        validate_agent_loop_async,
+    )
+    from osmosis_rollout.compat import validate_agent_loop as compat_validate_agent_loop
+
+    class Agent(RolloutAgentLoop):
+        name = "echo"
+
+        def get_tools(self, request: RolloutRequest) -> list[dict[str, object]]:
+            return []
+
+        async def run(self, ctx: RolloutContext) -> RolloutResult:
+            return ctx.complete(list(ctx.request.messages))
+
+    class SyncRun(Agent):
+        def run(self, ctx: RolloutContext) -> RolloutResult:  # type: ignore[override]
+            return ctx.complete(list(ctx.request.messages))
+
+    assert validate_agent_loop is compat_validate_agent_loop
+    assert not inspect.iscoroutinefunction(validate_agent_loop)
+    assert inspect.iscoroutinefunction(validate_agent_loop_async)
+    good = validate_agent_loop(Agent())
+    assert isinstance(good, ValidationResult)
+    assert (bool(good), good.agent_name, good.tool_count) == (True, "echo", 0)
+    bad = validate_agent_loop(SyncRun())
+    assert not bad.valid
+    assert "RUN_NOT_ASYNC" in [problem.code for problem in bad.errors]

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from .validator import (
         Problem,
         ValidationResult,
+        validate_agent_loop,
         validate_agent_loop_async,
     )
 
@@ -83,6 +84,7 @@ _EXPORTS: dict[str, str] = {
     "validate_arguments": "tools",
     "Problem": "validator",
     "ValidationResult": "validator",
+    "validate_agent_loop": "validator",
     "validate_agent_loop_async": "validator",
 }
 
@@ -150,7 +152,6 @@ _MOVED: dict[str, str] = {
     "serve_agent_loop": "compat",
     "set_max_metadata_size_bytes": "compat",
     "unregister_agent_loop": "compat",
-    "validate_agent_loop": "compat",
 }
 
 

@@ -1,4 +1,4 @@
-"""``validate_agent_loop``: static, then dynamic, then dry-run checks, into one result.
+"""``validate_agent_loop_async``: static, then dynamic, then dry-run checks, into one result.
 
 Each stage runs only when the previous one leaves something to check: a file that does not parse
 is not imported, and an agent whose tools are broken is not dry-run (the server would refuse it).
@@ -39,9 +39,9 @@ async def validate_agent_loop_async(
 
     Never raises for problems in the agent and never prints: everything found is a ``Problem``
     in the returned ``ValidationResult``. ``request`` is what ``get_tools`` is called with (a
-    typical init by default). From sync code, ``validate_agent_loop(agent)`` is v1's spelling
-    (no dry run, v1's problem codes beside ours). ``protocol`` is the wire of the dry run
-    (``testing.wire.WIRES``: the wire or its name).
+    typical init by default). From sync code, ``validate_agent_loop(agent)`` is the seed's
+    spelling (``validator/sync.py``: no dry run, the original SDK's problem codes beside ours).
+    ``protocol`` is the wire of the dry run (``testing.wire.WIRES``: the wire or its name).
     """
     validation = _Validation(target_or_agent, dry_run=dry_run, timeout_s=timeout_s)
     validation.protocol = protocol

@@ -90,7 +90,8 @@ class Problem(BaseModel):
 
 
 class ValidationResult(BaseModel):
-    """Everything ``validate_agent_loop`` found; ``valid`` means "no errors" (warnings allowed)."""
+    """Everything ``validate_agent_loop_async`` (or the sync ``validate_agent_loop``) found;
+    ``valid`` means "no errors" (warnings allowed)."""
 
     version: Literal[1] = 1
     target: str = ""
