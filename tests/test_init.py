@@ -65,7 +65,7 @@ def test_the_top_level_is_what_an_agent_author_needs() -> None:
 @pytest.mark.parametrize(
     ("name", "hint"),
     [
-        ("create_app", "osmosis_rollout.compat (v1's), or use osmosis_rollout.server"),
+        ("create_app", "osmosis_rollout.compat (the legacy one), or use osmosis_rollout.server"),
         ("OsmosisLLMClient", "import it from osmosis_rollout.compat"),
         ("TrainGateClient", "import it from osmosis_rollout.client"),
     ],

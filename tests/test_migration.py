@@ -328,7 +328,7 @@ def test_v1_base_url_is_llm_url_with_v1s_model_names(tmp_path: Path) -> None:
         ("validate", ("--module",)),
     ],
 )
-def test_v1_spellings_stay_out_of_help(command: str, hidden: tuple[str, ...]) -> None:
+def test_legacy_spellings_stay_out_of_help(command: str, hidden: tuple[str, ...]) -> None:
     result = run_cli(command, "--help", env={"COLUMNS": "200"})
     for option in hidden:
         assert f" {option}" not in result.stdout, option
@@ -487,7 +487,7 @@ def test_osmosis_serve_honours_v1_variables_and_names_the_ignored(tmp_path: Path
     with osmosis_serve(tmp_path / "serve.log", AGENT, "--port", "0", env=env) as served:
         output = served.output()
     assert "limits        1 concurrent" in output
-    assert "OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS (v1's) is read as max_concurrent" in (
+    assert "OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS (legacy) is read as max_concurrent" in (
         output
     )
     for name in ("SERVER_CLEANUP_INTERVAL_SECONDS", "CLIENT_MAX_RETRIES"):
@@ -647,9 +647,9 @@ def test_v1_defaults_and_validate_and_report(capsys: pytest.CaptureFixture[str])
 
 
 def test_v1s_docker_compose_log_level_is_read(tmp_path: Path) -> None:
-    from osmosis_rollout.compat.settings import v1_settings
+    from osmosis_rollout.compat.settings import legacy_settings
 
-    found = v1_settings({"OSMOSIS_ROLLOUT_LOG_LEVEL": "INFO"}, cwd=tmp_path)
+    found = legacy_settings({"OSMOSIS_ROLLOUT_LOG_LEVEL": "INFO"}, cwd=tmp_path)
     assert found.values == {"log_level": "info"}
     assert found.ignored == []
 

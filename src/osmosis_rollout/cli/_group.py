@@ -4,7 +4,7 @@
   every other error, instead of Typer's boxed panel.
 - Flags show no ``<bool>`` type in ``--help``: a flag takes no value.
 - The original SDK's spellings (``serve -p``, ``test --agent``...) are accepted, hidden
-  (``_v1_spellings``).
+  (``_legacy_spellings``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class OsmosisGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         for command in self.commands.values():
             command.get_params = _flags_without_type(command.get_params)  # type: ignore[method-assign,assignment]
-        from ._v1_spellings import install
+        from ._legacy_spellings import install
 
         install(self.commands)  # the original SDK's option spellings, hidden
 

@@ -230,7 +230,7 @@ def serve_command(
             environ=os.environ,
             pyproject=pyproject,
             flags=_FLAGS,
-            fallback={**_v1_settings(err), **launch_settings(os.environ)},
+            fallback={**_legacy_settings(err), **launch_settings(os.environ)},
         )
         conflict = port_conflict(settings.port, os.environ)
         if conflict is not None:
@@ -260,14 +260,14 @@ def serve_command(
         fail(str(exc))
 
 
-def _v1_settings(err: Any) -> dict[str, Any]:
+def _legacy_settings(err: Any) -> dict[str, Any]:
     """The original SDK's ``OSMOSIS_ROLLOUT_*`` settings (and ``.env``): each one set is said,
     honoured or not."""
     from rich.markup import escape
 
-    from ..compat.settings import unsaid, v1_settings
+    from ..compat.settings import legacy_settings, unsaid
 
-    found = v1_settings(os.environ)
+    found = legacy_settings(os.environ)
     for line in found.honoured:
         err.print(f"[dim]note: {escape(line)}[/]", soft_wrap=True)
     for line in unsaid(found.ignored):

@@ -1,19 +1,20 @@
-"""The original SDK's (v1, ``osmosis_ai.rollout``) names, all in one place.
+"""The legacy SDK's names (the original SDK, ``osmosis_ai.rollout``), all in one place.
 
-A v1 agent project runs after one change: its ``from osmosis_ai.rollout import X`` lines (and
-v1's submodules: ``core.schemas``, ``server.app``, ``validator``...) become
+A legacy agent project runs after one change: its ``from osmosis_ai.rollout import X`` lines (and
+its submodules': ``core.schemas``, ``server.app``, ``validator``...) become
 ``from osmosis_rollout.compat import X``. The table below says where each name lives (lazily
 imported, so importing one stays cheap); ``__all__`` is derived from it.
 
-The submodules are v1's adapters over our core: ``context`` (v1's ``RolloutAgentLoop`` and
-``RolloutContext``: ``ctx.llm`` as a v1 client, v1-style fake clients, the underscored
-keywords), ``schemas`` (typed tool classes, the metadata limit), ``helpers``, ``registry``,
-``client`` (``OsmosisLLMClient``), ``validation`` (the sync ``validate_agent_loop`` with v1's
-codes), ``server`` (v1's ``create_app``, ``serve_agent_loop``, ``validate_and_report``) and
+Public API: the names of ``__all__`` (``from osmosis_rollout.compat import X``). The submodules
+are the adapters over our core, internal (import from the package): ``context`` (the legacy
+``RolloutAgentLoop`` and ``RolloutContext``: ``ctx.llm`` as a legacy client, legacy-style fake
+clients, the underscored keywords), ``schemas`` (typed tool classes, the metadata limit),
+``helpers``, ``registry``, ``client`` (``OsmosisLLMClient``), ``validation`` (the sync
+``validate_agent_loop``, the core's, and the legacy ``ValidationError``), ``server`` (the legacy
+``create_app``, ``serve_agent_loop``, ``validate_and_report``), ``app``, ``settings`` and
 ``test_mode`` (``DatasetReader``, ``ExternalLLMClient``, ``LocalTestRunner`` over our test
-engine). The other names are our own
-classes, which keep v1's contract. ``docs/migrating-from-v1.md`` lists every deliberate
-difference.
+engine). The other names are our own classes, which keep the legacy contract.
+``docs/migrating-from-v1.md`` lists every deliberate difference.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ if TYPE_CHECKING:
         validate_agent_loop,
     )
 
-#: Each v1 name -> the module of ``osmosis_rollout`` that defines it.
+#: Each legacy name -> the module of ``osmosis_rollout`` that defines it.
 _EXPORTS: dict[str, str] = {
     "CompletionsResult": "results",
     "RolloutResult": "results",

@@ -1,7 +1,7 @@
-"""The app v1's ``create_app`` returns: our Starlette app with FastAPI's route decorators.
+"""The app the legacy ``create_app`` returns: our Starlette app with FastAPI's route decorators.
 
-v1 returned a FastAPI app, and its guides add routes to it (``@app.get("/ready")``). The same
-lines work on this app without FastAPI: ``get``/``post``/``put``/``patch``/``delete`` and
+The legacy SDK returned a FastAPI app, and its guides add routes to it (``@app.get("/ready")``). The
+same lines work on this app without FastAPI: ``get``/``post``/``put``/``patch``/``delete`` and
 ``api_route`` register a route whose function is called as FastAPI calls a simple one (path
 and query parameters by name, a parameter typed ``Request`` gets the request; sync functions
 run in a thread) and whose result becomes the response (a ``Response`` as is, anything else as
@@ -22,14 +22,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-__all__ = ["V1App", "as_v1_app"]
+__all__ = ["LegacyApp", "as_legacy_app"]
 
 Endpoint = Callable[..., Any]
 
 
-class V1App(Starlette):
+class LegacyApp(Starlette):
     """A rollout server app (``app.state.rollout_server``) that also takes FastAPI-style
-    routes; ``title`` is v1's ``"Osmosis RolloutServer (<agent name>)"``."""
+    routes; ``title`` is the legacy ``"Osmosis RolloutServer (<agent name>)"``."""
 
     title: str = "Osmosis RolloutServer"
 
@@ -67,19 +67,19 @@ class V1App(Starlette):
         return self.api_route(path, ["DELETE"], **options)
 
 
-def as_v1_app(app: Starlette, name: str) -> V1App:
+def as_legacy_app(app: Starlette, name: str) -> LegacyApp:
     """``app``'s routes, middleware (the request screening) and lifespan (the rollout
-    server's) in a :class:`V1App`: whichever entry point builds the app, it has the same
+    server's) in a :class:`LegacyApp`: whichever entry point builds the app, it has the same
     defences as ``osmosis serve``'s."""
     server = app.state.rollout_server
-    v1 = V1App(
+    legacy = LegacyApp(
         routes=list(app.router.routes),
         middleware=list(app.user_middleware),
         lifespan=server.lifespan,
     )
-    v1.state.rollout_server = server
-    v1.title = f"Osmosis RolloutServer ({name})"
-    return v1
+    legacy.state.rollout_server = server
+    legacy.title = f"Osmosis RolloutServer ({name})"
+    return legacy
 
 
 def _endpoint(function: Endpoint) -> Callable[[Request], Any]:

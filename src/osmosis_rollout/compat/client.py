@@ -1,4 +1,4 @@
-"""``OsmosisLLMClient``: v1's per-rollout client, a view over our ``TrainGateClient``.
+"""``OsmosisLLMClient``: the legacy per-rollout client, a view over our ``TrainGateClient``.
 
 One instance talks to one TrainGate for one rollout: chat turns and the completion callback,
 with our retries, ``Retry-After`` handling and secret-safe errors. Inside a served agent use
@@ -33,8 +33,9 @@ _DEFAULT_COMPLETE_RETRIES = 2
 
 
 def _client_setting(settings: Any, name: str) -> Any:
-    """A value from v1's ``RolloutSettings().client`` (duck-typed); without settings, v1's
-    ``OSMOSIS_ROLLOUT_CLIENT_<NAME>`` variable (or ``.env``), as v1's defaults came from it."""
+    """A value from the legacy ``RolloutSettings().client`` (duck-typed); without settings, the
+    legacy SDK's ``OSMOSIS_ROLLOUT_CLIENT_<NAME>`` variable (or ``.env``), as the legacy defaults
+    came from it."""
     if settings is None:
         from .settings import client_setting
 
@@ -43,7 +44,7 @@ def _client_setting(settings: Any, name: str) -> Any:
 
 
 class OsmosisLLMClient:
-    """Chat turns and the completion callback of one rollout (v1's constructor and methods).
+    """Chat turns and the completion callback of one rollout (the legacy constructor and methods).
 
     ``timeout_seconds`` of 0 or None means the default (300 s); retries of None mean the
     defaults (3 for chat turns, 2 for the callback). The HTTP client opens on first use.
@@ -121,7 +122,7 @@ class OsmosisLLMClient:
         logprobs: bool = True,
         **kwargs: Any,
     ) -> CompletionsResult:
-        """One LLM turn; raises our ``TrainGateError`` subclasses (catchable as v1's
+        """One LLM turn; raises our ``TrainGateError`` subclasses (catchable as the legacy SDK's
         ``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
         ``OsmosisTimeoutError``)."""
         from .context import known_params

@@ -1,10 +1,11 @@
-"""v1's agent and context: ``RolloutAgentLoop`` and ``RolloutContext`` with v1's contract.
+"""The legacy agent and context: ``RolloutAgentLoop`` and ``RolloutContext`` with the legacy
+contract.
 
-A v1 agent subclasses this module's ``RolloutAgentLoop``, so ``run_rollout`` hands it this
-module's ``RolloutContext``: the core context plus what v1 code reaches for, namely ``ctx.llm``
-as a v1 client (``chat_completions(messages, **kw)``, ``get_metrics()``), ``chat_stream``,
-``_build_metrics()``, and a constructor that takes a v1-style client (a fake LLM in an agent's
-unit test) and v1's underscored keywords. The core (``agent.py``) knows none of this.
+A legacy agent subclasses this module's ``RolloutAgentLoop``, so ``run_rollout`` hands it this
+module's ``RolloutContext``: the core context plus what legacy code reaches for, namely ``ctx.llm``
+as a legacy client (``chat_completions(messages, **kw)``, ``get_metrics()``), ``chat_stream``,
+``_build_metrics()``, and a constructor that takes a legacy-style client (a fake LLM in an agent's
+unit test) and the legacy underscored keywords. The core (``agent.py``) knows none of this.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ __all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext", "known_par
 
 logger = logging.getLogger("osmosis_rollout.compat")
 
-#: The keywords a chat turn sends to TrainGate; v1 dropped any other (``request_timeout=30``).
+#: The keywords a chat turn sends to TrainGate; the legacy SDK dropped any other
+#: (``request_timeout=30``).
 _SENT = frozenset(CompletionsRequest.model_fields) - {"rollout_id", "messages"}
 _DROPPED: set[str] = set()  # each one warned about once per process
 
@@ -41,9 +43,10 @@ _DROPPED: set[str] = set()  # each one warned about once per process
 def known_params(
     params: dict[str, Any], where: str, trainer: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``params`` without the keywords v1 dropped (not a field of TrainGate's chat request),
-    with one warning per keyword naming it. Keys of the ``trainer``'s ``completion_params``
-    are kept: TrainGate asked for them (``**ctx.request.completion_params`` passes them)."""
+    """``params`` without the keywords the legacy SDK dropped (not a field of TrainGate's chat
+    request), with one warning per keyword naming it. Keys of the ``trainer``'s
+    ``completion_params`` are kept: TrainGate asked for them (``**ctx.request.completion_params``
+    passes them)."""
     unknown = [key for key in params if key not in _SENT and key not in (trainer or {})]
     for key in unknown:
         if key not in _DROPPED:
@@ -60,7 +63,7 @@ def known_params(
 
 @runtime_checkable
 class LLMClientProtocol(Protocol):
-    """v1's LLM client contract, what ``ctx.llm`` offers and what fake LLMs in agents' unit
+    """The legacy LLM client contract, what ``ctx.llm`` offers and what fake LLMs in agents' unit
     tests implement: ``await chat_completions(messages, **params)`` and ``get_metrics()``."""
 
     async def chat_completions(self, messages: list[Message], **kwargs: Any) -> Any: ...
@@ -69,11 +72,12 @@ class LLMClientProtocol(Protocol):
 
 
 def _is_chat_backend(llm: object) -> bool:
-    """True for our backends (``chat_completions(request, *, request_id)``); False for a v1
-    client or fake (``chat_completions(messages, **kw)``), which the context calls as v1 did.
+    """True for our backends (``chat_completions(request, *, request_id)``); False for a legacy
+    client or fake (``chat_completions(messages, **kw)``), which the context calls as the legacy SDK
+    did.
 
-    Asked once per v1 context (~14 µs); the per-class memo it had was dropped as not worth its
-    lines (3% of a one-turn rollout's server CPU, and only for v1 agents)."""
+    Asked once per legacy context (~14 µs); the per-class memo it had was dropped as not worth its
+    lines (3% of a one-turn rollout's server CPU, and only for legacy agents)."""
     try:
         parameters = inspect.signature(llm.chat_completions).parameters  # type: ignore[attr-defined]
     except (AttributeError, TypeError, ValueError):
@@ -82,11 +86,11 @@ def _is_chat_backend(llm: object) -> bool:
 
 
 class RolloutContext(core.RolloutContext):
-    """v1's context: ``llm`` is our backend or a v1-style client (``chat_completions(messages,
-    **kw)`` and ``get_metrics()``); with a client, ``chat`` calls it and returns its result
-    unchanged, as v1 did. The underscored keywords are v1's: a monotonic start time, tool
-    counters to start from, and a debug directory for this rollout's events
-    (``<dir>/<rollout_id>.jsonl``).
+    """The legacy context: ``llm`` is our backend or a legacy-style client
+    (``chat_completions(messages, **kw)`` and ``get_metrics()``); with a client, ``chat`` calls it
+    and returns its result unchanged, as the legacy SDK did. The underscored keywords are the legacy
+    SDK's: a monotonic start time, tool counters to start from, and a debug directory for this
+    rollout's events (``<dir>/<rollout_id>.jsonl``).
     """
 
     def __init__(
@@ -107,8 +111,8 @@ class RolloutContext(core.RolloutContext):
 
             trace = file_sink(_debug_dir, request.rollout_id, secrets=[request.api_key_value])
         backend = _is_chat_backend(llm)
-        # The core wants a backend; a v1 client stands in for it but is only ever called by
-        # ``_chat_v1`` (``chat`` and ``chat_stream`` route to it).
+        # The core wants a backend; a legacy client stands in for it but is only ever called by
+        # ``_chat_legacy`` (``chat`` and ``chat_stream`` route to it).
         super().__init__(request, tools, llm, trace=trace, observer=observer)  # type: ignore[arg-type]
         self._client: Any = None if backend else llm
         if _start_time is not None:  # a time.monotonic() reading; 0 means "not measured"
@@ -119,10 +123,10 @@ class RolloutContext(core.RolloutContext):
 
     @property
     def tools(self) -> list[OpenAIFunctionToolSchema]:
-        """The rollout's tools (copies, made on first read) as v1's models: ``parameters``
+        """The rollout's tools (copies, made on first read) as the legacy models: ``parameters``
         also read as attributes (``tool.function.parameters.properties``)."""
         if self._tools is None:
-            self._tools = [_as_v1_tool(tool) for tool in self._shared_tools]
+            self._tools = [_as_legacy_tool(tool) for tool in self._shared_tools]
         return self._tools
 
     @tools.setter
@@ -131,31 +135,33 @@ class RolloutContext(core.RolloutContext):
 
     @property
     def llm(self) -> Any:
-        """The LLM with v1's client contract: ``await ctx.llm.chat_completions(messages, **kw)``
-        (a ``ctx.chat`` turn) and ``ctx.llm.get_metrics()``; a v1 client given to the
-        constructor is returned as it is."""
+        """The LLM with the legacy client contract:
+        ``await ctx.llm.chat_completions(messages, **kw)`` (a ``ctx.chat`` turn) and
+        ``ctx.llm.get_metrics()``; a legacy client given to the constructor is returned as it is."""
         return self._client if self._client is not None else _LLMView(self)
 
     async def chat(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
-        """One LLM turn (see the core's ``chat``); through a v1 client, its result unchanged."""
+        """One LLM turn (see the core's ``chat``); through a legacy client, its result unchanged."""
         if self._client is None:
             known = known_params(params, "ctx.chat", self.request.completion_params)
             return await super().chat(messages, **known)
-        return await self._chat_v1(messages, params, self._client.chat_completions)  # type: ignore[no-any-return]
+        return await self._chat_legacy(messages, params, self._client.chat_completions)  # type: ignore[no-any-return]
 
     async def chat_stream(self, messages: Sequence[Any], **params: Any) -> CompletionsResult:
-        """v1's streaming turn. The protocol has no streaming, so it is :meth:`chat`; a v1-style
-        client that has ``chat_completions_stream`` is called through that, as v1 did, with the
-        same bookkeeping as any turn (counted, timed, its ``finish_reason`` kept)."""
+        """The legacy streaming turn. The protocol has no streaming, so it is :meth:`chat`; a
+        legacy-style client that has ``chat_completions_stream`` is called through that, as the
+        legacy SDK did, with the same bookkeeping as any turn (counted, timed, its ``finish_reason``
+        kept)."""
         stream = getattr(self._client, "chat_completions_stream", None)
         if self._client is None or not callable(stream):
             return await self.chat(messages, **params)
-        return await self._chat_v1(messages, params, stream)  # type: ignore[no-any-return]
+        return await self._chat_legacy(messages, params, stream)  # type: ignore[no-any-return]
 
-    async def _chat_v1(
+    async def _chat_legacy(
         self, messages: Sequence[Any], params: dict[str, Any], call: Callable[..., Awaitable[Any]]
     ) -> Any:
-        """A turn through a v1-style client: called as v1 did, its result returned unchanged."""
+        """A turn through a legacy-style client: called as the legacy SDK did, its result returned
+        unchanged."""
         self._turns_started += 1
         self._last_messages = [core._as_message(m) for m in messages]
         started = time.perf_counter()
@@ -172,7 +178,7 @@ class RolloutContext(core.RolloutContext):
         return result
 
     def _llm_metrics(self) -> RolloutMetrics:
-        """The LLM side as a v1 client reports it (``get_metrics()``), when it does."""
+        """The LLM side as a legacy client reports it (``get_metrics()``), when it does."""
         get_metrics = getattr(self._client, "get_metrics", None)
         if self._client is not None and callable(get_metrics):
             reported = get_metrics()
@@ -181,18 +187,18 @@ class RolloutContext(core.RolloutContext):
         return super()._llm_metrics()
 
     def _build_metrics(self) -> RolloutMetrics:
-        """v1's name for :attr:`metrics`."""
+        """The legacy name for :attr:`metrics`."""
         return self.metrics
 
 
-def _as_v1_tool(tool: Any) -> Any:
+def _as_legacy_tool(tool: Any) -> Any:
     if isinstance(tool, OpenAIFunctionToolSchema):
         return schemas.OpenAIFunctionToolSchema.model_validate(tool.model_dump(exclude_none=True))
     return copy.deepcopy(tool)
 
 
 class _LLMView:
-    """``ctx.llm`` over our backend, with v1's client contract: each call is a ``ctx.chat``
+    """``ctx.llm`` over our backend, with the legacy client contract: each call is a ``ctx.chat``
     turn (so it is measured and checked like one) and ``get_metrics()`` reports the LLM side."""
 
     def __init__(self, ctx: RolloutContext) -> None:
@@ -207,7 +213,7 @@ class _LLMView:
 
     @property
     def rollout_id(self) -> str:
-        """The rollout this client serves (v1's attribute)."""
+        """The rollout this client serves (the legacy attribute)."""
         return self._ctx.request.rollout_id
 
     async def chat_completions(self, messages: Sequence[Any], **kwargs: Any) -> CompletionsResult:
@@ -220,6 +226,7 @@ class _LLMView:
 
 
 class RolloutAgentLoop(core.RolloutAgentLoop):
-    """v1's base class: the core's, whose ``run`` is handed v1's :class:`RolloutContext`."""
+    """The legacy base class: the core's, whose ``run`` is handed the legacy SDK's
+    :class:`RolloutContext`."""
 
     context_class = RolloutContext

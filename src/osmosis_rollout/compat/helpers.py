@@ -1,6 +1,6 @@
-"""v1's tool and message helper functions, for agents that run tool calls by hand.
+"""The legacy tool and message helper functions, for agents that run tool calls by hand.
 
-Our ``Toolbox`` does all of this for functions it knows; these keep v1 agents that call their
+Our ``Toolbox`` does all of this for functions it knows; these keep legacy agents that call their
 own executor working unchanged.
 """
 
@@ -94,7 +94,7 @@ async def execute_tool_calls(
     *,
     timeout_s: float | None = None,
 ) -> list[Message]:
-    """v1's ``execute_tool_calls(calls, executor)``: ``await executor(call)`` for every call,
+    """The legacy ``execute_tool_calls(calls, executor)``: ``await executor(call)`` for every call,
     concurrently, results in input order.
 
     Called as ``execute_tool_calls(ctx, calls, functions)`` it is ours

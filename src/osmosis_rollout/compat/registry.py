@@ -1,6 +1,6 @@
-"""v1's agent loop registry: agents by name, for projects that look them up at run time.
+"""The legacy agent loop registry: agents by name, for projects that look them up at run time.
 
-The server does not use it (it serves the one agent it is given), as in v1.
+The server does not use it (it serves the one agent it is given), as in the legacy SDK.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""v1's typed schema classes: tool definitions, parsed tool calls, tool responses.
+"""The legacy typed schema classes: tool definitions, parsed tool calls, tool responses.
 
 Our ``OpenAIFunctionSchema`` keeps ``parameters`` as full JSON Schema and accepts these typed
-parameter models too (they become their JSON Schema), so v1 tool definitions work unchanged.
+parameter models too (they become their JSON Schema), so legacy tool definitions work unchanged.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = [
     "set_max_metadata_size_bytes",
 ]
 
-#: v1's aliases: a chat message and sampling parameters are plain dicts.
+#: The legacy aliases: a chat message and sampling parameters are plain dicts.
 MessageDict = dict[str, Any]
 SamplingParamsDict = dict[str, Any]
 
@@ -50,7 +50,7 @@ def get_max_metadata_size_bytes() -> int:
 
 
 def set_max_metadata_size_bytes(max_bytes: int) -> None:
-    """v1's process-wide setter of :func:`get_max_metadata_size_bytes`: it sets
+    """The legacy process-wide setter of :func:`get_max_metadata_size_bytes`: it sets
     ``RolloutRequest.default_max_metadata_bytes``."""
     if max_bytes <= 0:
         raise ValueError("max_metadata_size_bytes must be positive")
@@ -58,7 +58,7 @@ def set_max_metadata_size_bytes(max_bytes: int) -> None:
         RolloutRequest.default_max_metadata_bytes = max_bytes
 
 
-#: v1's name for one choice of a chat completion (ours: ``protocol.CompletionChoice``).
+#: The legacy name for one choice of a chat completion (ours: ``protocol.CompletionChoice``).
 CompletionsChoice = CompletionChoice
 
 
@@ -66,7 +66,7 @@ class SchemaDict(dict[str, Any]):
     """A JSON Schema as a dict whose keys also read as attributes, at every depth.
 
     ``parameters["properties"]["a"]["enum"]`` is the way to read it; ``parameters.properties
-    ["a"].enum`` works too, because v1's typed parameter models were read that way. Keys that
+    ["a"].enum`` works too, because the legacy typed parameter models were read that way. Keys that
     are dict methods (``items``, ``keys``...) must be read with ``[...]``.
     """
 
@@ -86,7 +86,7 @@ class SchemaDict(dict[str, Any]):
 
 
 class OpenAIFunctionSchema(protocol.OpenAIFunctionSchema):
-    """Ours, with ``parameters`` readable as attributes as v1's typed models were."""
+    """Ours, with ``parameters`` readable as attributes as the legacy typed models were."""
 
     @field_validator("parameters")
     @classmethod
@@ -96,7 +96,8 @@ class OpenAIFunctionSchema(protocol.OpenAIFunctionSchema):
 
 
 class OpenAIFunctionToolSchema(protocol.OpenAIFunctionToolSchema):
-    """Ours, whose ``function`` is v1's :class:`OpenAIFunctionSchema` (attribute reading)."""
+    """Ours, whose ``function`` is the legacy SDK's :class:`OpenAIFunctionSchema` (attribute
+    reading)."""
 
     function: OpenAIFunctionSchema
 
@@ -110,9 +111,10 @@ class OpenAIFunctionPropertySchema(BaseModel):
 
 
 class OpenAIFunctionParametersSchema(BaseModel):
-    """A tool's parameters as v1 typed them: an object with properties and required names.
+    """A tool's parameters as the legacy SDK typed them: an object with properties and required
+    names.
 
-    ``type`` defaults to ``"object"`` (v1's documentation examples leave it out). For nested
+    ``type`` defaults to ``"object"`` (the legacy documentation examples leave it out). For nested
     schemas (``items``, ``anyOf``, ``$defs``...) pass a plain JSON Schema dict instead.
     """
 

@@ -1,7 +1,8 @@
-"""v1's server entry points: ``create_app`` with v1's parameters, and ``serve_agent_loop``.
+"""The legacy server entry points: ``create_app`` with the legacy parameters, and
+``serve_agent_loop``.
 
-Both build our server (``server.create_app`` / ``server.serve``). Platform registration (v1's
-``credentials``, ``server_host``, ``server_port`` and ``skip_register=False``) is not part of
+Both build our server (``server.create_app`` / ``server.serve``). Platform registration (the legacy
+SDK's ``credentials``, ``server_host``, ``server_port`` and ``skip_register=False``) is not part of
 osmosis-rollout: those arguments are accepted, a warning says the server is not registered, and
 it serves all the same.
 """
@@ -24,7 +25,7 @@ from ..errors import ConfigError, ServeError
 from ..server.app import Hook
 from ..server.app import create_app as _create_app
 from ..server.auth import key_matches
-from .app import V1App, as_v1_app
+from .app import LegacyApp, as_legacy_app
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -40,7 +41,7 @@ __all__ = [
 
 logger = logging.getLogger("osmosis_rollout.server")
 
-DEFAULT_HOST = "0.0.0.0"  # v1's default; serve_agent_loop generates a key for it
+DEFAULT_HOST = "0.0.0.0"  # The legacy default; serve_agent_loop generates a key for it
 DEFAULT_PORT = 9000
 API_KEY_PREFIX = "osm_rollout_"
 API_KEY_RANDOM_BYTES = 32
@@ -78,7 +79,7 @@ def _warn_not_registered(what: str, fix: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
-def _v1_settings(
+def _legacy_settings(
     settings: Any,
     *,
     max_concurrent: int | None,
@@ -87,16 +88,17 @@ def _v1_settings(
     debug_dir: str | Path | None,
     **more: Any,
 ) -> ServerSettings:
-    """One ``ServerSettings`` from v1's arguments: ours, or v1's ``RolloutSettings`` (only its
-    ``server`` part is used), with explicit arguments winning; 0 or None mean the default.
-    Without ``settings``, v1's ``OSMOSIS_ROLLOUT_*`` variables (and ``.env``) apply, as v1's
-    ``get_settings()`` read them; each one set and not honoured is logged as a warning."""
+    """One ``ServerSettings`` from the legacy arguments: ours, or the legacy ``RolloutSettings``
+    (only its ``server`` part is used), with explicit arguments winning; 0 or None mean the default.
+    Without ``settings``, the legacy ``OSMOSIS_ROLLOUT_*`` variables (and ``.env``) apply, as the
+    legacy SDK's ``get_settings()`` read them; each one set and not honoured is logged as a
+    warning."""
     server = getattr(settings, "server", None)
     from_env: dict[str, Any] = {}
     if settings is None:
-        from .settings import unsaid, v1_settings
+        from .settings import legacy_settings, unsaid
 
-        found = v1_settings(os.environ)
+        found = legacy_settings(os.environ)
         from_env = found.values
         for line in unsaid(found.ignored):
             logger.warning("%s", line)
@@ -113,15 +115,16 @@ def _v1_settings(
     return ServerSettings.model_validate({**V1_DEFAULTS, **updates, **_outbox(updates)})
 
 
-#: Where v1 and we differ by default: v1 cancelled running rollouts at shutdown (no drain).
+#: Where the legacy SDK and we differ by default: the legacy SDK cancelled running rollouts at
+#: shutdown (no drain).
 V1_DEFAULTS: dict[str, Any] = {"shutdown_grace_s": 0.0}
-#: How long a v1 app's shutdown waits for the ERROR callbacks of the rollouts it cancelled
+#: How long a legacy app's shutdown waits for the ERROR callbacks of the rollouts it cancelled
 #: before the rest go to the outbox: a test client's teardown stays well under a second.
 V1_DELIVERY_GRACE_S = 0.25
 
 
 def _outbox(updates: dict[str, Any]) -> dict[str, Any]:
-    """A v1 app's outbox, unless given: the user's state directory, not the working directory
+    """A legacy app's outbox, unless given: the user's state directory, not the working directory
     (a test suite's ``TestClient(create_app(agent))`` must leave no files in the project)."""
     if updates.get("outbox_dir") is not None or updates.get("state", "memory") != "memory":
         return {}
@@ -142,14 +145,14 @@ def create_app(
     on_startup: Hook | None = None,
     on_shutdown: Hook | None = None,
     **options: Any,
-) -> V1App:
-    """The rollout server for ``agent_loop``, taking v1's arguments (in v1's order).
+) -> LegacyApp:
+    """The rollout server for ``agent_loop``, taking the legacy arguments (in the legacy order).
 
-    ``settings`` is our ``ServerSettings`` or v1's ``RolloutSettings``; ``api_key`` None means
+    ``settings`` is our ``ServerSettings`` or the legacy ``RolloutSettings``; ``api_key`` None means
     no auth; ``on_startup`` is awaited before serving, ``on_shutdown`` after the drain. As in
-    v1, shutdown cancels running rollouts at once (``shutdown_grace_s`` gives them time); their
-    ERROR callbacks get a quarter of a second, then the outbox (by default in the user's state
-    directory, ``~/.local/state/osmosis-rollout/outbox``). Other keywords
+    the legacy SDK, shutdown cancels running rollouts at once (``shutdown_grace_s`` gives them
+    time); their ERROR callbacks get a quarter of a second, then the outbox (by default in the
+    user's state directory, ``~/.local/state/osmosis-rollout/outbox``). Other keywords
     (``rollout_timeout_s``, ``outbox_dir``, ``client``...) are
     ``osmosis_rollout.server.create_app``'s. The app takes FastAPI's route decorators
     (``@app.get("/ready")``, see ``compat.app``).
@@ -167,7 +170,7 @@ def create_app(
         _warn_not_registered(", ".join(given) + " are", "drop these arguments to silence this")
     _refuse_blank_key(api_key)
     client = options.pop("client", None)
-    resolved = _v1_settings(
+    resolved = _legacy_settings(
         settings,
         max_concurrent=max_concurrent,
         record_ttl_seconds=record_ttl_seconds,
@@ -180,7 +183,7 @@ def create_app(
     )
     server = app.state.rollout_server
     server.delivery_grace_s = min(server.delivery_grace_s, V1_DELIVERY_GRACE_S)
-    return as_v1_app(app, agent_loop.name)
+    return as_legacy_app(app, agent_loop.name)
 
 
 def serve_agent_loop(
@@ -197,7 +200,7 @@ def serve_agent_loop(
     local_debug: bool = False,
     debug_dir: str | Path | None = None,
 ) -> None:
-    """Validate ``agent_loop``, print a banner, and serve it until SIGTERM/SIGINT (v1's API).
+    """Validate ``agent_loop``, print a banner, and serve it until SIGTERM/SIGINT (the legacy API).
 
     A key is generated and printed unless one is given (``local_debug`` turns auth off).
     ``debug_dir`` gets one sub-directory per server start. Raises ``ServeError`` for settings
@@ -233,7 +236,7 @@ def serve_agent_loop(
     if debug_dir is not None:
         trace_dir = Path(debug_dir) / str(int(time.time()))
         trace_dir.mkdir(parents=True, exist_ok=True)
-    resolved = _v1_settings(
+    resolved = _legacy_settings(
         settings,
         max_concurrent=None,
         record_ttl_seconds=None,
@@ -244,13 +247,14 @@ def serve_agent_loop(
         log_level=log_level.lower(),
     )
     _print_banner(console, agent_loop.name, resolved, key, given=api_key is not None)
-    # local_debug is v1's explicit "no auth": serve() must not generate a key for it.
+    # local_debug is the legacy explicit "no auth": serve() must not generate a key for it.
     serve(agent_loop, settings=resolved, no_auth=key is None)
 
 
 def validate_and_report(agent_loop: RolloutAgentLoop, *, verbose: bool = False) -> Any:
-    """Validate ``agent_loop`` (v1's sync checks and ours) and print the report; the
-    ``ValidationResult`` is returned. ``verbose`` is v1's: the report lists warnings always."""
+    """Validate ``agent_loop`` (the legacy sync checks and ours) and print the report; the
+    ``ValidationResult`` is returned. ``verbose`` is the legacy SDK's: the report lists warnings
+    always."""
     from rich.console import Console
 
     from ..render.validation import validation_report

@@ -1,10 +1,11 @@
-"""v1's settings: the ``OSMOSIS_ROLLOUT_*`` environment variables and ``.env``, as v1 read them.
+"""The legacy settings: the ``OSMOSIS_ROLLOUT_*`` environment variables and ``.env``, as the legacy
+SDK read them.
 
-v1 (pydantic-settings) read ``OSMOSIS_ROLLOUT_SERVER_*``, ``OSMOSIS_ROLLOUT_CLIENT_*`` and
-``OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES`` from the environment, then from ``.env`` in the
+The legacy SDK (pydantic-settings) read ``OSMOSIS_ROLLOUT_SERVER_*``, ``OSMOSIS_ROLLOUT_CLIENT_*``
+and ``OSMOSIS_ROLLOUT_MAX_METADATA_SIZE_BYTES`` from the environment, then from ``.env`` in the
 working directory (the environment wins). Those with a setting of ours are honoured, below our
 own ``OSMOSIS_*`` variables; every other one set is named in a warning at start, with why it has
-no effect, so no v1 setting is dropped silently.
+no effect, so no legacy setting is dropped silently.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from ..errors import ConfigError
 
 logger = logging.getLogger("osmosis_rollout.compat")
 
-__all__ = ["V1Settings", "client_setting", "unsaid", "v1_settings"]
+__all__ = ["LegacySettings", "client_setting", "legacy_settings", "unsaid"]
 
 _PREFIX = "OSMOSIS_ROLLOUT_"
-#: Our own variables that happen to start like v1's (``rollout_timeout_s``).
+#: Our own variables that happen to start like the legacy SDK's (``rollout_timeout_s``).
 _OURS = frozenset({"OSMOSIS_ROLLOUT_TIMEOUT_S"})
 
-#: v1's server variables with a setting of ours: (our field, our variable, parse).
+#: The legacy server variables with a setting of ours: (our field, our variable, parse).
 _SERVER: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "OSMOSIS_ROLLOUT_SERVER_MAX_CONCURRENT_ROLLOUTS": (
         "max_concurrent",
@@ -39,10 +40,11 @@ _SERVER: dict[str, tuple[str, str, Callable[[str], Any]]] = {
         "OSMOSIS_MAX_METADATA_BYTES",
         int,
     ),
-    # In v1's deployment guide (docker-compose), though v1's settings had no such field.
+    # In the legacy deployment guide (docker-compose), though the legacy settings had no such field.
     "OSMOSIS_ROLLOUT_LOG_LEVEL": ("log_level", "OSMOSIS_LOG_LEVEL", str.lower),
 }
-#: v1's client variables, read by ``OsmosisLLMClient`` (v1's ``settings.client`` fields).
+#: The legacy client variables, read by ``OsmosisLLMClient`` (the legacy ``settings.client``
+#: fields).
 _CLIENT: dict[str, Callable[[str], Any]] = {
     "timeout_seconds": float,
     "max_retries": int,
@@ -63,16 +65,17 @@ _WHY_NOT = {
 
 
 @dataclass
-class V1Settings:
-    """What v1's variables say: our settings they set, and a line for each one set."""
+class LegacySettings:
+    """What the legacy variables say: our settings they set, and a line for each one set."""
 
     values: dict[str, Any] = field(default_factory=dict)
     honoured: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
 
 
-def v1_environ(environ: Mapping[str, str], cwd: Path | None = None) -> dict[str, str]:
-    """Every ``OSMOSIS_ROLLOUT_*`` variable v1 would see: ``.env`` in ``cwd``, then ``environ``."""
+def legacy_environ(environ: Mapping[str, str], cwd: Path | None = None) -> dict[str, str]:
+    """Every ``OSMOSIS_ROLLOUT_*`` variable the legacy SDK would see: ``.env`` in ``cwd``, then
+    ``environ``."""
     found: dict[str, str] = {}
     dotenv = (cwd or Path.cwd()) / ".env"
     if dotenv.is_file():
@@ -84,8 +87,8 @@ def v1_environ(environ: Mapping[str, str], cwd: Path | None = None) -> dict[str,
 
 
 def _read_dotenv(path: Path) -> dict[str, str | None]:
-    """``.env``'s variables, read by python-dotenv (uvicorn[standard] brings it), as v1's
-    pydantic-settings read them."""
+    """``.env``'s variables, read by python-dotenv (uvicorn[standard] brings it), as the legacy
+    SDK's pydantic-settings read them."""
     try:
         from dotenv import dotenv_values
     except ImportError:  # pragma: no cover - a core dependency brings it
@@ -94,15 +97,15 @@ def _read_dotenv(path: Path) -> dict[str, str | None]:
     return dict(dotenv_values(path))
 
 
-def v1_settings(environ: Mapping[str, str], cwd: Path | None = None) -> V1Settings:
-    """Our server settings from v1's variables, and the notes to print; a value that does not
+def legacy_settings(environ: Mapping[str, str], cwd: Path | None = None) -> LegacySettings:
+    """Our server settings from the legacy variables, and the notes to print; a value that does not
     parse is a ``ConfigError`` naming its variable."""
-    result = V1Settings()
-    for name, value in sorted(v1_environ(environ, cwd).items()):
+    result = LegacySettings()
+    for name, value in sorted(legacy_environ(environ, cwd).items()):
         if name in _SERVER:
             ours, our_variable, parse = _SERVER[name]
             result.values[ours] = _parsed(name, value, parse)
-            result.honoured.append(f"{name} (v1's) is read as {ours} ({our_variable})")
+            result.honoured.append(f"{name} (legacy) is read as {ours} ({our_variable})")
             continue
         why = _WHY_NOT.get(name) or next(
             (
@@ -112,7 +115,7 @@ def v1_settings(environ: Mapping[str, str], cwd: Path | None = None) -> V1Settin
             ),
             "osmosis-rollout has no such setting",
         )
-        result.ignored.append(f"{name} (v1's) is set but has no effect: {why}")
+        result.ignored.append(f"{name} (legacy) is set but has no effect: {why}")
     return result
 
 
@@ -129,10 +132,10 @@ def unsaid(lines: list[str]) -> list[str]:
 
 
 def client_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
-    """v1's ``settings.client.<name>`` from ``OSMOSIS_ROLLOUT_CLIENT_<NAME>`` (or ``.env``),
+    """The legacy ``settings.client.<name>`` from ``OSMOSIS_ROLLOUT_CLIENT_<NAME>`` (or ``.env``),
     parsed; None when not set."""
     variable = f"{_PREFIX}CLIENT_{name.upper()}"
-    value = v1_environ(os.environ if environ is None else environ).get(variable)
+    value = legacy_environ(os.environ if environ is None else environ).get(variable)
     if value is None:
         return None
     return _parsed(variable, value, _CLIENT[name])

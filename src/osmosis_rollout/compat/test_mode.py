@@ -1,11 +1,11 @@
-"""v1's test-mode Python API (``osmosis_ai.rollout.test_mode``) over our test engine.
+"""The legacy test-mode Python API (``osmosis_ai.rollout.test_mode``) over our test engine.
 
-``DatasetReader`` reads the files ``osmosis test`` reads and gives v1's row dicts;
+``DatasetReader`` reads the files ``osmosis test`` reads and gives the legacy row dicts;
 ``ExternalLLMClient`` is an OpenAI-compatible model (``OPENAI_BASE_URL``, OpenAI's by default)
-with v1's constructor; ``LocalTestRunner`` runs rows the way ``osmosis test`` does: each row is a
-real rollout through our server app and the mock TrainGate (``testing.Harness`` driven by
+with the legacy constructor; ``LocalTestRunner`` runs rows the way ``osmosis test`` does: each row
+is a real rollout through our server app and the mock TrainGate (``testing.Harness`` driven by
 ``evaluation.runner.run_batch``), so the agent runs exactly as it is served and protocol
-problems are caught. v1 sent nothing through a server; results keep v1's shape.
+problems are caught. The legacy SDK sent nothing through a server; results keep the legacy shape.
 """
 
 from __future__ import annotations
@@ -43,19 +43,19 @@ __all__ = [
     "dataset_row_to_request",
 ]
 
-#: v1's names for our errors: a file that cannot be read or a bad row is a ``DatasetError``,
+#: The legacy names for our errors: a file that cannot be read or a bad row is a ``DatasetError``,
 #: a failed model call an ``LLMBackendError``.
 DatasetParseError = DatasetError
 DatasetValidationError = DatasetError
 ProviderError = LLMBackendError
 
 REQUIRED_COLUMNS = ["ground_truth", "user_prompt", "system_prompt"]
-#: A v1 row: ``system_prompt``, ``user_prompt``, ``ground_truth`` and any other columns.
+#: A legacy row: ``system_prompt``, ``user_prompt``, ``ground_truth`` and any other columns.
 DatasetRow = dict[str, Any]
 
 
 class DatasetReader:
-    """v1's reader: ``read(limit, offset)``, ``iter_rows(limit, offset)`` and ``len()``.
+    """The legacy reader: ``read(limit, offset)``, ``iter_rows(limit, offset)`` and ``len()``.
 
     Rows are checked as ``osmosis test`` checks them (``.jsonl``, ``.json``, ``.csv``,
     ``.parquet``; a ``messages`` column is accepted too); a bad row is a ``DatasetError``.
@@ -74,7 +74,7 @@ class DatasetReader:
         if offset >= len(self):
             return []
         rows = load_dataset(self.file_path, limit=limit, offset=offset)
-        return [_v1_row(row.messages, row.metadata) for row in rows]
+        return [_legacy_row(row.messages, row.metadata) for row in rows]
 
     def iter_rows(self, limit: int | None = None, offset: int = 0) -> Iterator[DatasetRow]:
         """The same rows as :meth:`read`, one at a time."""
@@ -88,7 +88,7 @@ class DatasetReader:
         return self._count
 
 
-def _v1_row(messages: list[Message], metadata: dict[str, Any]) -> DatasetRow:
+def _legacy_row(messages: list[Message], metadata: dict[str, Any]) -> DatasetRow:
     roles = [m.get("role") for m in messages]
     if roles in (["system", "user"], ["user"]):
         prompts = {f"{m['role']}_prompt": m.get("content") for m in messages}
@@ -103,7 +103,7 @@ def dataset_row_to_request(
     max_tokens_total: int = 4096,
     completion_params: dict[str, Any] | None = None,
 ) -> RolloutRequest:
-    """The rollout request v1 built for a row (``ground_truth`` in ``metadata``)."""
+    """The rollout request the legacy SDK built for a row (``ground_truth`` in ``metadata``)."""
     messages, metadata = _row_input(row, row_index)
     return RolloutRequest(
         rollout_id=f"test-{row_index}",
@@ -131,10 +131,11 @@ def _row_input(row: DatasetRow, row_index: int) -> tuple[list[Message], dict[str
 
 
 class ExternalLLMClient:
-    """v1's ``ExternalLLMClient(model, api_key=None, api_base=None)`` over an OpenAI-compatible
-    endpoint: ``api_base``, else ``OPENAI_BASE_URL``, else OpenAI's; the key is ``api_key`` or
-    ``OPENAI_API_KEY``. ``openai/gpt-4o`` is ``gpt-4o``; another provider's prefix is an error
-    (v1 reached those through LiteLLM). It is also the LLM a :class:`LocalTestRunner` runs with.
+    """The legacy ``ExternalLLMClient(model, api_key=None, api_base=None)`` over an
+    OpenAI-compatible endpoint: ``api_base``, else ``OPENAI_BASE_URL``, else OpenAI's; the key is
+    ``api_key`` or ``OPENAI_API_KEY``. ``openai/gpt-4o`` is ``gpt-4o``; another provider's prefix is
+    an error (the legacy SDK reached those through LiteLLM). It is also the LLM a
+    :class:`LocalTestRunner` runs with.
     """
 
     def __init__(
@@ -179,7 +180,8 @@ class ExternalLLMClient:
         )
 
     async def chat_completions(self, messages: list[Message], **kwargs: Any) -> CompletionsResult:
-        """One completion of ``messages`` (``tools=`` and sampling keywords as v1 took them)."""
+        """One completion of ``messages`` (``tools=`` and sampling keywords as the legacy SDK took
+        them)."""
         from ..testing.records import RolloutRecord
 
         tools = kwargs.pop("tools", None)
@@ -219,7 +221,7 @@ def _dumped(tool: Any) -> Any:
 
 @dataclass
 class LocalTestRunResult:
-    """One row's outcome (v1's fields): ``success`` is COMPLETED with no protocol findings."""
+    """One row's outcome (the legacy fields): ``success`` is COMPLETED with no protocol findings."""
 
     row_index: int
     success: bool
@@ -233,7 +235,7 @@ class LocalTestRunResult:
 
 @dataclass
 class LocalTestBatchResult:
-    """A batch's outcome (v1's fields)."""
+    """A batch's outcome (the legacy fields)."""
 
     results: list[LocalTestRunResult]
     total: int
@@ -244,9 +246,9 @@ class LocalTestBatchResult:
 
 
 class LocalTestRunner:
-    """v1's runner: ``run_single(row, row_index, ...)`` and ``run_batch(rows, ...)``, one row
-    after another as v1 ran them. ``debug_dir`` keeps each rollout's trace (``debug=True``
-    alone writes none: pass the directory)."""
+    """The legacy runner: ``run_single(row, row_index, ...)`` and ``run_batch(rows, ...)``, one row
+    after another as the legacy SDK ran them. ``debug_dir`` keeps each rollout's trace
+    (``debug=True`` alone writes none: pass the directory)."""
 
     def __init__(
         self,
@@ -294,7 +296,7 @@ class LocalTestRunner:
         results: list[LocalTestRunResult] = []
 
         def done(row_result: Any) -> None:
-            results.append(_v1_result(row_result))
+            results.append(_legacy_result(row_result))
             if on_progress is not None:
                 on_progress(len(results), len(inputs), results[-1])
 
@@ -322,8 +324,8 @@ class LocalTestRunner:
         )
 
 
-def _v1_result(row: Any) -> LocalTestRunResult:
-    """A runner row as v1's result, with the rollout's ``RolloutResult`` rebuilt."""
+def _legacy_result(row: Any) -> LocalTestRunResult:
+    """A runner row as the legacy result, with the rollout's ``RolloutResult`` rebuilt."""
     result = None
     if row.status in ("COMPLETED", "ERROR"):
         result = RolloutResult(

@@ -1,7 +1,7 @@
 """The ``--output`` results file: one JSON object per rollout in dataset order (a row's samples
 in sample order), then, with ``--samples``, one per group, then a summary (JSON Lines); or, for
 a ``.json`` path, the original SDK's one JSON object (``{"summary": ..., "results": [...]}``,
-see :mod:`.v1_results`) written when the run ends."""
+see :mod:`.legacy_results`) written when the run ends."""
 
 from __future__ import annotations
 
@@ -70,9 +70,9 @@ class OrderedRows:
         if self.whole is None:
             self.sink.write(json.dumps(summary) + "\n")
             return
-        from .v1_results import v1_results
+        from .legacy_results import legacy_results
 
-        json.dump(v1_results(summary, self.whole), self.sink, indent=2, default=str)
+        json.dump(legacy_results(summary, self.whole), self.sink, indent=2, default=str)
         self.sink.write("\n")
 
     def _write(self, result: Any) -> None:

@@ -176,7 +176,9 @@ def _legacy_name(agent: Any) -> list[Problem]:
         return [_legacy("MISSING_NAME", "Agent loop must have a 'name' attribute", "name")]
     if not isinstance(name, str):
         return [
-            _legacy("INVALID_NAME_TYPE", f"'name' must be a string, got {type(name).__name__}", "name")
+            _legacy(
+                "INVALID_NAME_TYPE", f"'name' must be a string, got {type(name).__name__}", "name"
+            )
         ]
     if not name.strip():
         return [_legacy("EMPTY_NAME", "'name' cannot be empty or whitespace only", "name")]
@@ -259,7 +261,9 @@ def _legacy_run(agent: Any) -> list[Problem]:
     if not callable(run):
         return [_legacy("RUN_NOT_CALLABLE", "'run' must be a callable method", "run")]
     if not inspect.iscoroutinefunction(run):
-        return [_legacy("RUN_NOT_ASYNC", "'run' method must be an async function (async def)", "run")]
+        return [
+            _legacy("RUN_NOT_ASYNC", "'run' method must be an async function (async def)", "run")
+        ]
     return []
 
 

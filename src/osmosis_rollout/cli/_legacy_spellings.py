@@ -169,11 +169,11 @@ def install(commands: Mapping[str, Any]) -> None:
     """Give each command its v1 options (hidden) and translate them before it runs."""
     for name, (options, spellings) in _SPELLINGS.items():
         command = commands.get(name)
-        if command is None or getattr(command, "_v1_spellings", False):
+        if command is None or getattr(command, "_legacy_spellings", False):
             continue
         command.params.extend(_params_of(options))
         command.callback = _translating(command.callback, name, spellings)
-        command._v1_spellings = True
+        command._legacy_spellings = True
 
 
 def _params_of(options: Callable[..., None]) -> list[Any]:

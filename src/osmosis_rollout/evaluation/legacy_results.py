@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["v1_results"]
+__all__ = ["legacy_results"]
 
 
-def v1_results(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+def legacy_results(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The whole results file for ``summary`` and the rows (``RowResult.as_dict()``)."""
-    results = [_v1_row(row) for row in rows]
+    results = [_legacy_row(row) for row in rows]
     tokens = sum(r["token_usage"]["total_tokens"] for r in results)
     head = {
         "total": summary["rows"],
@@ -28,7 +28,7 @@ def v1_results(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str,
     return {"summary": {**head, **rest}, "results": results}
 
 
-def _v1_row(row: dict[str, Any]) -> dict[str, Any]:
+def _legacy_row(row: dict[str, Any]) -> dict[str, Any]:
     prompt, response = int(row["prompt_tokens"]), int(row["response_tokens"])
     head = {
         "row_index": int(row["row"]) - 1,
