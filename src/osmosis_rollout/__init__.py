@@ -2,8 +2,15 @@
 
 The names an agent author needs, in one table (``_EXPORTS``: name -> home module); ``__all__``
 is derived from it. They are imported lazily (PEP 562), so ``osmosis --help`` does not pay for
-pydantic, Starlette and httpx2. The original SDK's (v1) names come from ``osmosis_rollout.compat``
-(see ``docs/migrating-from-v1.md``); the server from ``osmosis_rollout.server``.
+pydantic, Starlette and httpx2.
+
+Public API (kept within a major version; docs/architecture.md, "Public API"): the ``__all__``
+of this package; of the packages ``testing`` (what a pytest of an agent imports), ``tools``,
+``evaluation`` (``run_test``, the engine of ``osmosis test``), ``server`` (``create_app``,
+``serve``), ``validator`` and ``compat`` (the legacy SDK's names: docs/migrating-from-v1.md);
+and of the modules ``protocol`` (the wire models), ``errors`` (the exception tree),
+``tools.mcp``, ``trajectory`` and ``scaffold``. Every other module, and every other submodule of
+those packages, is internal: import from the package, not the submodule; internals change freely.
 """
 
 from __future__ import annotations

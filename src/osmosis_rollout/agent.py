@@ -63,7 +63,7 @@ class TurnObserver(Protocol):
 class ChatBackend(Protocol):
     """What a context needs to run one LLM turn; ``client.RolloutChannel`` implements it.
 
-    Name the ``request_id`` parameter so: ``compat`` tells a backend from a v1-style client
+    Name the ``request_id`` parameter so: ``compat`` tells a backend from a legacy-style client
     (``chat_completions(messages, **kw)``) by it."""
 
     async def chat_completions(
@@ -101,7 +101,7 @@ class RolloutAgentLoop(ABC):
 
     name: ClassVar[str]
     #: What ``run`` is handed (``run_rollout`` builds it). A subclass of ``RolloutContext`` can
-    #: add to it: ``compat.RolloutAgentLoop`` gives v1 agents v1's context.
+    #: add to it: ``compat.RolloutAgentLoop`` gives legacy agents the legacy context.
     context_class: ClassVar[type[RolloutContext]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

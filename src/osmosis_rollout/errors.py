@@ -3,19 +3,19 @@
 Every error the toolkit raises on purpose derives from ``OsmosisError``, so the CLI can catch
 exactly that and turn it into a message and an exit code::
 
-    OsmosisError (= v1's OsmosisRolloutError)
+    OsmosisError (= the legacy OsmosisRolloutError)
     ├── ConfigError               a setting, flag or file given by the user is wrong
     │   ├── DatasetError          a dataset row or column is malformed (names the row)
     │   ├── LaunchError           ``osmosis test --launch CMD`` gave no server answering /health
-    │   └── ServeError            v1's serve_agent_loop was given settings it cannot use
+    │   └── ServeError            the legacy serve_agent_loop was given settings it cannot use
     ├── AgentLoadError            "module:Attr" could not be imported or is not an agent
     ├── AgentDefinitionError      an agent's tools or answers break the agent API
     │   ├── UnsatisfiableSchemaError  no value can be generated for a tool's JSON Schema
-    │   └── AgentLoopValidationError  v1: validate_agent_loop(...).raise_if_invalid()
-    ├── AgentLoopNotFoundError    v1 registry: no agent loop registered under that name
-    ├── ToolExecutionError        v1's tool error (message, tool_call_id, tool_name)
+    │   └── AgentLoopValidationError  validate_agent_loop(...).raise_if_invalid()
+    ├── AgentLoopNotFoundError    legacy registry: no agent loop registered under that name
+    ├── ToolExecutionError        the legacy tool error (message, tool_call_id, tool_name)
     │   ├── ToolError             a tool call could not be parsed, validated or executed
-    │   └── ToolArgumentError     v1: a tool call's arguments are not a JSON object
+    │   └── ToolArgumentError     legacy: a tool call's arguments are not a JSON object
     ├── TrainGateError            talking to TrainGate failed
     │   ├── TrainGateHTTPError    TrainGate answered with an error status (carries status, body)
     │   │   ├── TrainGateServerError    5xx after retries       (also OsmosisServerError)
@@ -25,7 +25,7 @@ exactly that and turn it into a message and an exit code::
     │   └── ProtocolError         TrainGate's reply does not follow the protocol
     └── LLMBackendError           the mock TrainGate's LLM backend failed (``kind``, ``systemic``)
 
-The v1 names (``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
+The legacy names (``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
 ``OsmosisTimeoutError``) are bases of ours, so agents written for the original SDK catch our
 errors with the ``except`` clauses they already have. Messages never contain secrets: error
 bodies are truncated and scrubbed by whoever builds them.
@@ -74,23 +74,24 @@ class OsmosisError(Exception):
     """Base of every error raised on purpose by osmosis-rollout; its text is shown to users."""
 
 
-#: v1's base exception: the same class, so ``except OsmosisRolloutError`` catches all of ours.
+#: The legacy base exception: the same class, so ``except OsmosisRolloutError`` catches all of ours.
 OsmosisRolloutError = OsmosisError
 
 
-# -- v1's transport-level names: bases of our TrainGate errors ----------------------------------
+# -- the legacy transport-level names: bases of our TrainGate errors -------------------------------
 
 
 class OsmosisTransportError(OsmosisError):
-    """v1: the request could not be sent or no answer came back (connection, DNS, reset)."""
+    """Legacy name: the request could not be sent or no answer came back (connection, DNS,
+    reset)."""
 
 
 class OsmosisTimeoutError(OsmosisError):
-    """v1: a call to TrainGate timed out."""
+    """Legacy name: a call to TrainGate timed out."""
 
 
 class OsmosisServerError(OsmosisError):
-    """v1: TrainGate answered 5xx after every retry; ``status_code`` says which."""
+    """Legacy name: TrainGate answered 5xx after every retry; ``status_code`` says which."""
 
     def __init__(self, message: str, status_code: int = 0) -> None:
         super().__init__(message)
@@ -98,7 +99,7 @@ class OsmosisServerError(OsmosisError):
 
 
 class OsmosisValidationError(OsmosisError):
-    """v1: TrainGate refused the request with a 4xx (not retried, except 429 by us)."""
+    """Legacy name: TrainGate refused the request with a 4xx (not retried, except 429 by us)."""
 
     def __init__(self, message: str, status_code: int = 0) -> None:
         super().__init__(message)
@@ -145,7 +146,7 @@ class AgentLoadError(OsmosisError):
 
 
 class ServeError(ConfigError):
-    """v1's ``serve_agent_loop`` was given a combination of settings it cannot serve."""
+    """The legacy ``serve_agent_loop`` was given a combination of settings it cannot serve."""
 
 
 class AgentDefinitionError(OsmosisError):
@@ -157,7 +158,7 @@ class UnsatisfiableSchemaError(AgentDefinitionError):
 
 
 class AgentLoopValidationError(AgentDefinitionError):
-    """v1: ``ValidationResult.raise_if_invalid()`` found errors; ``errors`` lists them."""
+    """``ValidationResult.raise_if_invalid()`` found errors; ``errors`` lists them."""
 
     def __init__(self, message: str, errors: list[Any] | None = None) -> None:
         super().__init__(message)
@@ -165,8 +166,8 @@ class AgentLoopValidationError(AgentDefinitionError):
 
 
 class AgentLoopNotFoundError(OsmosisError):
-    """v1 registry: no agent loop is registered under ``name``; ``available`` lists those that
-    are."""
+    """The legacy registry: no agent loop is registered under ``name``; ``available`` lists those
+    that are."""
 
     def __init__(self, name: str, available: list[str]) -> None:
         super().__init__(f"Agent loop '{name}' not found. Available: {available}")
@@ -175,7 +176,8 @@ class AgentLoopNotFoundError(OsmosisError):
 
 
 class ToolExecutionError(OsmosisError):
-    """v1: a tool call failed; carries the call's id and the tool's name when known."""
+    """From the legacy SDK: a tool call failed; carries the call's id and the tool's name when
+    known."""
 
     def __init__(self, message: str, tool_call_id: str = "", tool_name: str | None = "") -> None:
         super().__init__(message)
@@ -184,7 +186,7 @@ class ToolExecutionError(OsmosisError):
 
 
 class ToolArgumentError(ToolExecutionError):
-    """v1: a tool call's ``arguments`` are not valid JSON or not a JSON object."""
+    """From the legacy SDK: a tool call's ``arguments`` are not valid JSON or not a JSON object."""
 
 
 class ToolError(ToolExecutionError):

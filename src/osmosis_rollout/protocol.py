@@ -144,7 +144,7 @@ class OpenAIFunctionSchema(BaseModel):
     @field_validator("parameters", mode="before")
     @classmethod
     def _parameters_as_schema(cls, value: Any) -> Any:
-        # A model (v1's typed OpenAIFunctionParametersSchema, say) becomes its JSON Schema.
+        # A model (the legacy typed OpenAIFunctionParametersSchema, say) becomes its JSON Schema.
         if isinstance(value, BaseModel):
             return value.model_dump(mode="json", exclude_none=True)
         return value

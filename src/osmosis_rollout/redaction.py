@@ -37,7 +37,7 @@ REDACTED = "**********"
 
 class ApiKey(SecretStr):
     """A ``SecretStr`` that still compares equal to the plain string it holds (in constant
-    time), so v1 code such as ``request.api_key == "k"`` keeps working; it never prints."""
+    time), so legacy code such as ``request.api_key == "k"`` keeps working; it never prints."""
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SecretStr):

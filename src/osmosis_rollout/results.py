@@ -13,7 +13,7 @@ from .protocol import ChatMessage, CompletionsResponse, Message, RolloutMetrics,
 
 def reply_message(message: ChatMessage) -> Message:
     """The reply as the dict an agent appends: every key TrainGate sent, nulls included, and
-    always ``content`` (None beside tool calls, as OpenAI and v1 had it), so the common
+    always ``content`` (None beside tool calls, as OpenAI and the legacy SDK had it), so the common
     ``msg["content"]`` never raises ``KeyError``. Unsent optional fields stay out."""
     sent = message.model_fields_set | set(message.model_extra or ())
     data = message.model_dump(mode="json")
@@ -65,9 +65,9 @@ def result_extras(
 class RolloutResult:
     """How ``run()`` ended, as returned by ``ctx.complete(...)`` or ``ctx.error(...)``.
 
-    The positional order is v1's: ``(status, final_messages, finish_reason, error_message,
-    metrics, reward)``. ``metrics`` is the context's snapshot when the result was made; the
-    server sends the final metrics of the rollout.
+    The positional order is the legacy SDK's:
+    ``(status, final_messages, finish_reason, error_message, metrics, reward)``. ``metrics`` is the
+    context's snapshot when the result was made; the server sends the final metrics of the rollout.
     """
 
     status: RolloutStatus
@@ -83,7 +83,7 @@ class RolloutResult:
 class CompletionsResult:
     """One LLM reply, ready to append: ``messages.append(result.message)``.
 
-    Positional order as in v1: ``(message, token_ids, logprobs, usage, finish_reason)``.
+    Positional order as in the legacy SDK: ``(message, token_ids, logprobs, usage, finish_reason)``.
     """
 
     message: Message

@@ -126,7 +126,7 @@ def _encode(event: dict[str, Any], secrets: list[str]) -> str:
 def file_sink(
     debug_dir: str | Path, rollout_id: str, secrets: Iterable[str | None] = ()
 ) -> Callable[[dict[str, Any]], None]:
-    """A synchronous sink for one rollout outside a server (v1's ``RolloutContext(...,
+    """A synchronous sink for one rollout outside a server (the legacy ``RolloutContext(...,
     _debug_dir=...)``): each event is on disk when the call returns. A directory or file that
     cannot be written logs a warning and the event is dropped; the agent never fails for it."""
     hidden = [s for s in secrets if s]

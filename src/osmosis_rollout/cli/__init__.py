@@ -1,6 +1,7 @@
 """The ``osmosis`` command: a Typer app with one thin module per command.
 
 Command modules import heavy dependencies inside their functions so ``osmosis --help`` stays fast.
+Internal: the public interface is the ``osmosis`` command line itself, not these modules.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""The original SDK's (v1) command-line spellings, accepted and translated to today's.
+"""The legacy SDK's command-line spellings, accepted and translated to today's.
 
-v1's documented command lines (``osmosis serve -m main:agent_loop -p 9000 --skip-register``,
-``osmosis validate -m agent:loop -v``, ``osmosis test --agent a:b --base-url URL -q``) keep
-working: each v1 option is a hidden option of its command (absent from ``--help``) that sets
-today's parameter and prints one note naming today's spelling. They are added to the commands
-once the group is built (:func:`install`), so the command modules stay v1-free.
+The documented command lines of the legacy SDK's CLI
+(``osmosis serve -m main:agent_loop -p 9000 --skip-register``,
+``osmosis validate -m agent:loop -v``, ``osmosis test --agent a:b --base-url URL -q``) keep working:
+each legacy option is a hidden option of its command (absent from ``--help``) that sets today's
+parameter and prints one note naming today's spelling. They are added to the commands once the group
+is built (:func:`install`), so the command modules know nothing of them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ Kwargs = dict[str, Any]
 
 @dataclass(frozen=True)
 class Spelling:
-    """One v1 option: its parameter, what today's spelling is, and how it sets today's."""
+    """One legacy option: its parameter, what today's spelling is, and how it sets today's."""
 
     param: str
     note: str
@@ -34,7 +35,7 @@ class Spelling:
 
 
 def _set(name: str, flag: str, convert: Callable[[Any], Any] = lambda v: v) -> Any:
-    """Set parameter ``name`` from the v1 value, refusing it given twice."""
+    """Set parameter ``name`` from the legacy value, refusing it given twice."""
 
     def apply(kwargs: Kwargs, value: Any) -> None:
         given, wanted = kwargs.get(name), convert(value)
@@ -46,7 +47,7 @@ def _set(name: str, flag: str, convert: Callable[[Any], Any] = lambda v: v) -> A
 
 
 def _nothing(kwargs: Kwargs, value: Any) -> None:
-    """A v1 option with nothing left to do here (the note says why)."""
+    """A legacy option with nothing left to do here (the note says why)."""
 
 
 def _local_debug(kwargs: Kwargs, value: Any) -> None:
@@ -59,7 +60,7 @@ def _local_debug(kwargs: Kwargs, value: Any) -> None:
 
 
 def _session_folder(value: Any) -> Any:
-    """v1's ``--log DIR`` wrote this server start's traces to ``DIR/<unix time>/``."""
+    """The legacy ``--log DIR`` wrote this server start's traces to ``DIR/<unix time>/``."""
     from pathlib import Path
 
     return Path(str(value)) / str(int(time.time()))
@@ -69,7 +70,7 @@ def _base_url(kwargs: Kwargs, value: Any) -> None:
     _set("llm_url", "--llm-url")(kwargs, value)
     model = kwargs.get("model")
     if isinstance(model, str) and model.lower().startswith("openai/"):
-        kwargs["model"] = model.split("/", 1)[1]  # v1 (LiteLLM) sent the bare name
+        kwargs["model"] = model.split("/", 1)[1]  # the legacy SDK (LiteLLM) sent the bare name
 
 
 def _quiet(kwargs: Kwargs, value: Any) -> None:
@@ -77,51 +78,53 @@ def _quiet(kwargs: Kwargs, value: Any) -> None:
 
 
 def _serve_options(
-    v1_p: Annotated[int | None, typer.Option("-p", hidden=True)] = None,
-    v1_h: Annotated[str | None, typer.Option("-H", hidden=True)] = None,
-    v1_skip_register: Annotated[bool, typer.Option("--skip-register", hidden=True)] = False,
-    v1_local: Annotated[bool, typer.Option("--local", "--local-debug", hidden=True)] = False,
-    v1_log: Annotated[str | None, typer.Option("--log", hidden=True)] = None,
+    legacy_p: Annotated[int | None, typer.Option("-p", hidden=True)] = None,
+    legacy_h: Annotated[str | None, typer.Option("-H", hidden=True)] = None,
+    legacy_skip_register: Annotated[bool, typer.Option("--skip-register", hidden=True)] = False,
+    legacy_local: Annotated[bool, typer.Option("--local", "--local-debug", hidden=True)] = False,
+    legacy_log: Annotated[str | None, typer.Option("--log", hidden=True)] = None,
 ) -> None:
-    """v1's ``osmosis serve`` options."""
+    """The legacy ``osmosis serve`` options."""
 
 
 def _validate_options(
-    v1_module: Annotated[str | None, typer.Option("-m", "--module", hidden=True)] = None,
-    v1_verbose: Annotated[bool, typer.Option("-v", "--verbose", hidden=True)] = False,
+    legacy_module: Annotated[str | None, typer.Option("-m", "--module", hidden=True)] = None,
+    legacy_verbose: Annotated[bool, typer.Option("-v", "--verbose", hidden=True)] = False,
 ) -> None:
-    """v1's ``osmosis validate`` options."""
+    """The legacy ``osmosis validate`` options."""
 
 
 def _test_options(
-    v1_module: Annotated[str | None, typer.Option("-m", "--module", "--agent", hidden=True)] = None,
-    v1_base_url: Annotated[str | None, typer.Option("--base-url", hidden=True)] = None,
-    v1_quiet: Annotated[bool, typer.Option("-q", "--quiet", hidden=True)] = False,
-    v1_debug: Annotated[bool, typer.Option("--debug", hidden=True)] = False,
+    legacy_module: Annotated[
+        str | None, typer.Option("-m", "--module", "--agent", hidden=True)
+    ] = None,
+    legacy_base_url: Annotated[str | None, typer.Option("--base-url", hidden=True)] = None,
+    legacy_quiet: Annotated[bool, typer.Option("-q", "--quiet", hidden=True)] = False,
+    legacy_debug: Annotated[bool, typer.Option("--debug", hidden=True)] = False,
 ) -> None:
-    """v1's ``osmosis test`` options."""
+    """The legacy ``osmosis test`` options."""
 
 
-#: Said once for every v1 spelling used, on stderr.
+#: Said once for every legacy spelling used, on stderr.
 _ACCEPTED = " (the original SDK's spelling, accepted)"
 
 _SPELLINGS: dict[str, tuple[Callable[..., None], tuple[Spelling, ...]]] = {
     "serve": (
         _serve_options,
         (
-            Spelling("v1_p", "-p is --port", _set("port", "--port")),
-            Spelling("v1_h", "-H is --host", _set("host", "--host")),
+            Spelling("legacy_p", "-p is --port", _set("port", "--port")),
+            Spelling("legacy_h", "-H is --host", _set("host", "--host")),
             Spelling(
-                "v1_skip_register",
+                "legacy_skip_register",
                 "--skip-register does nothing: osmosis serve never registers with the "
                 "platform; drop it",
                 _nothing,
             ),
-            Spelling("v1_local", "--local is --no-auth", _local_debug),
+            Spelling("legacy_local", "--local is --no-auth", _local_debug),
             Spelling(
-                "v1_log",
-                "--log DIR is --debug-dir DIR/<timestamp>, v1's session folder (--debug-dir DIR "
-                "writes into DIR itself)",
+                "legacy_log",
+                "--log DIR is --debug-dir DIR/<timestamp>, the legacy session folder "
+                "(--debug-dir DIR writes into DIR itself)",
                 _set("debug_dir", "--debug-dir", _session_folder),
             ),
         ),
@@ -130,12 +133,12 @@ _SPELLINGS: dict[str, tuple[Callable[..., None], tuple[Spelling, ...]]] = {
         _validate_options,
         (
             Spelling(
-                "v1_module",
+                "legacy_module",
                 "-m X is the TARGET argument: osmosis validate X",
                 _set("target", "TARGET"),
             ),
             Spelling(
-                "v1_verbose",
+                "legacy_verbose",
                 "-v does nothing: osmosis validate always lists warnings; drop it",
                 _nothing,
             ),
@@ -145,18 +148,18 @@ _SPELLINGS: dict[str, tuple[Callable[..., None], tuple[Spelling, ...]]] = {
         _test_options,
         (
             Spelling(
-                "v1_module",
+                "legacy_module",
                 "-m/--agent X is the TARGET argument: osmosis test X",
                 _set("target", "TARGET"),
             ),
-            Spelling("v1_base_url", "--base-url is --llm-url", _base_url),
+            Spelling("legacy_base_url", "--base-url is --llm-url", _base_url),
             Spelling(
-                "v1_quiet",
+                "legacy_quiet",
                 "-q prints nothing on stdout; errors, warnings and progress stay on stderr",
                 _quiet,
             ),
             Spelling(
-                "v1_debug",
+                "legacy_debug",
                 "--debug is --verbose (per-rollout traces: --debug-dir DIR)",
                 _set("verbose", "--verbose"),
             ),
@@ -166,7 +169,7 @@ _SPELLINGS: dict[str, tuple[Callable[..., None], tuple[Spelling, ...]]] = {
 
 
 def install(commands: Mapping[str, Any]) -> None:
-    """Give each command its v1 options (hidden) and translate them before it runs."""
+    """Give each command its legacy options (hidden) and translate them before it runs."""
     for name, (options, spellings) in _SPELLINGS.items():
         command = commands.get(name)
         if command is None or getattr(command, "_legacy_spellings", False):
@@ -198,8 +201,8 @@ def _translating(
             _note(spelling.note + _ACCEPTED)
         if used and command == "serve" and kwargs.get("host") is None:
             _note(
-                "binding 127.0.0.1 (v1 bound 0.0.0.0): in a container pass --host 0.0.0.0, "
-                "which generates a server key unless --api-key gives one"
+                "binding 127.0.0.1 (the legacy SDK bound 0.0.0.0): in a container pass "
+                "--host 0.0.0.0, which generates a server key unless --api-key gives one"
             )
         if kwargs.pop("__quiet__", False):
             return _quietly(callback, kwargs)
@@ -209,7 +212,7 @@ def _translating(
 
 
 def _quietly(callback: Callable[..., Any], kwargs: Kwargs) -> Any:
-    """v1's ``-q``: nothing on stdout; errors, warnings and progress stay on stderr."""
+    """The legacy ``-q``: nothing on stdout; errors, warnings and progress stay on stderr."""
     import contextlib
     import io
 

@@ -225,7 +225,7 @@ def llm_of(llm: str, *, llm_given: bool, model: str | None, llm_url: str | None)
 
 
 def llm_key(api_key: str | None, *, given: bool, workers: int) -> str | None:
-    """``--api-key`` without ``--server`` is the LLM's key (v1's meaning); with ``--jobs`` the
+    """``--api-key`` without ``--server`` is the LLM's key (the legacy meaning); with ``--jobs`` the
     workers read ``OPENAI_API_KEY`` only, so a key given here is refused there."""
     if not given or api_key is None:
         return None

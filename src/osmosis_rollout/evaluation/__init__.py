@@ -8,6 +8,8 @@ recording, replay and the token check, assembled by :func:`run_test`, the comman
 
 The names load on first use, like ``osmosis_rollout.testing``'s: ``osmosis test --jobs`` imports
 ``evaluation.parallel`` to start its workers before it imports the rest.
+
+Public API: the names of ``__all__``; the submodules are internal.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def make_backend(options: TestOptions) -> Any:
         from ..testing.openai_backend import OpenAICompatibleBackend
 
         environ: dict[str, str] = dict(os.environ)
-        if options.api_key and options.server is None:  # v1's --api-key: the LLM's key
+        if options.api_key and options.server is None:  # the legacy SDK's --api-key: the LLM's key
             environ["OPENAI_API_KEY"] = options.api_key
         return OpenAICompatibleBackend.from_env(
             environ,
@@ -157,7 +157,7 @@ def make_backend(options: TestOptions) -> Any:
 
 def model_name(options: TestOptions) -> str | None:
     """The model to ask for: ``--model`` (or ``OPENAI_MODEL``); without ``--llm-url`` read as
-    v1 read it (``openai/gpt-4o`` is ``gpt-4o``, see :mod:`.model_names`)."""
+    The legacy SDK read it (``openai/gpt-4o`` is ``gpt-4o``, see :mod:`.model_names`)."""
     name = options.model or os.environ.get("OPENAI_MODEL")
     if name and not options.llm_url:
         from .model_names import openai_model

@@ -1,7 +1,7 @@
 """The ``--output x.json`` shape: the original SDK's one JSON object, with our fields beside.
 
-v1's ``osmosis test -o results.json`` wrote ``{"summary": {...}, "results": [...]}``, and
-scripts read it with ``json.load``. The same object is written here, each v1 key with v1's
+The legacy ``osmosis test -o results.json`` wrote ``{"summary": {...}, "results": [...]}``, and
+scripts read it with ``json.load``. The same object is written here, each legacy key with its
 meaning (``row_index`` counts from 0, ``duration_ms``, ``token_usage``...), next to every field
 of our JSON Lines rows and summary (``row`` counts from 1), so a reader of either finds its keys.
 """

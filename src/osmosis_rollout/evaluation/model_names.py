@@ -1,7 +1,7 @@
 """A model name given without an LLM URL, read as the original SDK read it.
 
-v1 passed ``--model`` to LiteLLM: a bare name (``gpt-4o``) or ``openai/gpt-4o`` went to OpenAI,
-and another prefix (``anthropic/...``) to that provider. Here such a model is served by an
+The legacy SDK passed ``--model`` to LiteLLM: a bare name (``gpt-4o``) or ``openai/gpt-4o`` went to
+OpenAI, and another prefix (``anthropic/...``) to that provider. Here such a model is served by an
 OpenAI-compatible endpoint (``OPENAI_BASE_URL``, OpenAI's by default), so ``openai/`` is
 dropped and another provider's prefix is a clear error naming the fix. With an explicit URL the
 name is the server's own (vLLM's ``Qwen/Qwen2.5-7B-Instruct``) and is kept as given.
@@ -13,7 +13,8 @@ from ..errors import ConfigError
 
 __all__ = ["PROVIDERS", "openai_model"]
 
-#: LiteLLM provider prefixes v1 accepted that no OpenAI-compatible endpoint serves by default.
+#: LiteLLM provider prefixes the legacy SDK accepted that no OpenAI-compatible endpoint serves by
+#: default.
 PROVIDERS = frozenset(
     {
         "anthropic",

@@ -20,7 +20,7 @@ class TestOptions:
     slots (llama.cpp's ``/props``).
     ``skip_bad_rows`` runs a dataset's good rows when some are malformed, and counts the others
     in the summary (``bad_rows_skipped``); without it, bad rows are a ``DatasetError``.
-    ``api_key`` is the ``server``'s key; without a ``server`` it is the LLM's (v1's meaning of
+    ``api_key`` is the ``server``'s key; without a ``server`` it is the LLM's (the legacy meaning of
     ``--api-key``), else ``OPENAI_API_KEY``. A ``model`` without ``llm_url`` is served by
     ``OPENAI_BASE_URL`` (OpenAI's by default); with the mock LLM it is an error, never ignored.
     ``protocol`` is the wire the mock TrainGate speaks to the server: a name of

@@ -43,7 +43,7 @@ class OrderedRows:
         self.next = 0
         self.waiting: dict[tuple[int, int], Any] = {}  # by (row, sample)
         self.base = output.resolve().parent if output is not None else None
-        #: A ``.json`` file holds one object: its rows wait for the summary (v1's shape).
+        #: A ``.json`` file holds one object: its rows wait for the summary (the legacy shape).
         self.whole: list[dict[str, Any]] | None = (
             [] if output is not None and output.suffix.lower() == ".json" else None
         )

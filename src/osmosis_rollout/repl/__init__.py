@@ -2,7 +2,8 @@
 
 ``run_repl`` is the entry point; ``stepper`` pauses the mock TrainGate's LLM turns, ``commands``
 parses what the user types, ``views`` renders, ``terminal`` prompts and watches keys, ``rollout``
-runs one rollout beside the prompt loop, and ``session`` runs that loop.
+runs one rollout beside the prompt loop, and ``session`` runs that loop. Internal: its interface
+is ``osmosis test --interactive``.
 """
 
 from .session import run_repl

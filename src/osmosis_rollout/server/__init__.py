@@ -1,4 +1,8 @@
-"""The rollout server: ``create_app`` (Starlette) and ``serve`` (uvicorn, graceful drain)."""
+"""The rollout server: ``create_app`` (Starlette) and ``serve`` (uvicorn, graceful drain).
+
+Public API: the names of ``__all__``. The submodules (the edge, the scheduler, ``wire/``,
+``state/``...) are internal: docs/architecture.md describes them for contributors.
+"""
 
 from .app import create_app
 from .core import RolloutServer

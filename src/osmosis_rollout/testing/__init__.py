@@ -8,6 +8,8 @@ The names load on first use: ``osmosis test --jobs`` imports a submodule of this
 before it starts its workers, and must not wait for the whole toolkit to import first.
 Datasets, cassettes and replay belong to the engine of ``osmosis test``
 (:mod:`osmosis_rollout.evaluation`); their names stay importable from here.
+
+Public API: the names of ``__all__``. The submodules are internal (``_sampling`` most of all).
 """
 
 from __future__ import annotations

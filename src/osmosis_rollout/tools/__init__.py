@@ -17,6 +17,9 @@ A typed function with a Google-style docstring is enough to declare a tool::
 Whatever goes wrong in a tool call (unknown tool, bad JSON, a schema violation, an exception, a
 timeout) becomes a ``"role": "tool"`` message the model can read and react to, never an
 exception that would end the rollout: a model's mistake is training signal, not a crash.
+
+Public API: the names of ``__all__``, and ``tools.mcp`` (``McpTools``, ``StdioServer``: tools
+served over MCP). The other submodules are internal.
 """
 
 from .arguments import _compiled as _compiled  # for tests that inspect the validator cache

@@ -1,5 +1,5 @@
 """What makes a tool list usable: the one checker behind the server, ``osmosis validate`` and
-v1's ``validate_agent_loop``.
+The legacy ``validate_agent_loop``.
 
 :func:`tool_problems` reports every problem of every tool, in order. The server refuses a list
 with an error among the ``enforced`` ones (the first one raised, :func:`check_tools`); the rest
@@ -42,7 +42,7 @@ class ToolProblem:
     """One problem of the tool ``tools[index]``. ``message`` is for a person fixing the agent;
     ``reason`` is the short form the server raises (``AgentDefinitionError``), set for enforced
     problems. ``causes`` are a ``TOOL_INVALID``'s schema errors as (field path, error type),
-    e.g. ``("function.name", "missing")``: what v1's validator codes are read from."""
+    e.g. ``("function.name", "missing")``: what the legacy validator's codes are read from."""
 
     index: int
     code: str

@@ -76,12 +76,12 @@ class Problem(BaseModel):
     check: Check
     location: str | None = None
     message: str
-    #: Extra facts for v1's Python API (``osmosis_code``, ``exception_type``...); not in JSON.
+    #: Extra facts for the legacy Python API (``osmosis_code``, ``exception_type``...); not in JSON.
     details: dict[str, Any] | None = Field(default=None, exclude=True)
 
     @property
     def field(self) -> str | None:
-        """v1's name for ``location``."""
+        """The legacy name for ``location``."""
         return self.location
 
     def __str__(self) -> str:
@@ -102,8 +102,8 @@ class ValidationResult(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _from_v1(cls, data: Any) -> Any:
-        """Also accept v1's constructor: ``ValidationResult(valid=..., errors=[...],
+    def _from_legacy(cls, data: Any) -> Any:
+        """Also accept the legacy constructor: ``ValidationResult(valid=..., errors=[...],
         warnings=[...], agent_name=..., tool_count=...)``; ``valid`` is always computed."""
         if not isinstance(data, dict):
             return data
@@ -143,7 +143,7 @@ class ValidationResult(BaseModel):
         """Valid, and with ``strict`` also free of warnings."""
         return self.valid and not (strict and self.warnings)
 
-    # -- v1's spelling ------------------------------------------------------------------------
+    # -- the legacy spelling -----------------------------------------------------------------------
 
     @property
     def tool_count(self) -> int:

@@ -1,7 +1,8 @@
 """``osmosis view``: a local web page over results files and trace folders.
 
 ``build_index`` finds the rollouts (cheaply: offsets and summaries, not whole files),
-``create_view_app`` serves them; ``cli/view.py`` binds it to 127.0.0.1.
+``create_view_app`` serves them; ``cli/view.py`` binds it to 127.0.0.1. Internal: its interface
+is ``osmosis view``.
 """
 
 from .app import STATIC_DIR, create_view_app
