@@ -168,9 +168,7 @@ def __getattr__(name: str) -> Any:
         home = _MOVED.get(name)
         hint = f"; import it from osmosis_rollout.{home}" if home else ""
         if home == "compat" and name in ("create_app", "serve_agent_loop"):
-            hint += (
-                " (the legacy SDK's), or use osmosis_rollout.server's create_app and serve (ours)"
-            )
+            hint += " (the legacy one), or use osmosis_rollout.server's create_app and serve (ours)"
         raise AttributeError(f"module 'osmosis_rollout' has no attribute {name!r}{hint}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
