@@ -56,7 +56,7 @@ def test_every_name_loads_from_its_home(package: ModuleType) -> None:
 
 
 def test_the_top_level_is_what_an_agent_author_needs() -> None:
-    """About 30 names, none of them v1's: those come from ``osmosis_rollout.compat``."""
+    """About 30 names, none of them the legacy SDK's: those come from ``osmosis_rollout.compat``."""
     assert 25 <= len(osmosis_rollout._EXPORTS) <= 35
     assert not any(module.startswith("compat") for module in osmosis_rollout._EXPORTS.values())
     assert set(osmosis_rollout._EXPORTS).isdisjoint(osmosis_rollout._MOVED)
@@ -71,7 +71,7 @@ def test_the_top_level_is_what_an_agent_author_needs() -> None:
     ],
 )
 def test_a_name_that_moved_says_where_it_lives(name: str, hint: str) -> None:
-    """``osmosis_rollout.create_app`` (v1's positional wrapper) does not silently become ours:
+    """``osmosis_rollout.create_app`` (the legacy positional wrapper) does not silently become ours:
     it is gone, and the error names both homes."""
     with pytest.raises(AttributeError, match="has no attribute") as caught:
         getattr(osmosis_rollout, name)
@@ -79,7 +79,7 @@ def test_a_name_that_moved_says_where_it_lives(name: str, hint: str) -> None:
 
 
 def test_v1_names_load_from_compat_in_one_import() -> None:
-    """A v1 project's ``from osmosis_ai.rollout import ...`` becomes one line from compat."""
+    """A legacy project's ``from osmosis_ai.rollout import ...`` becomes one line from compat."""
     from osmosis_rollout import agent, results
     from osmosis_rollout.compat import (
         RolloutAgentLoop,
