@@ -42,7 +42,7 @@ def _section(title: str) -> str:
 
 @dataclass
 class Layout:
-    """What the layout block names: ``path -> line`` for each module and package folder."""
+    """What the layout block names: ``path -> line`` (of the doc) for each module and folder."""
 
     named: dict[str, int] = field(default_factory=dict)
     entries: dict[str, int] = field(default_factory=dict)  # the entry line of each package
@@ -54,12 +54,14 @@ def _layout() -> Layout:
     An entry is a name at the start of a line, indented two spaces per level of folder. In an
     entry's description, a ``name.py`` or ``name/`` is a module of the entry's folder (of the
     package for ``pkg/``, beside it for ``module.py``), and ``a/b.py`` is one from the root."""
-    block = _section("Layout").split("```", 2)[1]
-    lines = block.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip() == TREE_ROOT)
+    lines = DOC.read_text().splitlines()
+    heading = lines.index("## Layout")
+    start = next(i for i in range(heading, len(lines)) if lines[i].strip() == TREE_ROOT)
     layout = Layout()
     stack: list[str] = []  # the folders of the entry being read, relative to the package
-    for number, line in enumerate(lines[start + 1 :], start=start + 2):
+    for number, line in enumerate(lines[start + 1 :], start=start + 2):  # numbered from 1
+        if line.startswith("```"):
+            break
         if line.strip() and not line.startswith(" "):
             break  # templates/, examples/...: outside the package
         entry = re.match(r"^( +)(\S+)(?:\s|$)", line)
@@ -99,7 +101,7 @@ def _where_to_add(module: str, layout: Layout) -> str:
     if not parent:
         return f"add a line `  {name:<18}what it owns` under `{TREE_ROOT}`"
     line = layout.entries.get(parent + "/")
-    at = f" (line {line} of the block)" if line else ""
+    at = f" (docs/architecture.md line {line})" if line else ""
     return f"add `{name} (what it owns)` to the description of the `{parent}/` entry{at}"
 
 
@@ -122,7 +124,7 @@ def test_every_module_the_layout_names_exists() -> None:
         if path not in existing and path not in folders
     }
     assert not gone, "docs/architecture.md's layout block names what is not there:\n" + "\n".join(
-        f"  {TREE_ROOT}{path} (line {line} of the block): drop it or name where it moved"
+        f"  {TREE_ROOT}{path} (docs/architecture.md line {line}): drop it or name where it moved"
         for path, line in gone.items()
     )
 
