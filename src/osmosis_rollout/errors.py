@@ -82,8 +82,7 @@ OsmosisRolloutError = OsmosisError
 
 
 class OsmosisTransportError(OsmosisError):
-    """Legacy name: the request could not be sent or no answer came back (connection, DNS,
-    reset)."""
+    """Legacy name: the request was not sent or no answer came (connection, DNS, reset)."""
 
 
 class OsmosisTimeoutError(OsmosisError):
@@ -176,8 +175,7 @@ class AgentLoopNotFoundError(OsmosisError):
 
 
 class ToolExecutionError(OsmosisError):
-    """From the legacy SDK: a tool call failed; carries the call's id and the tool's name when
-    known."""
+    """From the legacy SDK: a failed tool call, with its call id and the tool's name when known."""
 
     def __init__(self, message: str, tool_call_id: str = "", tool_name: str | None = "") -> None:
         super().__init__(message)

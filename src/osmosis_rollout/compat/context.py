@@ -1,5 +1,4 @@
-"""The legacy agent and context: ``RolloutAgentLoop`` and ``RolloutContext`` with the legacy
-contract.
+"""``RolloutAgentLoop`` and ``RolloutContext`` with the legacy SDK's contract.
 
 A legacy agent subclasses this module's ``RolloutAgentLoop``, so ``run_rollout`` hands it this
 module's ``RolloutContext``: the core context plus what legacy code reaches for, namely ``ctx.llm``
@@ -34,8 +33,7 @@ __all__ = ["LLMClientProtocol", "RolloutAgentLoop", "RolloutContext", "known_par
 
 logger = logging.getLogger("osmosis_rollout.compat")
 
-#: The keywords a chat turn sends to TrainGate; the legacy SDK dropped any other
-#: (``request_timeout=30``).
+#: The keywords a chat turn sends to TrainGate (the legacy SDK dropped others: ``request_timeout``).
 _SENT = frozenset(CompletionsRequest.model_fields) - {"rollout_id", "messages"}
 _DROPPED: set[str] = set()  # each one warned about once per process
 
@@ -73,8 +71,7 @@ class LLMClientProtocol(Protocol):
 
 def _is_chat_backend(llm: object) -> bool:
     """True for our backends (``chat_completions(request, *, request_id)``); False for a legacy
-    client or fake (``chat_completions(messages, **kw)``), which the context calls as the legacy SDK
-    did.
+    client or fake (``chat_completions(messages, **kw)``), which the context calls the legacy way.
 
     Asked once per legacy context (~14 µs); the per-class memo it had was dropped as not worth its
     lines (3% of a one-turn rollout's server CPU, and only for legacy agents)."""
@@ -160,8 +157,7 @@ class RolloutContext(core.RolloutContext):
     async def _chat_legacy(
         self, messages: Sequence[Any], params: dict[str, Any], call: Callable[..., Awaitable[Any]]
     ) -> Any:
-        """A turn through a legacy-style client: called as the legacy SDK did, its result returned
-        unchanged."""
+        """A turn through a legacy-style client, called the legacy way; its result unchanged."""
         self._turns_started += 1
         self._last_messages = [core._as_message(m) for m in messages]
         started = time.perf_counter()
@@ -226,7 +222,6 @@ class _LLMView:
 
 
 class RolloutAgentLoop(core.RolloutAgentLoop):
-    """The legacy base class: the core's, whose ``run`` is handed the legacy SDK's
-    :class:`RolloutContext`."""
+    """The legacy base class: the core's, whose ``run`` gets the legacy :class:`RolloutContext`."""
 
     context_class = RolloutContext

@@ -96,8 +96,7 @@ class OpenAIFunctionSchema(protocol.OpenAIFunctionSchema):
 
 
 class OpenAIFunctionToolSchema(protocol.OpenAIFunctionToolSchema):
-    """Ours, whose ``function`` is the legacy SDK's :class:`OpenAIFunctionSchema` (attribute
-    reading)."""
+    """Ours, whose ``function`` is the legacy :class:`OpenAIFunctionSchema` (attribute reading)."""
 
     function: OpenAIFunctionSchema
 
@@ -111,8 +110,7 @@ class OpenAIFunctionPropertySchema(BaseModel):
 
 
 class OpenAIFunctionParametersSchema(BaseModel):
-    """A tool's parameters as the legacy SDK typed them: an object with properties and required
-    names.
+    """A tool's parameters, typed the legacy way: an object with properties and required names.
 
     ``type`` defaults to ``"object"`` (the legacy documentation examples leave it out). For nested
     schemas (``items``, ``anyOf``, ``$defs``...) pass a plain JSON Schema dict instead.

@@ -1,5 +1,4 @@
-"""The legacy server entry points: ``create_app`` with the legacy parameters, and
-``serve_agent_loop``.
+"""The legacy server entry points: ``create_app`` (the legacy parameters), ``serve_agent_loop``.
 
 Both build our server (``server.create_app`` / ``server.serve``). Platform registration (the legacy
 SDK's ``credentials``, ``server_host``, ``server_port`` and ``skip_register=False``) is not part of
@@ -253,7 +252,7 @@ def serve_agent_loop(
 
 def validate_and_report(agent_loop: RolloutAgentLoop, *, verbose: bool = False) -> Any:
     """Validate ``agent_loop`` (the legacy sync checks and ours) and print the report; the
-    ``ValidationResult`` is returned. ``verbose`` is the legacy SDK's: the report lists warnings
+    ``ValidationResult`` is returned. ``verbose`` is accepted: the report lists warnings
     always."""
     from rich.console import Console
 

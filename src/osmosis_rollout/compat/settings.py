@@ -43,8 +43,7 @@ _SERVER: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     # In the legacy deployment guide (docker-compose), though the legacy settings had no such field.
     "OSMOSIS_ROLLOUT_LOG_LEVEL": ("log_level", "OSMOSIS_LOG_LEVEL", str.lower),
 }
-#: The legacy client variables, read by ``OsmosisLLMClient`` (the legacy ``settings.client``
-#: fields).
+#: The legacy client variables (``settings.client``), read by ``OsmosisLLMClient``.
 _CLIENT: dict[str, Callable[[str], Any]] = {
     "timeout_seconds": float,
     "max_retries": int,
@@ -74,8 +73,8 @@ class LegacySettings:
 
 
 def legacy_environ(environ: Mapping[str, str], cwd: Path | None = None) -> dict[str, str]:
-    """Every ``OSMOSIS_ROLLOUT_*`` variable the legacy SDK would see: ``.env`` in ``cwd``, then
-    ``environ``."""
+    """Each ``OSMOSIS_ROLLOUT_*`` variable the legacy SDK saw: ``.env`` in ``cwd``, then the
+    environment."""
     found: dict[str, str] = {}
     dotenv = (cwd or Path.cwd()) / ".env"
     if dotenv.is_file():

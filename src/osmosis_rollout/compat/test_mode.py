@@ -180,8 +180,7 @@ class ExternalLLMClient:
         )
 
     async def chat_completions(self, messages: list[Message], **kwargs: Any) -> CompletionsResult:
-        """One completion of ``messages`` (``tools=`` and sampling keywords as the legacy SDK took
-        them)."""
+        """One completion of ``messages`` (``tools=`` and sampling keywords, the legacy way)."""
         from ..testing.records import RolloutRecord
 
         tools = kwargs.pop("tools", None)

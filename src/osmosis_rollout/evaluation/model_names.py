@@ -13,8 +13,7 @@ from ..errors import ConfigError
 
 __all__ = ["PROVIDERS", "openai_model"]
 
-#: LiteLLM provider prefixes the legacy SDK accepted that no OpenAI-compatible endpoint serves by
-#: default.
+#: LiteLLM provider prefixes the legacy SDK took that no OpenAI-compatible endpoint serves.
 PROVIDERS = frozenset(
     {
         "anthropic",
