@@ -53,7 +53,8 @@ def _layout() -> Layout:
 
     An entry is a name at the start of a line, indented two spaces per level of folder. In an
     entry's description, a ``name.py`` or ``name/`` is a module of the entry's folder (of the
-    package for ``pkg/``, beside it for ``module.py``), and ``a/b.py`` is one from the root."""
+    package for ``pkg/``, beside it for ``module.py``); ``a/b.py`` too, or else the one of that
+    path from the root (``validator/sync.py`` named in the ``compat/`` entry)."""
     lines = DOC.read_text().splitlines()
     heading = lines.index("## Layout")
     start = next(i for i in range(heading, len(lines)) if lines[i].strip() == TREE_ROOT)
@@ -77,8 +78,10 @@ def _layout() -> Layout:
             line = line[len(entry.group(0)) :]
         folder = "".join(f"{part}/" for part in stack)
         for word in re.findall(r'(?<![\w./`"-])(_?[a-z]\w*(?:/\w+)*(?:\.py|/))(?![\w/])', line):
-            inside = "/" in word.rstrip("/")
-            layout.named.setdefault(word if inside else folder + word, number)
+            path = folder + word
+            if "/" in word.rstrip("/") and not (PACKAGE / path).exists():
+                path = word if (PACKAGE / word).exists() else path  # named from the root
+            layout.named.setdefault(path, number)
     return layout
 
 
