@@ -5,8 +5,10 @@
   points of child processes, which end their own process and never the command's;
 - its "Public API" section names modules that exist, and the docs import only from those.
 
-"Imports point one way" (and the arrows under "Who imports whom") is checked by
-``tests/test_imports.py``, over the same import graph the rules describe.
+- every file the page names exists.
+
+"Imports point one way" (and the arrows under "Who imports whom") is checked over the import
+graph by a test of its own (issue 34, item 1), not here.
 """
 
 from __future__ import annotations
@@ -130,6 +132,48 @@ def test_every_module_the_layout_names_exists() -> None:
         f"  {TREE_ROOT}{path} (docs/architecture.md line {line}): drop it or name where it moved"
         for path, line in gone.items()
     )
+
+
+def test_what_the_layout_names_beside_the_package_exists() -> None:
+    """``templates/``, ``examples/...``, ``benchmarks/``, ``tests/`` and the files their
+    descriptions name (``tests/``'s support modules, ``docs/benchmarks.md``)."""
+    lines = DOC.read_text().splitlines()
+    start = lines.index("## Layout")
+    start = next(i for i in range(start, len(lines)) if lines[i].strip() == TREE_ROOT)
+    folder, gone = "", []
+    for number, line in enumerate(lines[start + 1 :], start=start + 2):
+        if line.startswith("```"):
+            break
+        if line.startswith(" ") and not folder:
+            continue  # still the package's tree
+        entry = re.match(r"^(\S+/)\s", line)
+        if entry:
+            folder = entry.group(1)
+            if not (ROOT / folder).is_dir():
+                gone.append(f"  {folder} (docs/architecture.md line {number})")
+            line = line[len(entry.group(1)) :]
+        for word in re.findall(r'(?<![\w./`"<-])([a-z_][\w/]*(?:\.py|\.md|/))(?![\w/])', line):
+            if "osmosis_rollout/" in word:
+                continue  # a path inside the wheel
+            if not ((ROOT / folder / word).exists() or (ROOT / word).exists()):
+                gone.append(f"  {folder}{word} (docs/architecture.md line {number})")
+    assert not gone, "docs/architecture.md's layout block names what is not there:\n" + "\n".join(
+        gone
+    )
+
+
+def test_every_file_the_page_names_exists() -> None:
+    """A ```path.py``` in the page's prose (``server/app.py``, ``tests/test_docs.py``, or
+    ``wire/control.py`` within ``server/``) is a file of the repository or of the package."""
+    package_files = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")]
+    named = set(re.findall(r"`([\w/]+\.py)`", DOC.read_text()))
+    gone = sorted(
+        name
+        for name in named
+        if not (ROOT / name).exists()
+        and not any(path == name or path.endswith(f"/{name}") for path in package_files)
+    )
+    assert not gone, f"docs/architecture.md names files that are not there: {gone}"
 
 
 def test_the_layout_parser_reads_entries_and_descriptions() -> None:
