@@ -3,8 +3,7 @@
 - its layout block names every module under ``src/osmosis_rollout/`` and names none that is gone;
 - "only ``cli`` decides exit codes": nothing outside ``cli/`` ends the process, except the entry
   points of child processes, which end their own process and never the command's;
-- its "Public API" section names modules that exist, and the docs import only from those.
-
+- its "Public API" section names modules that exist, and the docs import only from those;
 - every file the page names exists.
 
 "Imports point one way" (and the arrows under "Who imports whom") is checked over the import
