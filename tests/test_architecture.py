@@ -79,6 +79,8 @@ def _layout() -> Layout:
             line = line[len(entry.group(0)) :]
         folder = "".join(f"{part}/" for part in stack)
         for word in re.findall(r'(?<![\w./`"-])(_?[a-z]\w*(?:/\w+)*(?:\.py|/))(?![\w/])', line):
+            if word.endswith("/") and "/" in word[:-1]:
+                continue  # a/b/ is not a folder's name (``openai_client/openai_base_url/``)
             path = folder + word
             if "/" in word.rstrip("/") and not (PACKAGE / path).exists():
                 path = word if (PACKAGE / word).exists() else path  # named from the root

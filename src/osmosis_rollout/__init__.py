@@ -9,8 +9,9 @@ of this package; of the packages ``testing`` (what a pytest of an agent imports)
 ``evaluation`` (``run_test``, the engine of ``osmosis test``), ``server`` (``create_app``,
 ``serve``), ``validator`` and ``compat`` (the legacy SDK's names: docs/migrating-from-v1.md);
 and of the modules ``protocol`` (the wire models), ``errors`` (the exception tree),
-``tools.mcp``, ``trajectory`` and ``scaffold``. Every other module, and every other submodule of
-those packages, is internal: import from the package, not the submodule; internals change freely.
+``findings`` (the findings table), ``tools.mcp``, ``trajectory`` and ``scaffold``. Every other
+module, and every other submodule of those packages, is internal: import from the package, not
+the submodule; internals change freely.
 """
 
 from __future__ import annotations
