@@ -6,8 +6,8 @@
 - its "Public API" section names modules that exist, and the docs import only from those;
 - every file the page names exists.
 
-"Imports point one way" (and the arrows under "Who imports whom") is checked over the import
-graph by a test of its own (issue 34, item 1), not here.
+"Imports point one way" (and the arrows under "Who imports whom") is ``tests/test_imports.py``'s,
+over the import graph, not here.
 """
 
 from __future__ import annotations
