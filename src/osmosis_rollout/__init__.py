@@ -7,11 +7,11 @@ pydantic, Starlette and httpx2.
 Public API (kept within a major version; docs/architecture.md, "Public API"): the ``__all__``
 of this package; of the packages ``testing`` (what a pytest of an agent imports), ``tools``,
 ``evaluation`` (``run_test``, the engine of ``osmosis test``), ``server`` (``create_app``,
-``serve``), ``validator`` and ``compat`` (the legacy SDK's names: docs/migrating-from-v1.md);
-and of the modules ``protocol`` (the wire models), ``errors`` (the exception tree),
-``findings`` (the findings table), ``tools.mcp``, ``trajectory`` and ``scaffold``. Every other
-module, and every other submodule of those packages, is internal: import from the package, not
-the submodule; internals change freely.
+``serve``), ``validator``, ``view`` (``build_index``) and ``compat`` (the legacy SDK's names:
+docs/migrating-from-v1.md); and of the modules ``protocol`` (the wire models), ``errors`` (the
+exception tree), ``findings`` (the findings table), ``tools.mcp``, ``trajectory`` and
+``scaffold``. Every other module, and every other submodule of those packages, is internal:
+import from the package, not the submodule; internals change freely.
 """
 
 from __future__ import annotations
