@@ -54,13 +54,16 @@ def _layout() -> Layout:
 
     An entry is a name at the start of a line, indented two spaces per level of folder. In an
     entry's description, a ``name.py`` or ``name/`` is a module of the entry's folder (of the
-    package for ``pkg/``, beside it for ``module.py``); ``a/b.py`` too, or else the one of that
-    path from the root (``validator/sync.py`` named in the ``compat/`` entry)."""
+    package for ``pkg/``, beside it for ``module.py``), or else of a ``sub/`` folder the entry
+    named before it (``wire/ (v1.py, v2.py)``); ``a/b.py`` too, or else the one of that path from
+    the root (``validator/sync.py`` named in the ``compat/`` entry). A name in backticks is text,
+    not a module (```main.py``` of a template)."""
     lines = DOC.read_text().splitlines()
     heading = lines.index("## Layout")
     start = next(i for i in range(heading, len(lines)) if lines[i].strip() == TREE_ROOT)
     layout = Layout()
     stack: list[str] = []  # the folders of the entry being read, relative to the package
+    subfolders: list[str] = []  # the sub/ folders the entry's description has named so far
     for number, line in enumerate(lines[start + 1 :], start=start + 2):  # numbered from 1
         if line.startswith("```"):
             break
@@ -77,13 +80,21 @@ def _layout() -> Layout:
                 stack.append(name.rstrip("/"))
                 layout.entries[path] = number
             line = line[len(entry.group(0)) :]
+            subfolders = []
         folder = "".join(f"{part}/" for part in stack)
         for word in re.findall(r'(?<![\w./`"-])(_?[a-z]\w*(?:/\w+)*(?:\.py|/))(?![\w/])', line):
             if word.endswith("/") and "/" in word[:-1]:
                 continue  # a/b/ is not a folder's name (``openai_client/openai_base_url/``)
             path = folder + word
-            if "/" in word.rstrip("/") and not (PACKAGE / path).exists():
-                path = word if (PACKAGE / word).exists() else path  # named from the root
+            if not (PACKAGE / path).exists():
+                nested = [folder + sub + word for sub in reversed(subfolders)]
+                found = [p for p in nested if (PACKAGE / p).exists()]
+                if found:
+                    path = found[0]
+                elif "/" in word.rstrip("/") and (PACKAGE / word).exists():
+                    path = word  # named from the root
+            if word.endswith("/"):
+                subfolders.append(word)
             layout.named.setdefault(path, number)
     return layout
 
@@ -165,9 +176,12 @@ def test_what_the_layout_names_beside_the_package_exists() -> None:
 
 def test_every_file_the_page_names_exists() -> None:
     """A ```path.py``` in the page's prose (``server/app.py``, ``tests/test_docs.py``, or
-    ``wire/control.py`` within ``server/``) is a file of the repository or of the package."""
+    ``wire/control.py`` within ``server/``) is a file of the repository or of the package; a
+    line that says ``(new)`` names files a change would add (the newcomer tasks' tables)."""
     package_files = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")]
-    named = set(re.findall(r"`([\w/]+\.py)`", DOC.read_text()))
+    prose = re.sub(r"```.*?```", "", DOC.read_text(), flags=re.S)  # the layout has its own test
+    lines = [line for line in prose.splitlines() if "(new)" not in line]
+    named = set(re.findall(r"`([\w/]+\.py)`", "\n".join(lines)))
     gone = sorted(
         name
         for name in named
