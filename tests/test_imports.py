@@ -23,11 +23,6 @@ import osmosis_rollout
 PACKAGE = "osmosis_rollout"
 ROOT = Path(osmosis_rollout.__file__).parent
 
-#: Circles known and owned elsewhere: each entry is one strongly connected set of modules,
-#: allowed while it exists unchanged (the test fails once it is gone, so the entry goes too).
-#: None left: the mock TrainGate's (``traingate_v2``, ``V2Exchange``) went with its wire seam.
-KNOWN_CIRCLES: list[frozenset[str]] = []
-
 #: The modules that import nothing of ours but each other (docs/architecture.md, first rule).
 LEAVES = frozenset(
     f"{PACKAGE}.{name}"
@@ -173,15 +168,9 @@ def test_the_circle_finder_finds_a_circle() -> None:
 
 def test_there_are_no_import_circles() -> None:
     """No module reaches itself through its imports (TYPE_CHECKING and lazy ones included)."""
-    new = [found for found in circles(GRAPH) if found not in KNOWN_CIRCLES]
+    new = circles(GRAPH)
     named = ["  " + " -> ".join(one_cycle(GRAPH, found)) for found in new]
     assert not new, "import circles (put each name where it belongs):\n" + "\n".join(named)
-
-
-@pytest.mark.parametrize("known", KNOWN_CIRCLES, ids=lambda known: min(known))
-def test_a_known_circle_is_still_there(known: frozenset[str]) -> None:
-    """An entry of ``KNOWN_CIRCLES`` is removed once its circle is fixed."""
-    assert known in circles(GRAPH), f"this circle is gone: remove it from KNOWN_CIRCLES: {known}"
 
 
 @pytest.mark.parametrize("leaf", sorted(LEAVES))
