@@ -29,6 +29,7 @@ __all__ = [
     "LAYOUTS",
     "ProjectNames",
     "TemplateInfo",
+    "agent_files",
     "create_project",
     "default_templates_dir",
     "list_templates",
@@ -206,6 +207,7 @@ def create_project(
     dest = Path(dest).absolute()
     _check_destination(dest)
     rendered = render_template(info, names.placeholders())
+    rendered.update(agent_files(info, names, rendered))
     if layout == "workspace":
         rendered = _in_workspace(rendered, names, templates_dir or info.path.parent)
     _write_all(dest, rendered)
@@ -242,6 +244,34 @@ def _in_workspace(
             )
         rendered[relative] = text
     return rendered
+
+
+def agent_files(
+    info: TemplateInfo, names: ProjectNames, rendered: Mapping[PurePosixPath, str]
+) -> dict[PurePosixPath, str]:
+    """The files for coding agents every project gets: ``AGENTS.md`` (with the template's
+    ``[agents] contract`` from its ``template.toml``), ``CLAUDE.md`` and the skills. A file the
+    template ships itself is kept as the template has it."""
+    from .agent_files import agent_guide_files, skill_files
+
+    meta = info.path / TEMPLATE_META
+    try:
+        data = tomllib.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read template description {meta}: {exc}") from None
+    agents = data.get("agents", {})
+    contract = agents.get("contract", "") if isinstance(agents, dict) else ""
+    if not isinstance(contract, str):
+        raise ConfigError(f"{meta}: [agents] contract must be a string of Markdown")
+    where = f"template {info.name!r}, [agents] contract"
+    guide = agent_guide_files(
+        template=info.name,
+        target=names.target,
+        contract=_substitute(contract, names.placeholders(), where),
+        readme=rendered.get(PurePosixPath("README.md"), ""),
+    )
+    files = {**guide, **skill_files()}
+    return {path: text for path, text in files.items() if path not in rendered}
 
 
 def _find_template(name: str, templates_dir: Path | None) -> TemplateInfo:
