@@ -131,9 +131,13 @@ def test_a_project_has_every_part_and_no_placeholder_left(tmp_path: Path, templa
     } <= relative
     assert any(r.startswith("tests/test_") for r in relative)
     assert "template.toml" not in relative
-    assert sorted(listing(dest)) == sorted(
-        relative | {p.parent.relative_to(dest).as_posix() for p in files if p.parent != dest}
-    )
+    folders = {
+        parent.relative_to(dest).as_posix()
+        for p in files
+        for parent in p.parents
+        if parent != dest and dest in parent.parents
+    }
+    assert sorted(listing(dest)) == sorted(relative | folders)
     for file in files:
         text = file.read_text(encoding="utf-8")
         assert not LEFTOVER.findall(text), f"{file} keeps a placeholder"

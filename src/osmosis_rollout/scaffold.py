@@ -249,9 +249,9 @@ def _in_workspace(
 def agent_files(
     info: TemplateInfo, names: ProjectNames, rendered: Mapping[PurePosixPath, str]
 ) -> dict[PurePosixPath, str]:
-    """The files for coding agents every project gets: ``AGENTS.md`` (with the template's
-    ``[agents] contract`` from its ``template.toml``), ``CLAUDE.md`` and the skills. A file the
-    template ships itself is kept as the template has it."""
+    """The files for coding agents a project gets when its template has an ``[agents]`` table
+    (every shipped template does): ``AGENTS.md`` (with the table's ``contract``), ``CLAUDE.md``
+    and the skills. A file the template ships itself is kept as the template has it."""
     from .agent_files import agent_guide_files, skill_files
 
     meta = info.path / TEMPLATE_META
@@ -259,8 +259,10 @@ def agent_files(
         data = tomllib.loads(meta.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read template description {meta}: {exc}") from None
-    agents = data.get("agents", {})
-    contract = agents.get("contract", "") if isinstance(agents, dict) else ""
+    agents = data.get("agents")
+    if agents is None:
+        return {}
+    contract = agents.get("contract", "") if isinstance(agents, dict) else None
     if not isinstance(contract, str):
         raise ConfigError(f"{meta}: [agents] contract must be a string of Markdown")
     where = f"template {info.name!r}, [agents] contract"

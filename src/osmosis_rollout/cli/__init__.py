@@ -65,7 +65,7 @@ def _root(
 
 
 #: The command modules; each adds its command to `app` when imported.
-COMMANDS = ("init", "validate", "test", "serve", "view", "outbox")
+COMMANDS = ("init", "validate", "test", "serve", "view", "outbox", "skills", "doctor")
 
 
 def _register() -> None:

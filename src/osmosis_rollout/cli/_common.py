@@ -60,14 +60,35 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False)
 
 
+#: Whether the command line asked for ``--json``: then an error is also one JSON object on stdout
+#: (docs/json.md), so a script reading stdout always gets JSON. Set by the group's ``main``.
+JSON_ERRORS = {"on": False}
+
+
 def fail(message: str, *, code: int = EXIT_USAGE, hint: str | None = None) -> NoReturn:
-    """Print one clear error line (and an optional hint) on stderr and exit with ``code``."""
-    print_error(message, hint=hint)
+    """Print one clear error line (and an optional hint) on stderr and exit with ``code``;
+    under ``--json``, the error as JSON on stdout instead."""
+    print_error(message, hint=hint, code=code)
     raise typer.Exit(code)
 
 
-def print_error(message: str, *, hint: str | None = None) -> None:
-    """``Error: message`` and ``Hint: hint`` on stderr, the one error style of every command."""
+def error_json(message: str, *, code: int, hint: str | None = None, kind: str = "error") -> str:
+    """The JSON of an error (docs/json.md): ``{"version": 1, "error": {...}, "exit_code": N}``."""
+    import json
+
+    error = {"kind": kind, "message": message, "hint": hint}
+    return json.dumps({"version": 1, "error": error, "exit_code": code})
+
+
+def print_error(
+    message: str, *, hint: str | None = None, code: int = EXIT_USAGE, kind: str = "error"
+) -> None:
+    """``Error: message`` and ``Hint: hint`` on stderr, the one error style of every command;
+    under ``--json`` also :func:`error_json` on stdout (``code`` and ``kind`` are for it), so
+    stdout stays JSON while a person still reads the error where errors go."""
+    if JSON_ERRORS["on"]:
+        sys.stdout.write(error_json(message, code=code, hint=hint, kind=kind) + "\n")
+        sys.stdout.flush()
     err = stderr_console()
     # soft_wrap: one message stays one line (the terminal wraps it), so it greps and logs well.
     err.print(f"[bold red]Error:[/] {escape(message)}", soft_wrap=True)

@@ -44,10 +44,13 @@ class OsmosisGroup(TyperGroup):
         """Run the command; in standalone mode, print usage errors our way and exit."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from ._common import JSON_ERRORS
+
+        JSON_ERRORS["on"] = "--json" in (sys.argv[1:] if args is None else list(args))
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.Abort:  # before TyperException: Typer's (vendored) click errors derive from it
-            print_error("aborted")
+            print_error("aborted", code=1)
             sys.exit(1)
         except typer.TyperException as exc:
             _usage_error(exc)
@@ -80,5 +83,6 @@ def _usage_error(exc: typer.TyperException) -> NoReturn:
         usage = ctx.get_usage().removeprefix("Usage: ").strip()
         hint = f"usage: {usage}; see {ctx.command_path} --help"
     format_message = getattr(exc, "format_message", None)
-    print_error(format_message() if callable(format_message) else str(exc), hint=hint)
+    message = format_message() if callable(format_message) else str(exc)
+    print_error(message, hint=hint, code=code, kind="usage")
     sys.exit(code)

@@ -54,7 +54,7 @@ def reward_checks(
     if json_output:
         import json
 
-        typer.echo(json.dumps(report.as_dict(), indent=2))
+        typer.echo(json.dumps({"version": 1, **report.as_dict()}, indent=2))
     else:
         console = stdout_console()
         table = Table(title="Reward checks", title_justify="left")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import Annotated
@@ -55,6 +56,9 @@ def init_command(
             "configs/training/NAME.toml).",
         ),
     ] = "project",
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print what was created (or the templates) as JSON.")
+    ] = False,
 ) -> None:
     """Create a new agent project that passes validate, test and its own tests at once.
 
@@ -72,6 +76,14 @@ def init_command(
     out.soft_wrap = True  # paths and commands stay on one line, ready to copy
     try:
         if list_templates:
+            if json_output:
+                listed = [
+                    {"name": i.name, "description": i.description}
+                    | {"default": i.name == DEFAULT_TEMPLATE}
+                    for i in templates()
+                ]
+                typer.echo(json.dumps({"version": 1, "templates": listed}, indent=2))
+                return
             for info in templates():
                 default = " [dim](default)[/]" if info.name == DEFAULT_TEMPLATE else ""
                 out.print(f"[bold]{info.name:<10}[/] {escape(info.description)}{default}")
@@ -84,6 +96,18 @@ def init_command(
     except OsmosisError as exc:
         fail(str(exc))
     shown = _shown(dest)
+    if json_output:
+        created = {
+            "version": 1,
+            "project": name,
+            "template": template,
+            "layout": layout,
+            "path": str(dest),
+            "target": names.target,
+            "files": [file.relative_to(dest).as_posix() for file in files],
+        }
+        typer.echo(json.dumps(created, indent=2))
+        return
     where = escape(shown)
     laid_out = " (the platform's workspace layout)" if layout == "workspace" else ""
     out.print(

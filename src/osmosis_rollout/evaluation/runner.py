@@ -347,6 +347,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
     blocking = untrainable_codes(findings)
     return {
         "type": "summary",
+        "version": 1,  # the shape's version (docs/json.md)
         "rows": len(rows),
         "passed": sum(1 for r in rows if r.passed),
         "failed": sum(1 for r in rows if not r.passed),
