@@ -325,7 +325,14 @@ def command_options() -> dict[str, set[str]]:
     root = {opt for param in group.params for opt in (*param.opts, *param.secondary_opts)}
     result = {"": root | {"--help"}}
     for name, command in group.commands.items():
-        opts = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+        # A group (`osmosis skills`, `osmosis outbox`): the options of any of its commands.
+        commands = [command, *getattr(command, "commands", {}).values()]
+        opts = {
+            opt
+            for each in commands
+            for param in each.params
+            for opt in (*param.opts, *param.secondary_opts)
+        }
         result[name] = opts | {"--help"}
     return result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Annotated
@@ -114,8 +115,20 @@ def init_command(
         f"Created [bold]{escape(name)}[/] from the {escape(template)} template in "
         f"{where}{laid_out}:"
     )
+    skills, skills_in = 0, ""
     for file in files:
-        out.print(f"  {escape(file.relative_to(dest).as_posix())}")
+        relative = file.relative_to(dest).as_posix()
+        folder_of_skills = re.match(r"(.*?)\.(?:agents|claude)/", relative)
+        if folder_of_skills:  # the skills' 9 files are summed up in one line below
+            skills_in = folder_of_skills.group(1)
+            skills += relative.endswith("/SKILL.md")
+            continue
+        out.print(f"  {escape(relative)}")
+    if skills:
+        out.print(
+            f"  {escape(skills_in)}.agents/skills/, {escape(skills_in)}.claude/skills/: "
+            f"{skills // 2} skills for coding agents"
+        )
     # The project names its agent in [tool.osmosis]: inside it, commands need no TARGET.
     named = escape("([tool.osmosis] agent)")
     project, inside = dest, "pyproject.toml"
