@@ -35,8 +35,10 @@ def doctor_command(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
-    """Check this machine and this project: Python, packages, the agent, the dataset, programs,
-    the LLM and the port. Each check is ok, warn or fail with a reason and a fix.
+    """Check this machine and this project before anything else is tried.
+
+    Python and packages, the agent and validate's static checks, the dataset, the optional
+    programs, the LLM and the port: each check is ok, warn or fail with a reason and a fix.
 
     Exit codes: 0 nothing failed (warnings allowed), 1 a check failed.
     """
