@@ -164,3 +164,16 @@ def test_a_bad_port_setting_fails(project: Path) -> None:
     code, report = doctor(project, OSMOSIS_PORT="not-a-port")
     assert code == 1
     assert checks(report)["port"]["status"] == "fail"
+
+
+def test_a_dependency_missing_from_the_install_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install older than its pyproject (a dependency added since) is named, not left to
+    surface as the agent's import error."""
+    from osmosis_rollout import doctor as doctor_module
+
+    assert "pydantic" in doctor_module._requirements()
+    monkeypatch.setattr(doctor_module, "_requirements", lambda: ["pydantic", "no-such-dist-xyz"])
+    check = doctor_module._packages()
+    assert check.status == "fail"
+    assert check.reason == "missing: no-such-dist-xyz"
+    assert check.details["versions"]["pydantic"]

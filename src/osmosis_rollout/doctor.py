@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import socket
 import sys
@@ -47,7 +48,9 @@ PROGRAMS: Final = (
         "apt-get install chromium, or install Chrome",
     ),
 )
-_PACKAGES: Final = ("pydantic", "httpx2", "uvicorn", "starlette", "typer", "rich", "openai")
+#: What is checked when the package's metadata cannot be read (a bare source tree).
+_PACKAGES: Final = ("pydantic", "httpx2", "uvicorn", "starlette", "typer", "rich")
+_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _LLM_TIMEOUT_S: Final = 3.0
 
 
@@ -94,9 +97,26 @@ def _python() -> Check:
     )
 
 
+def _requirements() -> list[str]:
+    """The names of osmosis-rollout's own dependencies (no extras'), from its metadata."""
+    try:
+        required = metadata.requires("osmosis-rollout") or []
+    except metadata.PackageNotFoundError:
+        return list(_PACKAGES)
+    names = []
+    for requirement in required:
+        spec, _, marker = requirement.partition(";")
+        match = _NAME.match(spec.strip())
+        if match and "extra" not in marker:
+            names.append(match.group(0))
+    return names
+
+
 def _packages() -> Check:
+    """Every dependency installed: an install older than its pyproject (a new dependency not
+    yet installed) fails here, not as an agent's import error later."""
     found: dict[str, str | None] = {"osmosis-rollout": __version__}
-    for name in _PACKAGES:
+    for name in dict.fromkeys([*_requirements(), "openai"]):
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -108,7 +128,7 @@ def _packages() -> Check:
             "packages",
             "fail",
             f"missing: {', '.join(missing)}",
-            "pip install --force-reinstall osmosis-rollout",
+            "pip install --upgrade osmosis-rollout (in a checkout: pip install -e .)",
             {"versions": found},
         )
     return Check("packages", "ok", shown, details={"versions": found})
