@@ -56,8 +56,8 @@ from the `{template}` template. Its agent is `{target}` (named in `[tool.osmosis
 ## The agent contract
 
 - `run(ctx)` is one rollout: it starts from `ctx.request.messages`, asks the model only through
-  the context (`ctx.chat(messages)` or the client `ctx.openai_client()` returns), and ends by
-  returning `ctx.complete(messages, reward=...)` before `ctx.request` runs out of time or turns.
+  the context (`ctx.chat(messages)` or the client `ctx.openai_client()` returns), and returns
+  `ctx.complete(messages, reward=...)` within the rollout's deadline and `ctx.request.max_turns`.
 - The history only grows: each call sends the previous call's messages plus its reply and the
   tool results, unchanged. TrainGate trains on exactly those tokens.
 - Every tool the model may call is declared by `get_tools()`, with a JSON Schema that matches the
