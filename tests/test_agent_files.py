@@ -171,3 +171,18 @@ def test_every_shipped_template_has_an_agents_contract() -> None:
     for info in list_templates():
         data = tomllib.loads((info.path / "template.toml").read_text(encoding="utf-8"))
         assert data["agents"]["contract"].strip().startswith("- Here:"), info.name
+
+
+def test_a_workspace_points_at_its_projects_guide_and_skills(tmp_path: Path) -> None:
+    """--layout workspace: the project under rollouts/NAME/ has its guide and skills; the
+    workspace's own AGENTS.md and CLAUDE.md say where they are."""
+    dest = tmp_path / "ws"
+    create_project(dest, name="demo", template="tools", layout="workspace")
+    project = dest / "rollouts" / "demo"
+    assert "`demo.agent:DemoAgent`" in (project / "AGENTS.md").read_text(encoding="utf-8")
+    for root in SKILL_ROOTS:
+        for name in SKILLS:
+            assert (project / root / name / "SKILL.md").is_file()
+    for pointer in ("AGENTS.md", "CLAUDE.md"):
+        assert "rollouts/demo/AGENTS.md" in (dest / pointer).read_text(encoding="utf-8")
+    assert "osmosis-rollout" in (dest / "AGENTS.md").read_text(encoding="utf-8")

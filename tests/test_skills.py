@@ -49,15 +49,17 @@ def clean_env() -> dict[str, str]:
 
 
 def fresh_project(base: Path, template: str = "tools") -> Path:
-    """``osmosis init demo`` under ``base``, as a user would run it."""
+    """``osmosis init demo`` under ``base``, as a user would run it; ``workspace``: the tools
+    template in the platform's layout, whose project is ``rollouts/demo``."""
     dest = base / "demo"
+    chosen = ["--layout", "workspace"] if template == "workspace" else ["--template", template]
     subprocess.run(
-        ["osmosis", "init", "demo", "--template", template, "--path", str(dest), "--json"],
+        ["osmosis", "init", "demo", *chosen, "--path", str(dest), "--json"],
         check=True,
         capture_output=True,
         env=clean_env(),
     )
-    return dest
+    return dest / "rollouts" / "demo" if template == "workspace" else dest
 
 
 def run_in_project(blocks: list[Block], base: Path, project: Path) -> None:
@@ -90,7 +92,7 @@ def test_every_command_of_the_skill_runs_in_a_fresh_project(page: Path, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("template", [t.name for t in list_templates()])
+@pytest.mark.parametrize("template", [*(t.name for t in list_templates()), "workspace"])
 def test_every_command_of_agents_md_runs_in_its_project(template: str, tmp_path: Path) -> None:
     if template == "sandbox":
         import shutil

@@ -52,6 +52,8 @@ def render_agents_md(*, template: str, target: str, contract: str, readme: str) 
 This project is an agent loop for reinforcement-learning rollouts, built with osmosis-rollout
 from the `{template}` template. Its agent is `{target}` (named in `[tool.osmosis] agent` of
 `pyproject.toml`, so no command below needs a TARGET). Run every command from this folder.
+Where the platform's SDK (`osmosis-ai`) owns the `osmosis` command, `osmosis-rollout` is this
+toolkit's, the same program: `osmosis --version` says which one you have.
 
 ## The agent contract
 
