@@ -179,13 +179,18 @@ def test_replay_delivers_and_removes_and_keeps_what_fails(
     keep(where, good, gone)
 
     replayed = invoke(
-        "outbox", "replay", *where, "--api-key", "tg-secret", "--traingate", "127.0.0.1"
+        "outbox", "replay", *where, "--api-key", "tg-secret", "--traingate", "127.0.0.1", "--json"
     )
     left = [
         json.loads(line) for line in invoke("outbox", "list", *where, "--json").stdout.splitlines()
     ]
 
     assert replayed.exit_code == 1, replayed.output
+    report = json.loads(replayed.stdout)  # --json: the same outcome, for a script
+    assert report["version"] == 1
+    assert report["delivered"] == ["good"]
+    assert [f["rollout_id"] for f in report["failed"]] == ["gone"]
+    assert "tg-secret" not in replayed.stdout
     assert "delivered good" in replayed.stderr
     assert "failed    gone: could not reach" in replayed.stderr
     assert "1 delivered, 1 still in the outbox" in replayed.stderr

@@ -64,3 +64,19 @@ def test_list_templates_json() -> None:
     defaults = [t["name"] for t in listed["templates"] if t["default"]]
     assert defaults == ["tools"]
     assert all(t["description"] for t in listed["templates"])
+
+
+def test_every_command_with_json_is_in_docs_json_md() -> None:
+    """docs/json.md is where a script finds each shape: a command's --json is named there."""
+    import typer.main
+
+    from osmosis_rollout.cli import app
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "json.md").read_text(encoding="utf-8")
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        subcommands = getattr(command, "commands", None) or {"": command}
+        for sub, each in subcommands.items():
+            if any("--json" in param.opts for param in each.params):
+                shown = f"osmosis {name} {sub}".strip()
+                assert shown in page or f"`{sub} --json`" in page, shown

@@ -194,6 +194,10 @@ def replay_command(
             show_default=False,
         ),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print what was delivered, failed or refused as JSON."),
+    ] = False,
 ) -> None:
     """Send kept callbacks to TrainGate again; delivered ones leave the outbox.
 
@@ -268,6 +272,18 @@ def replay_command(
         outcomes = run_async(replay())
     except StateUnavailable as exc:
         fail(str(exc))
+    if as_json:
+        report = {
+            "version": 1,
+            "delivered": [o.entry.rollout_id for o in outcomes if o.delivered],
+            "failed": [
+                {"rollout_id": o.entry.rollout_id, "error": o.error}
+                for o in outcomes
+                if not o.delivered
+            ],
+            "refused": [{"rollout_id": rid, "reason": reason} for rid, reason in refused],
+        }
+        typer.echo(json.dumps(report, ensure_ascii=False))
     err = stderr_console()
     for rollout_id, reason in refused:
         err.print(f"[red]refused[/]   {escape(rollout_id)}: {escape(reason)}", soft_wrap=True)
