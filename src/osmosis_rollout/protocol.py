@@ -11,6 +11,9 @@ the cancel with them; the mock TrainGate builds the init and the cancel and read
 refuse unknown fields (``extra="forbid"``), so a field one side adds and the other does not
 declare fails at once. Only a server reading an init or a cancel ignores unknown fields (the
 spec says a server does): :class:`V2InitReceived`, :class:`CancelBodyReceived`, the same fields.
+The polling wire's bodies (``protocol-polling.md``) follow the same rule: :class:`PollingInit`
+(read by a server as :class:`PollingInitReceived`), :class:`PollingAccepted`,
+:class:`PollingResult`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "DEFAULT_MAX_METADATA_BYTES",
     "DISPOSITIONS",
     "EXTENSION_FIELD",
+    "POLLING_STATUS_RANK",
     "TERMINAL_STATUSES",
     "CancelAnswer",
     "CancelBody",
@@ -59,6 +63,11 @@ __all__ = [
     "OpenAIFunctionSchema",
     "OpenAIFunctionToolSchema",
     "OpenAIToolCall",
+    "PollingAccepted",
+    "PollingInit",
+    "PollingInitReceived",
+    "PollingResult",
+    "PollingStatus",
     "RolloutMetrics",
     "RolloutRequest",
     "RolloutResponse",
@@ -622,6 +631,92 @@ class GraderCallback(_V2Body):
 
     status: Literal["success", "failure"]
     rollout_id: str | None = None
+    sample: Sample | None = None
+    err_message: str | None = None
+    err_category: str | None = None
+
+
+# -- the polling wire (docs/protocol-polling.md) ---------------------------------------------
+# osmosis-ai 0.3.3+'s bodies, one strict model each like v2's: the server reads the start body
+# (``PollingInitReceived``: unknown fields ignored, as the SDK's server does) and builds the
+# 202 and the result answers; the mock TrainGate builds the start body and reads the rest.
+
+#: A polling rollout's status: in flight (queued, running, grading), then one of the three ends.
+PollingStatus = Literal["queued", "running", "grading", "success", "failure", "cancelled"]
+#: The order a rollout's status moves in; the three ends share the last rank.
+POLLING_STATUS_RANK: dict[str, int] = {
+    "queued": 0,
+    "running": 1,
+    "grading": 2,
+    "success": 3,
+    "failure": 3,
+    "cancelled": 3,
+}
+
+
+class PollingInit(_V2Body):
+    """``POST /rollout``'s polling body: no callback URL and no controller key (the controller
+    reads the result itself), a required ``rollout_id`` (the result route names it) and a
+    ``grade`` flag; checked as :class:`V2Init` is (URL, id, secret, metadata, finite
+    timeouts)."""
+
+    initial_messages: list[Message] = Field(fail_fast=True)
+    label: str | None = None
+    metadata: dict[str, Any] | None = None
+    rollout_id: str = Field(max_length=MAX_ROLLOUT_ID_LENGTH)
+    chat_completions_url: str
+    llm_api_key: str | None = None
+    grade: bool = True
+    agent_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
+    grader_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
+    extra_fields: dict[str, Any] | None = None
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _one_segment(cls, value: str) -> str:
+        return check_one_segment(value)
+
+    @field_validator("chat_completions_url")
+    @classmethod
+    def _check_url(cls, value: str, info: ValidationInfo) -> str:
+        return check_called_url(value, "chat_completions_url", info.data.get("rollout_id"))
+
+    @field_validator("llm_api_key")
+    @classmethod
+    def _check_key(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError("llm_api_key must not be empty: send null for no key")
+        return check_secret(value, "llm_api_key")
+
+    @field_validator("metadata")
+    @classmethod
+    def _check_metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> Any:
+        return check_metadata(value, info)
+
+
+class PollingInitReceived(PollingInit):
+    """:class:`PollingInit` as a server reads it: unknown fields ignored (as the SDK's)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class PollingAccepted(_V2Body):
+    """The 202 of a polling start: the lease token every result poll names, how long a poll
+    waits, and how long a rollout nobody polls lives (longer than the wait)."""
+
+    rollout_id: str
+    status: PollingStatus
+    polling_lease_token: str
+    result_wait_timeout_sec: float = Field(gt=0, allow_inf_nan=False)
+    polling_lease_timeout_sec: float = Field(gt=0, allow_inf_nan=False)
+
+
+class PollingResult(_V2Body):
+    """``GET /rollout/{id}/result``'s answer: the status, and once it is an end the sample
+    (with its reward) or the error and its category."""
+
+    rollout_id: str
+    status: PollingStatus
     sample: Sample | None = None
     err_message: str | None = None
     err_category: str | None = None

@@ -1,11 +1,10 @@
 """The polling wire's start body (``docs/protocol-polling.md``), and the rollout the core runs.
 
-``PollingInit`` is ``POST /rollout``'s body as osmosis-ai 0.3.3+ sends it: no callback URL and
-no controller key (the controller reads the result itself), a required ``rollout_id`` (the
-result route names it) and a ``grade`` flag. It is checked as strictly as v2's (the same URL,
-id, secret and metadata checks as ``protocol.V2Init``; every timeout finite). ``PollingRollout``
-is what the scheduler and the agent see: a ``RolloutRequest`` plus the polling fields, so a
-repeated id is "the same body" exactly when all of them match.
+``POST /rollout``'s body as osmosis-ai 0.3.3+ sends it is ``protocol.PollingInit``, one model
+for both sides (the mock TrainGate builds it); the server reads it as ``PollingInit`` here, the
+protocol's received form (unknown fields ignored) plus the one refusal only a server makes.
+``PollingRollout`` is what the scheduler and the agent see: a ``RolloutRequest`` plus the
+polling fields, so a repeated id is "the same body" exactly when all of them match.
 """
 
 from __future__ import annotations
@@ -13,25 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import ValidationInfo, model_validator
 
-from ...protocol import (
-    MAX_ROLLOUT_ID_LENGTH,
-    Message,
-    RolloutRequest,
-    check_metadata,
-    check_one_segment,
-    check_secret,
-)
+from ...protocol import PollingInitReceived, RolloutRequest
 from ...redaction import ApiKey
-from ...server_url import check_called_url
 
 __all__ = ["V2_ONLY_FIELDS", "PollingInit", "PollingRollout", "is_v2_body"]
 
@@ -57,21 +41,9 @@ def is_v2_body(body: bytes) -> bool:
     return any(name in value for name in V2_ONLY_FIELDS)
 
 
-class PollingInit(BaseModel):
-    """``POST /rollout``'s polling body; unknown fields are ignored (as the SDK's server)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    initial_messages: list[Message] = Field(fail_fast=True)
-    label: str | None = None
-    metadata: dict[str, Any] | None = None
-    rollout_id: str = Field(max_length=MAX_ROLLOUT_ID_LENGTH)
-    chat_completions_url: str
-    llm_api_key: str | None = None
-    grade: bool = True
-    agent_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
-    grader_timeout_sec: float | None = Field(default=None, allow_inf_nan=False)
-    extra_fields: dict[str, Any] | None = None
+class PollingInit(PollingInitReceived):
+    """``protocol.PollingInitReceived`` as this server reads it: under ``--workers`` without a
+    shared state (the validation context's ``refuse``) every polling init is refused, a 422."""
 
     @model_validator(mode="before")
     @classmethod
@@ -80,28 +52,6 @@ class PollingInit(BaseModel):
         if refuse:
             raise ValueError(refuse)
         return value
-
-    @field_validator("rollout_id")
-    @classmethod
-    def _one_segment(cls, value: str) -> str:
-        return check_one_segment(value)
-
-    @field_validator("chat_completions_url")
-    @classmethod
-    def _check_url(cls, value: str, info: ValidationInfo) -> str:
-        return check_called_url(value, "chat_completions_url", info.data.get("rollout_id"))
-
-    @field_validator("llm_api_key")
-    @classmethod
-    def _check_key(cls, value: str | None) -> str | None:
-        if value == "":
-            raise ValueError("llm_api_key must not be empty: send null for no key")
-        return check_secret(value, "llm_api_key")
-
-    @field_validator("metadata")
-    @classmethod
-    def _check_metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> Any:
-        return check_metadata(value, info)
 
 
 class PollingRollout(RolloutRequest):

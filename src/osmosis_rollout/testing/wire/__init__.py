@@ -1,6 +1,7 @@
 """The mock TrainGate's side of each wire protocol, one module per wire, as the server's
-(``server/wire/``): ``v1.py`` (``POST /v1/rollout/init``, one completion callback) and
-``v2.py`` (``POST /rollout``, a completion and a grader callback, status, cancel).
+(``server/wire/``): ``v1.py`` (``POST /v1/rollout/init``, one completion callback),
+``v2.py`` (``POST /rollout``, a completion and a grader callback, status, cancel) and
+``polling.py`` (``POST /rollout``, then long polls of ``GET /rollout/{id}/result``).
 
 :data:`WIRES` is the one list of them: ``osmosis test --protocol`` and ``osmosis validate
 --protocol`` offer its names, the harness, the mock TrainGate's routes and the cassettes read
@@ -36,6 +37,7 @@ __all__ = [
     "LEGACY_PROTOCOL",
     "MOCK_API_KEY",
     "MOCK_CALLBACK_KEY",
+    "POLLING",
     "V1",
     "V2",
     "WIRES",
@@ -88,8 +90,10 @@ class MockWire:
 #: Protocol v1 (``docs/protocol.md``) and protocol v2 (``docs/protocol-v2.md``).
 V1 = MockWire("v1", "osmosis_rollout.testing.wire.v1", steppable=True, turn_budget=True)
 V2 = MockWire("v2", "osmosis_rollout.testing.wire.v2")
+#: The polling wire (``docs/protocol-polling.md``: osmosis-ai 0.3.3+'s controller).
+POLLING = MockWire("polling", "osmosis_rollout.testing.wire.polling")
 #: Every wire the mock TrainGate speaks, the default (``osmosis test``'s) first.
-WIRES: tuple[MockWire, ...] = (V1, V2)
+WIRES: tuple[MockWire, ...] = (V1, V2, POLLING)
 
 #: The wire a cassette header or an outbox entry without a ``protocol`` was written on: v1,
 #: only because every such file predates protocol v2 (every writer names its wire since).
@@ -134,6 +138,11 @@ class ServerCalls(Protocol):
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply: ...
 
 
+#: How long a GET's answer may take to come (a long poll waits up to the server's wait, 30 s
+#: by default; the polling controller gives up on a poll sooner and sends it again).
+GET_READ_S = 120.0
+
+
 class HttpxCalls:
     """:class:`ServerCalls` over an ``httpx2`` client (a server on 127.0.0.1)."""
 
@@ -142,9 +151,13 @@ class HttpxCalls:
 
     async def get(self, url: str, headers: Mapping[str, str]) -> Reply:
         """One GET, read whole."""
+        import httpx2
+
         from ...transport import Reply
 
-        response = await self.http.get(url, headers=dict(headers), timeout=10.0)
+        # a polling wire's result poll is a long poll: the read may take the server's wait
+        timeout = httpx2.Timeout(10.0, read=GET_READ_S)
+        response = await self.http.get(url, headers=dict(headers), timeout=timeout)
         return Reply(response.status_code, dict(response.headers), response.content)
 
     async def post(self, url: str, content: bytes, headers: Mapping[str, str]) -> Reply:

@@ -92,11 +92,14 @@ if TYPE_CHECKING:
 __all__ = [
     "Controller",
     "V2Controller",
+    "declared_tools",
     "name_urls",
     "retry_after",
     "rollout_path",
     "sse_reply",
     "start_body",
+    "start_label",
+    "v2_metrics",
     "v2_result",
     "v2_route",
 ]
@@ -201,13 +204,7 @@ class V2Controller:
         """One v2 rollout: ``POST /rollout`` (429s waited out), then its grader callback, the
         status check, or the deadline and a cancel. ``timeout_s`` is the init's
         ``agent_timeout_sec``, ``grader_timeout_s`` its ``grader_timeout_sec``."""
-        declared = None
-        if link.agent is not None:  # what the agent declares, for `tools_not_sent`
-            from ...tools.tool_set import resolve_tool_set
-
-            with contextlib.suppress(Exception):  # a broken get_tools: the server reports it
-                # the shared, checked models (read, never changed): no copy per row
-                declared = list((await resolve_tool_set(link.agent, request)).tools)
+        declared = await declared_tools(link, request)
         wait_s = max(0.0, timeout_s) + max(0.0, grader_timeout_s) + link.slack_s
         record, reply = await self.start(
             link.post,
@@ -563,8 +560,7 @@ def start_body(
     Only ``protocol.V2Init``'s fields (an undeclared one raises ``TypeError``), not validated
     by it: the mock sends what a row asks, and the server under test judges it."""
     prefix = base_url.rstrip("/") + rollout_path(request.rollout_id)
-    truth = request.metadata.get("ground_truth")
-    label = None if truth is None else truth if isinstance(truth, str) else _label(truth)
+    label = start_label(request)
     body = {
         "rollout_id": request.rollout_id,
         "initial_messages": request.messages,
@@ -584,8 +580,27 @@ def start_body(
     return body
 
 
-def _label(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def start_label(request: RolloutRequest) -> str | None:
+    """A start body's ``label``: the row's ``ground_truth``, as a string (JSON if it is not
+    one), as both wires without sampling parameters send it."""
+    truth = request.metadata.get("ground_truth")
+    if truth is None or isinstance(truth, str):
+        return truth
+    return json.dumps(truth, ensure_ascii=False, separators=(",", ":"))
+
+
+async def declared_tools(
+    link: ServerLink, request: RolloutRequest
+) -> list[OpenAIFunctionToolSchema] | None:
+    """What the agent declares, when it runs in this process (for ``tools_not_sent``)."""
+    if link.agent is None:
+        return None
+    from ...tools.tool_set import resolve_tool_set
+
+    with contextlib.suppress(Exception):  # a broken get_tools: the server reports it
+        # the shared, checked models (read, never changed): no copy per row
+        return list((await resolve_tool_set(link.agent, request)).tools)
+    return None
 
 
 def v2_result(
@@ -612,7 +627,7 @@ def v2_result(
     elif grader is None:
         message = "no grader callback"
     extras = dict(sample.extra_fields) if sample is not None else {}
-    metrics = _metrics(sample.metrics) if sample is not None else None
+    metrics = v2_metrics(sample.metrics) if sample is not None else None
     finish = extras.get("finish_reason")
     if finish is None and sample is not None:
         finish = sample.metrics.get("finish_reason")
@@ -645,7 +660,8 @@ def _finish_reason(
     return "error"
 
 
-def _metrics(data: dict[str, Any]) -> RolloutMetrics | None:
+def v2_metrics(data: dict[str, Any]) -> RolloutMetrics | None:
+    """A sample's ``metrics`` as our ``RolloutMetrics``, None when they are not ours."""
     try:
         return RolloutMetrics.model_validate(data)
     except ValidationError:
