@@ -207,7 +207,7 @@ def _from_findings(tree: ast.AST) -> set[str]:
 
 def test_every_code_raised_in_src_is_a_constant_of_the_table() -> None:
     """No module defines a code of its own or raises one by a literal or a local name; and
-    every row is raised somewhere (the polling wire's own rows wait for its checks)."""
+    every row is raised somewhere."""
     problems: list[str] = []
     raised: set[str] = set()
     for path in sorted(SRC.rglob("*.py")):
@@ -233,8 +233,7 @@ def test_every_code_raised_in_src_is_a_constant_of_the_table() -> None:
                     "use a constant of osmosis_rollout.findings"
                 )
     assert problems == []
-    unraised = CODES - raised
-    assert unraised <= {kind.code for kind in FINDINGS if kind.wires == {POLLING}}
+    assert CODES - raised == set()
 
 
 # -- the docs --------------------------------------------------------------------------------

@@ -258,8 +258,11 @@ def test_a_cassette_names_its_wire_and_one_without_predates_v2(tmp_path: Path) -
 
     assert read_cassette(_cassette(tmp_path, _header())).header.protocol == LEGACY_PROTOCOL
     assert read_cassette(_cassette(tmp_path, _header(protocol="v2"))).header.protocol == "v2"
+    assert read_cassette(_cassette(tmp_path, _header(protocol="polling"))).header.protocol == (
+        "polling"
+    )
     with pytest.raises(CassetteError, match="not a wire this osmosis speaks"):
-        read_cassette(_cassette(tmp_path, _header(protocol="polling")))
+        read_cassette(_cassette(tmp_path, _header(protocol="v9")))
 
 
 def test_a_recorder_is_told_its_wire(tmp_path: Path) -> None:
