@@ -290,10 +290,13 @@ async def test_a_server_without_the_polling_wire_is_one_clear_error() -> None:
     async def health(request: Any) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
-    with serve_in_thread(Starlette(routes=[Route("/health", health)])) as url:
-        with pytest.raises(ConfigError, match="does not speak the polling wire"):
-            async with Harness(server_url=url, protocol="polling"):
-                pass
+    app = Starlette(routes=[Route("/health", health)])
+    with (
+        serve_in_thread(app) as url,
+        pytest.raises(ConfigError, match="does not speak the polling wire"),
+    ):
+        async with Harness(server_url=url, protocol="polling"):
+            pass
 
 
 def test_the_start_body_is_polling_inits_and_the_result_reads_as_ours() -> None:
