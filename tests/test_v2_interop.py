@@ -375,15 +375,17 @@ def _osmosis(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _template_on_v2(template: str, base: Path) -> subprocess.CompletedProcess[str]:
-    init = _osmosis("init", f"v2-{template}", "-t", template, cwd=base)
+def _template_on(
+    template: str, base: Path, protocol: str = "v2"
+) -> subprocess.CompletedProcess[str]:
+    init = _osmosis("init", f"{protocol}-{template}", "-t", template, cwd=base)
     if init.returncode != 0:
         return init
-    project = base / f"v2-{template}"
-    return _osmosis("test", "-d", "dataset.jsonl", "--protocol", "v2", "--json", cwd=project)
+    project = base / f"{protocol}-{template}"
+    return _osmosis("test", "-d", "dataset.jsonl", "--protocol", protocol, "--json", cwd=project)
 
 
-def _example_on_v2(example: Path) -> subprocess.CompletedProcess[str]:
+def _example_on(example: Path, protocol: str = "v2") -> subprocess.CompletedProcess[str]:
     agent = example / "agent.py"
     target = next(
         f"{agent}:{line.split()[1].split('(')[0]}"
@@ -391,20 +393,24 @@ def _example_on_v2(example: Path) -> subprocess.CompletedProcess[str]:
         if line.startswith("class ") and "RolloutAgentLoop" in line
     )
     return _osmosis(
-        "test", target, "-d", str(example / "dataset.jsonl"), "--protocol", "v2", "--json",
+        "test", target, "-d", str(example / "dataset.jsonl"), "--protocol", protocol, "--json",
         cwd=example,
     )  # fmt: skip
 
 
 @pytest.mark.slow
-def test_every_template_and_example_passes_on_v2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["v2", "polling"])
+def test_every_template_and_example_passes_on_v2_and_polling(tmp_path: Path, protocol: str) -> None:
+    """Every template and example, unchanged, offline over v2 and over the polling wire."""
     examples = sorted(p for p in (REPO / "examples").iterdir() if (p / "agent.py").is_file())
     assert TEMPLATES
     assert examples
     with ThreadPoolExecutor(max_workers=4) as pool:
         runs = {
-            **{f"template {t}": pool.submit(_template_on_v2, t, tmp_path) for t in TEMPLATES},
-            **{f"example {e.name}": pool.submit(_example_on_v2, e) for e in examples},
+            **{
+                f"template {t}": pool.submit(_template_on, t, tmp_path, protocol) for t in TEMPLATES
+            },
+            **{f"example {e.name}": pool.submit(_example_on, e, protocol) for e in examples},
         }
         done = {name: job.result() for name, job in runs.items()}
     for name, run in done.items():
@@ -415,12 +421,16 @@ def test_every_template_and_example_passes_on_v2(tmp_path: Path) -> None:
         assert summary["findings"] == {}, (name, summary)
 
 
-def test_osmosis_test_server_protocol_v2_drives_osmosis_serve(server: ServeProcess) -> None:
-    """The command itself, against the running server: the same summary as on v1."""
+@pytest.mark.parametrize("protocol", ["v2", "polling"])
+def test_osmosis_test_server_protocol_v2_or_polling_drives_osmosis_serve(
+    server: ServeProcess, protocol: str
+) -> None:
+    """The command itself, against the running server: the same summary as on v1, over v2
+    and over the polling wire (the same ``osmosis serve`` speaks both)."""
     from .commands import run_cli
 
     result = run_cli(
-        "test", "--server", server.url, "--api-key", SERVER_KEY, "--protocol", "v2",
+        "test", "--server", server.url, "--api-key", SERVER_KEY, "--protocol", protocol,
         "-d", str(REPO / "examples/calculator/dataset.jsonl"), "--limit", "3", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stdout + result.stderr
