@@ -803,7 +803,7 @@ def test_jobs_run_the_rows_over_v2_as_well(tmp_path: Path) -> None:
     agent = tmp_path / "wire_agent.py"
     agent.write_text(WIRE_AGENT)
     args = [f"{agent}:WireAgent", "-d", DATASET, "--limit", "4", "--jobs", "2", "--json"]
-    for protocol, reward in (("v2", 1.0), ("v1", 0.0)):
+    for protocol, reward in (("v2", 1.0), ("v1", 0.0), ("polling", 1.0)):
         result = invoke(*args, "--protocol", protocol)
         assert result.exit_code == 0, result.stdout + result.stderr
         summary = json.loads(result.stdout)
@@ -827,6 +827,27 @@ class WireAgent(RolloutAgentLoop):
         v2 = type(ctx.llm).__name__ == "V2ChatChannel"
         return ctx.complete([*messages, result.message], reward=1.0 if v2 else 0.0)
 """
+
+
+def test_a_polling_run_records_its_wire_and_replays_on_it(tmp_path: Path) -> None:
+    """--protocol polling in process: a cassette that names the wire, replayed on it, and
+    refused on another."""
+    cassette = tmp_path / "run.jsonl"
+    recorded = invoke(
+        CALCULATOR, "-d", DATASET, "--limit", "2", "--protocol", "polling", "--json",
+        "--record", str(cassette),
+    )  # fmt: skip
+    assert recorded.exit_code == 0, recorded.stdout + recorded.stderr
+    summary = json.loads(recorded.stdout)
+    assert (summary["rows"], summary["passed"], summary["findings"]) == (2, 2, {})
+    assert json.loads(cassette.read_text().splitlines()[0])["protocol"] == "polling"
+    replayed = invoke(CALCULATOR, "--replay", str(cassette), "--protocol", "polling", "--json")
+    assert replayed.exit_code == 0, replayed.stdout + replayed.stderr
+    assert json.loads(replayed.stdout)["findings"] == {}
+    result = invoke(CALCULATOR, "--replay", str(cassette), "--protocol", "v2")
+    assert_one_clear_error(
+        result, "was recorded with --protocol polling; replay it with --protocol polling"
+    )
 
 
 def test_max_turns_on_v2_says_it_cannot_reach_the_agent() -> None:
