@@ -478,7 +478,8 @@ def polling_result(rollout_id: str, result: PollingResult) -> RolloutResponse:
         finish_reason=finish,
         error_message=message,
         reward=reward if reward is not None and math.isfinite(reward) else None,
-        metrics=v2_metrics(sample.metrics) if sample is not None else None,
+        # a server that sends no metrics of ours (osmosis-ai's): None, not zeros
+        metrics=v2_metrics(sample.metrics) if sample is not None and sample.metrics else None,
         extra_fields=extras,
     )
 
