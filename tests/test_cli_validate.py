@@ -204,3 +204,11 @@ def test_the_dry_run_speaks_v2_with_protocol_v2() -> None:
     result = json.loads(out)
     assert result["problems"] == []
     assert "dry_run" in result["checks_run"]
+
+
+def test_the_dry_run_speaks_the_polling_wire_with_protocol_polling() -> None:
+    code, out, err = invoke(target("val_good", "GoodAgent"), "--protocol", "polling", "--json")
+    assert code == 0, out + err
+    result = json.loads(out)
+    assert result["problems"] == []
+    assert "dry_run" in result["checks_run"]
