@@ -1,10 +1,11 @@
 """``MockTrainGate``: plays TrainGate for tests and ``osmosis test``.
 
 It speaks every wire of :data:`~.wire.WIRES` at once (v1: ``/v1/chat/completions`` and
-``/v1/rollout/completed``; v2: the URLs under ``/v1/rollouts/{id}/`` its inits name), each
+``/v1/rollout/completed``; v2: the URLs under ``/v1/rollouts/{id}/`` its inits name; polling:
+the chat URL ``/polling/{id}/`` its starts name, the results being read, never sent), each
 wire's side a controller of :mod:`.wire` that answers chat turns through a pluggable LLM
 backend, records everything, and checks the protocol behaviour the real trainer depends on
-(:mod:`.protocol_checks`, :mod:`.protocol_checks_v2`). Each violation becomes a named
+(:mod:`.protocol_checks`, :mod:`.protocol_checks_v2`, :mod:`.protocol_checks_polling`). Each violation becomes a named
 :class:`Finding`, never a crash. The gate itself knows no wire: it holds the records, the
 backend, and the two ways in.
 
