@@ -5,9 +5,9 @@ It speaks every wire of :data:`~.wire.WIRES` at once (v1: ``/v1/chat/completions
 the chat URL ``/polling/{id}/`` its starts name, the results being read, never sent), each
 wire's side a controller of :mod:`.wire` that answers chat turns through a pluggable LLM
 backend, records everything, and checks the protocol behaviour the real trainer depends on
-(:mod:`.protocol_checks`, :mod:`.protocol_checks_v2`, :mod:`.protocol_checks_polling`). Each violation becomes a named
-:class:`Finding`, never a crash. The gate itself knows no wire: it holds the records, the
-backend, and the two ways in.
+(:mod:`.protocol_checks`, :mod:`.protocol_checks_v2`, :mod:`.protocol_checks_polling`). Each
+violation becomes a named :class:`Finding`, never a crash. The gate itself knows no wire: it
+holds the records, the backend, and the two ways in.
 
 A Starlette ``app`` serves the wires' routes over HTTP (behind uvicorn for ``--server``, or
 ``httpx2.ASGITransport``), and :meth:`MockTrainGate.post_transport` hands each POST straight to
