@@ -289,3 +289,47 @@ def test_an_outbox_file_always_names_its_wire(tmp_path: Path) -> None:
     del data["protocol"]  # written before v2: read as v1
     path.write_text(json.dumps(data))
     assert [entry.protocol for entry in read_outbox_dir(tmp_path)] == [LEGACY_PROTOCOL]
+
+
+# -- the polling wire: the same rule, one strict model per body --------------------------------
+
+
+@pytest.mark.parametrize(("response", "grade", "category"), OUTCOMES)
+@pytest.mark.parametrize("graded", [True, False])
+def test_every_polling_result_the_server_keeps_is_declared(
+    response: RolloutResponse, grade: Grade | None, category: str | None, graded: bool
+) -> None:
+    """The result body a finished polling rollout keeps (and every in-flight and lease-expired
+    answer) is exactly ``protocol.PollingResult``'s fields, read by the mock's strict model."""
+    from osmosis_rollout.protocol import PollingResult
+    from osmosis_rollout.server.wire.polling_results import in_flight_body, lease_expired_body
+    from osmosis_rollout.server.wire.polling_target import result_body
+
+    body, _ = result_body(response, grade, category, label="7", graded=graded)
+    _exact(PollingResult, body)
+    if body["sample"] is not None:
+        _exact(Sample, body["sample"])
+    for raw in (in_flight_body("r-1", "running"), lease_expired_body("r-1")):
+        _exact(PollingResult, json.loads(raw))
+
+
+def test_the_polling_start_is_one_model_read_leniently_by_the_server() -> None:
+    """The mock builds ``protocol.PollingInit`` (unknown fields refused); the server reads the
+    same fields as ``PollingInitReceived`` (unknown fields ignored, as the SDK's server). The
+    202 is read with the strict ``PollingAccepted`` in every polling run of the mock."""
+    from osmosis_rollout.protocol import PollingInit, PollingInitReceived
+    from osmosis_rollout.server.wire.polling_body import PollingInit as Served
+    from osmosis_rollout.testing.wire.polling import start_body
+
+    request = RolloutRequest(
+        rollout_id="r-1", server_url="http://gate.test", messages=MESSAGES, completion_params={}
+    )
+    body = start_body(
+        request, base_url="http://gate.test", llm_key="k", agent_timeout_s=5, grader_timeout_s=5
+    )
+    assert PollingInit.model_validate(body).rollout_id == "r-1"
+    with pytest.raises(ValidationError, match="extra"):
+        PollingInit.model_validate({**body, "novel": 1})
+    assert PollingInitReceived.model_validate({**body, "novel": 1}).rollout_id == "r-1"
+    assert set(PollingInitReceived.model_fields) == set(PollingInit.model_fields)
+    assert issubclass(Served, PollingInitReceived)  # the server's reading is the protocol's
