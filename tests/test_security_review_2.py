@@ -281,3 +281,16 @@ def test_a_v2_inits_extra_fields_are_bounded_like_its_metadata() -> None:
     assert error["loc"] == ("extra_fields",)
     assert "extra_fields is" in error["msg"]
     assert "s3cr3t" not in str(error)
+
+
+def test_a_polling_inits_extra_fields_are_bounded_like_its_metadata() -> None:
+    """Item 12 on the polling wire: the same bound as v2's."""
+    from osmosis_rollout.protocol import PollingInit
+
+    body = _v2_init("r-p", "127.0.0.1:9100")
+    del body["completion_callback_url"]
+    body["extra_fields"] = {"blob": "x" * 2_000_000}
+    with pytest.raises(ValidationError) as caught:
+        PollingInit.model_validate(body)
+    [error] = caught.value.errors(include_input=False, include_context=False, include_url=False)
+    assert error["loc"] == ("extra_fields",)

@@ -688,7 +688,7 @@ class PollingInit(_V2Body):
             raise ValueError("llm_api_key must not be empty: send null for no key")
         return check_secret(value, "llm_api_key")
 
-    @field_validator("metadata")
+    @field_validator("metadata", "extra_fields")
     @classmethod
     def _check_metadata(cls, value: dict[str, Any] | None, info: ValidationInfo) -> Any:
         return check_metadata(value, info)
