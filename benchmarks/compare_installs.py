@@ -146,16 +146,27 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, required=True, help="checkout of the old commit")
     parser.add_argument("--baseline-python", help="run the baseline on this python instead")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per script")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="LABEL",
+        help="measure only the figures whose label contains LABEL (repeatable), e.g. 'server CPU'",
+    )
     args = parser.parse_args()
+    figures_run = tuple(
+        f for f in FIGURES if not args.only or any(part in f.label for part in args.only)
+    )
+    if not figures_run:
+        sys.exit(f"--only matches no figure; the labels: {', '.join(f.label for f in FIGURES)}")
     base_root = args.baseline.resolve()
     base_python = args.baseline_python or sys.executable
     sides = {"before": (base_root, base_python), "after": (ROOT, sys.executable)}
 
     by_script: dict[tuple[str, tuple[str, ...]], list[Figure]] = {}
-    for figure in FIGURES:
+    for figure in figures_run:
         by_script.setdefault((figure.script, figure.args), []).append(figure)
     values: dict[str, dict[str, list[float]]] = {
-        f.label: {"before": [], "after": []} for f in FIGURES
+        f.label: {"before": [], "after": []} for f in figures_run
     }
     for (script, _), figures in by_script.items():
         for round_no in range(args.rounds):
@@ -168,7 +179,7 @@ def main() -> None:
 
     rows = []
     summary: dict[str, Any] = {}
-    for figure in FIGURES:
+    for figure in figures_run:
         before = median(values[figure.label]["before"])
         after = median(values[figure.label]["after"])
         change = ratio(after, before)
@@ -181,7 +192,10 @@ def main() -> None:
     )
     write_results(
         "compare_installs",
-        {"parameters": {"baseline": str(base_root), "rounds": args.rounds}, "results": summary},
+        {
+            "parameters": {"baseline": str(base_root), "rounds": args.rounds, "only": args.only},
+            "results": summary,
+        },
     )
 
 

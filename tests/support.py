@@ -98,3 +98,27 @@ async def wait_until(predicate: Any, timeout_s: float) -> None:
     with anyio.fail_after(timeout_s):
         while not predicate():  # noqa: ASYNC110 - polling another thread's state
             await anyio.sleep(0.05)
+
+
+def recording_bodies(app: Any, bodies: list[tuple[str, bytes]]) -> Any:
+    """``app`` (the mock TrainGate's) wrapped to keep each request's path and raw body bytes."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            event = await receive()
+            chunks.append(event.get("body", b""))
+            more = event.get("more_body", False)
+        body = b"".join(chunks)
+        bodies.append((scope["path"], body))
+        events = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replay() -> Any:
+            return events.pop() if events else {"type": "http.disconnect"}
+
+        await app(scope, replay, send)
+
+    return wrapped

@@ -211,3 +211,29 @@ def test_the_unbiased_estimator() -> None:
     assert pass_at_k(10, 3, 2) == pytest.approx(1 - math.comb(7, 2) / math.comb(10, 2))
     with pytest.raises(ValueError, match="1 <= k <= n"):
         pass_at_k(3, 1, 4)
+
+
+def test_samples_are_recorded_and_each_replayed_as_recorded(tmp_path: Path) -> None:
+    """``--samples 3 --record``: every sample is a row of the cassette (its ``sample`` kept);
+    ``--replay`` runs them all, each sample bound to its own recording, whatever order the
+    rollouts start in; asking for another number of samples says how many it holds."""
+    from .support import CALCULATOR, DATASET
+
+    cassette = tmp_path / "samples.jsonl"
+    recorded = asyncio.run(
+        run_test(
+            TestOptions(target=CALCULATOR, dataset=DATASET, limit=2, samples=3, record=cassette)
+        )
+    )
+    replayed = asyncio.run(run_test(TestOptions(target=CALCULATOR, replay=cassette, samples=3)))
+
+    def by_sample(report: Any) -> dict[tuple[int, int], Any]:
+        return {(r.index, r.sample): (r.status, r.final_messages) for r in report.rows}
+
+    assert len(recorded.rows) == 6
+    assert len({json.dumps(m) for _, m in by_sample(recorded).values()}) > 2  # samples differ
+    assert by_sample(replayed) == by_sample(recorded)
+    assert replayed.summary["passed"] == 6, [r.findings for r in replayed.rows]
+    assert (replayed.summary["groups"]["groups"], replayed.summary["groups"]["samples"]) == (2, 3)
+    with pytest.raises(ConfigError, match="holds 3 sample"):
+        asyncio.run(run_test(TestOptions(target=CALCULATOR, replay=cassette, samples=2)))

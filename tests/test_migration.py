@@ -33,7 +33,7 @@ from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
 from .commands import assert_one_clear_error, run_cli
 from .openai_stub import OpenAIStub, text, tool_call
 from .processes import clean_env, osmosis_serve
-from .support import ASSETS, load_asset, serve_in_thread
+from .support import ASSETS, ROOT, load_asset, recording_bodies, serve_in_thread
 
 pytestmark = pytest.mark.anyio
 
@@ -122,20 +122,10 @@ V1_TOOL_CALL_CALLBACK = {
 # -- item 1: result.message keeps "content": None ------------------------------------------------
 
 
-def on_the_wire(value: Any) -> Any:
-    """``value`` as protocol.md sends it (the one documented difference here): null fields
-    omitted, ``content: null`` beside tool calls included; TrainGate reads absent as null."""
-    if isinstance(value, dict):
-        return {k: on_the_wire(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [on_the_wire(v) for v in value]
-    return value
-
-
 async def test_a_tool_call_reply_keeps_content_none_as_v1_did() -> None:
     """``msg["content"]`` on a tool-call reply is None, not a KeyError: the agent sees v1's
-    message, the rollout completes with v1's callback (nulls omitted on the wire), and the next
-    chat request carries the message as the agent kept it."""
+    message, the rollout completes with v1's callback, and the next chat request carries the
+    message as the agent kept it, ``content: None`` included."""
     backend = ScriptedBackend([{"tool_calls": [CALL]}, {"content": "7"}])
     agent = ContentReader()
     async with Harness(agent, backend=backend) as harness:
@@ -144,10 +134,117 @@ async def test_a_tool_call_reply_keeps_content_none_as_v1_did() -> None:
     assert outcome.result is not None
     sent = outcome.result.model_dump(mode="json")
     for key, expected in V1_TOOL_CALL_CALLBACK.items():
-        assert sent[key] == on_the_wire(expected), key
+        assert sent[key] == expected, key
     second_turn = outcome.record.chats[1].messages
-    assert second_turn[1] == on_the_wire(agent.seen[0])
+    assert second_turn[1] == agent.seen[0]
     assert outcome.findings == []
+
+
+#: The sampling parameters of the wire test: all three of v1's, so v1's defaults play no part.
+WIRE_PARAMS = {"temperature": 0.7, "top_p": 0.9, "max_tokens": 256}
+
+
+def v1_chat_body(rollout_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """What v1's ``OsmosisLLMClient.chat_completions(messages, **params)`` posted: its
+    ``CompletionsRequest`` (``/work/shared/protocol.md`` section 3: ``model`` "default",
+    ``rollout_id``, the history, the sampling fields, ``logprobs: true``; nulls left out at the
+    top level only) sent with ``post(url, json=payload)`` (v1-api.md 2.6), so each message is
+    the dict the agent kept, ``"content": null`` beside tool calls included."""
+    return {
+        "model": "default",
+        "rollout_id": rollout_id,
+        "messages": messages,
+        **WIRE_PARAMS,
+        "logprobs": True,
+    }
+
+
+async def test_the_v1_wire_sends_a_tool_call_turn_as_v1_did() -> None:
+    """The bodies on the v1 wire for a tool-call turn, key by key (and in v1's key order) as
+    v1 sent them, rebuilt from protocol.md (sections 3 and 4) and v1-api.md (2.2, 2.6) since
+    the original SDK is not installed: the second chat request's history and the callback's
+    ``final_messages`` carry the assistant turn with ``"content": null``, as TrainGate sent it
+    and the agent kept it. Chat templates render null and absent differently (issue 41), so
+    the trainer must see what it was built against. Metrics are item 2's test."""
+    gate = MockTrainGate(ScriptedBackend([{"tool_calls": [CALL]}, {"content": "7"}]))
+    bodies: list[tuple[str, bytes]] = []
+    gate.app = recording_bodies(gate.app, bodies)
+    async with Harness(ContentReader(), gate=gate) as harness:
+        outcome = await harness.run(QUESTION, rollout_id="wire-1", completion_params=WIRE_PARAMS)
+    assert outcome.findings == []
+    assert [path for path, _ in bodies] == [
+        "/v1/chat/completions",
+        "/v1/chat/completions",
+        "/v1/rollout/completed",
+    ]
+    turn = {"role": "assistant", "content": None, "tool_calls": [CALL]}
+    history = [*QUESTION, turn, {"role": "tool", "content": "7", "tool_call_id": "call_1"}]
+    expected = [v1_chat_body("wire-1", QUESTION), v1_chat_body("wire-1", history)]
+    for (_, raw), v1 in zip(bodies[:2], expected, strict=True):
+        sent = json.loads(raw)
+        assert list(sent) == list(v1)
+        for key, value in v1.items():
+            assert json.dumps(sent[key]) == json.dumps(value), key  # key order inside too
+    assert b'{"role":"assistant","content":null,"tool_calls":' in bodies[1][1]
+    callback = json.loads(bodies[2][1])
+    v1_callback = {  # v1's RolloutResponse, nulls left out (no error_message on COMPLETED)
+        "rollout_id": "wire-1",
+        "status": "COMPLETED",
+        "final_messages": [*history, {"role": "assistant", "content": "7"}],
+        "finish_reason": "stop",
+        "reward": 1.0,
+        "metrics": callback["metrics"],
+        "extra_fields": {},
+    }
+    assert list(callback) == list(v1_callback)
+    for key, value in v1_callback.items():
+        assert json.dumps(callback[key]) == json.dumps(value), key
+
+
+#: The eight metrics v1's callback carried (v1-api.md 2.2 ``_build_metrics``).
+V1_METRICS = (
+    "total_latency_ms",
+    "llm_latency_ms",
+    "tool_latency_ms",
+    "num_llm_calls",
+    "num_tool_calls",
+    "prompt_tokens",
+    "response_tokens",
+    "max_context_tokens",
+)
+
+
+def table_rows(path: Path, heading: str) -> list[str]:
+    """The body rows of the first table under ``heading`` in the Markdown file at ``path``."""
+    lines = path.read_text(encoding="utf-8").split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start + 2 : end]
+
+
+async def test_every_v1_callback_metric_that_differs_from_v1_is_in_the_migration_table() -> None:
+    """v1 sent eight metrics with ``max_context_tokens`` always 0; the v1 wire sends that one
+    measured and adds others (docs/protocol.md, "Metrics"). Each is kept on purpose, so each is
+    a row of the migration page's "What differs, on purpose" table, and a tool-calling v1
+    rollout's callback carries no metric that neither lists."""
+    added = {
+        row.split("`")[1]
+        for row in table_rows(ROOT / "docs" / "protocol.md", "### Metrics")
+        if "| added" in row
+    }
+    assert {"queue_latency_ms", "tool_wall_ms"} <= added
+    differs = table_rows(ROOT / "docs" / "migrating-from-v1.md", "## What differs, on purpose")
+    for key in sorted(added | {"max_context_tokens"}):
+        assert any(f"{key}`" in " | ".join(row.split(" | ")[:2]) for row in differs), key
+    backend = ScriptedBackend([{"tool_calls": [CALL]}, {"content": "7"}])
+    async with Harness(load_asset("tool_agent").ToolAgent(), backend=backend) as harness:
+        outcome = await harness.run(QUESTION, rollout_id="metrics-1")
+    assert outcome.result is not None
+    assert outcome.result.metrics is not None
+    sent = outcome.result.metrics.model_dump(mode="json")
+    assert set(V1_METRICS) <= set(sent)
+    assert set(sent) - set(V1_METRICS) <= added
+    assert sent["max_context_tokens"] > 0  # measured, where v1 sent 0
 
 
 # -- item 2: osmosis test keeps v1's meanings ------------------------------------------------------
@@ -275,7 +372,7 @@ async def test_the_v1_dockerfile_line_serves_and_names_todays_spellings(tmp_path
     assert sent["finish_reason"] == "stop"
     assert sent["final_messages"] == [
         *CALC_QUESTION,
-        {"role": "assistant", "tool_calls": CALCULATE["tool_calls"]},  # null omitted (protocol)
+        {"role": "assistant", "content": None, "tool_calls": CALCULATE["tool_calls"]},
         {"role": "tool", "content": "42", "tool_call_id": "call_1"},
         {"role": "assistant", "content": "42"},
     ]

@@ -202,6 +202,23 @@ def test_the_engine_timings_split_each_turn_into_model_and_toolkit_time(tmp_path
     )
 
 
+def test_with_jobs_the_split_is_made_from_every_workers_turns(tmp_path: Path) -> None:
+    """``--jobs 2``: the turns run in the workers, whose backends time them; each sends its
+    times back, so the run still says where a turn's time went."""
+    stub = EngineStub("llamacpp", [TAGGED_CALL, "The sum is 3."])
+    agent = f"{ASSETS}/fnd_history.py:ToolAppendOnlyAgent"
+    with stub.serve() as url:
+        options = TestOptions(
+            target=agent, dataset=dataset(tmp_path, 2), llm_url=url, model="q", jobs=2
+        )
+        report, _ = run(options)
+    assert report.summary["passed"] == 2, [(r.error_message, r.findings) for r in report.rows]
+    split = report.summary["time_per_turn_ms"]
+    assert split["turns_timed"] == 4
+    assert split["model"] > 0
+    assert split["toolkit"] is not None
+
+
 @pytest.mark.parametrize(
     ("temperature", "said"),
     [
@@ -282,3 +299,25 @@ def load_calculator() -> Any:
     from osmosis_rollout.loader import load_agent
 
     return load_agent(CALCULATOR)
+
+
+def test_seed_is_sent_to_a_real_server_one_per_row_and_sample(tmp_path: Path) -> None:
+    """``--seed`` reaches the model server as each request's ``seed``: the same for every turn
+    of a rollout, different for each row and sample, the same again on a rerun; without
+    ``--seed`` none is sent (the server samples as it is set to)."""
+    stub = OpenAIStub(default=text("42"))
+    rows = dataset(tmp_path, 2)
+    with stub.serve() as url:
+        base = {"target": CALCULATOR, "dataset": rows, "llm_url": url, "model": "q"}
+        run(TestOptions(**base, seed=7, samples=2))
+        first = [body["seed"] for body in stub.bodies]
+        run(TestOptions(**base, seed=7, samples=2))
+        again = [body["seed"] for body in stub.bodies[len(first) :]]
+        run(TestOptions(**base))
+        unseeded = stub.bodies[2 * len(first) :]
+    assert len(first) == 4  # two rows, two samples, one turn each
+    assert len(set(first)) == 4
+    assert sorted(again) == sorted(first)
+    assert all(0 <= seed < 2**31 for seed in first)
+    assert unseeded
+    assert all("seed" not in body for body in unseeded)

@@ -248,3 +248,29 @@ def test_the_in_process_client_is_made_once_per_rollout() -> None:
     ctx = RolloutContext(request, [], backend=None)  # type: ignore[arg-type]
     assert ctx.openai_client() is ctx.openai_client()
     assert ctx.openai_client(timeout=5) is not ctx.openai_client()
+
+
+async def test_on_v2_each_call_carries_its_own_tools_and_the_finding_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Protocol v2 carries tools with every chat call: a call through the endpoint sends the
+    tools and ``tool_choice`` it was given (not the declared ones), ``tools_changed`` says
+    what that means on v2, and ``tool_choice_dropped`` (nothing is dropped) is not raised."""
+    from osmosis_rollout.testing import MockTrainGate
+
+    from .support import recording_bodies
+
+    gate = MockTrainGate(ScriptedBackend([{"content": "3"}]))
+    bodies: list[tuple[str, bytes]] = []
+    gate.app = recording_bodies(gate.app, bodies)
+    agent = load_asset("byo_agents").ToolDroppingAgent()
+    async with Harness(agent, gate=gate, protocol="v2") as harness:
+        outcome = await harness.run([{"role": "user", "content": "1 + 2?"}])
+    assert outcome.result is not None
+    [chat] = [json.loads(raw) for path, raw in bodies if path.endswith("/chat/completions")]
+    assert [tool["function"]["name"] for tool in chat["tools"]] == ["add"]
+    assert chat["tool_choice"] == "required"
+    said = [r.getMessage() for r in caplog.records if r.name == "osmosis_rollout.endpoint"]
+    [changed] = said  # tools_changed only: no tool_choice_dropped, v2 carries it
+    assert "dropped ['multiply']" in changed
+    assert "protocol v2" in changed

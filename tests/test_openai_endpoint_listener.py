@@ -220,3 +220,41 @@ async def test_an_endpoint_failure_is_a_500_not_a_dropped_connection() -> None:
         )
     finally:
         grant.revoke()
+
+
+async def test_osmosis_test_counts_the_harness_tool_calls_from_the_history() -> None:
+    """The harness runs its tools itself; each result comes back as a ``tool`` message in its
+    next call, and that is where they are counted: calls per tool, marked as observed from
+    the history, with their time in the tool share of the split."""
+    report = await run_test(
+        TestOptions(
+            target=HARNESS_AGENT, dataset=HARNESS / "dataset.jsonl", limit=2, mock_policy="all"
+        )
+    )
+    assert report.summary["passed"] == 2, [(r.error_message, r.findings) for r in report.rows]
+    for row in report.rows:
+        assert row.tool_calls > 0
+        assert row.tool_calls_from_history == row.tool_calls
+        assert sum(calls for calls, _, _ in row.tool_counts.values()) == row.tool_calls
+        assert set(row.tool_counts) <= {"add", "multiply"}
+        assert row.tool_ms > 0
+    assert report.summary["tool_calls_from_history"] == report.summary["tool_calls"] > 0
+
+
+async def test_a_harness_tool_error_is_counted_as_its_tool_message_says() -> None:
+    """``"error: give numbers a and b"`` (the harness's answer to a bad call) is one failed
+    ``add`` call; its latency runs from the reply that asked for it to the call carrying it."""
+    module = load_path(HARNESS / "agent.py", "harness_example_errors")
+    bad = {"id": "c1", "function": {"name": "add", "arguments": '{"a": 1}'}}
+    good = {"id": "c2", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    script = ScriptedBackend([{"tool_calls": [bad]}, {"tool_calls": [good]}, {"content": "3"}])
+    async with Harness(module.HarnessAgent(), backend=script) as harness:
+        outcome = await harness.run([{"role": "user", "content": "1+2"}], timeout_s=120)
+    assert outcome.result is not None
+    metrics = outcome.result.metrics
+    assert metrics is not None
+    extra = metrics.model_extra or {}
+    assert metrics.num_tool_calls == 2
+    assert extra["tool_counts"] == {"add": [2, 1, 0]}
+    assert extra["tool_calls_from_history"] == 2
+    assert metrics.tool_latency_ms > 0

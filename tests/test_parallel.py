@@ -543,6 +543,7 @@ def test_every_field_of_a_row_result_survives_the_trip_from_a_worker() -> None:
         trace="/tmp/traces/row-7-abc.jsonl",
         llm_error="context_length",
         tool_counts={"add": [3, 1, 0]},
+        tool_calls_from_history=3,
         sample=2,
         extra_fields={"reward_components": {"format": 0.2}, "judge": "v2"},
     )

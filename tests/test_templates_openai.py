@@ -67,3 +67,15 @@ def test_served_then_tested_with_server(tmp_path: Path, template: str) -> None:
         done = _osmosis(project, "test", "--server", served.url, "-d", "dataset.jsonl")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "5/5" in done.stdout
+
+
+def test_the_agents_sdk_template_reports_its_tool_calls(tmp_path: Path) -> None:
+    """The Agents SDK runs the template's tools itself; osmosis test counts them from the
+    history each call sends back, and says so."""
+    project = _project(tmp_path, "openai-agents")
+    done = _osmosis(project, "test", "-d", "dataset.jsonl")
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if "tool calls" in line)
+    count = int(line.split("tool calls", 1)[1].split()[0])
+    assert count > 0, line
+    assert f"({count} observed from the history)" in line

@@ -506,3 +506,29 @@ async def test_every_url_a_v2_init_names_passes_the_destination_policy(
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == ["body", field]
     assert status["status"] == "unknown"
+
+
+async def test_v2_sends_content_null_beside_tool_calls_as_the_official_sdk_does() -> None:
+    """On v2 too the agent's messages go out as it kept them, ``"content": null`` beside tool
+    calls included: the official SDK's agents post their history through their own OpenAI
+    client (dicts as given), and its ``RolloutSample.messages`` are plain mappings dumped with
+    ``model_dump(mode="json")``, nulls kept (osmosis-ai 0.3.8, ``rollout/types/sample.py``)."""
+    from osmosis_rollout.testing import Harness, MockTrainGate, ScriptedBackend
+
+    from .support import recording_bodies
+
+    args = '{"a": 3, "b": 4}'
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": args}}
+    gate = MockTrainGate(ScriptedBackend([{"tool_calls": [call]}, {"content": "7"}]))
+    bodies: list[tuple[str, bytes]] = []
+    gate.app = recording_bodies(gate.app, bodies)
+    agent = load_asset("tool_agent").ToolAgent()
+    async with Harness(agent, gate=gate, protocol="v2") as harness:
+        outcome = await harness.run([{"role": "user", "content": "3 + 4?"}], rollout_id="null-2")
+    assert outcome.findings == []
+    turn = {"role": "assistant", "content": None, "tool_calls": [call]}
+    assert b'"content":null,"tool_calls"' in bodies[1][1]
+    chats = [json.loads(raw) for path, raw in bodies if path.endswith("/chat/completions")]
+    assert chats[1]["messages"][1] == turn
+    [grader] = [json.loads(raw) for path, raw in bodies if path.endswith("/grader")]
+    assert grader["sample"]["messages"][1] == turn

@@ -15,7 +15,8 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
@@ -33,7 +34,10 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult, result_extras, without_nulls
+from .results import CompletionsResult, RolloutResult, result_extras
+
+if TYPE_CHECKING:
+    from .endpoint.tool_history import ObservedCall
 
 __all__ = [
     "ChatBackend",
@@ -131,12 +135,14 @@ class RolloutAgentLoop(ABC):
 
 
 def _as_message(item: Any) -> Message:
-    """A message as sent to TrainGate: a dict, its null fields left out (protocol.md: "omit
-    null fields when sending"; ``content: None`` beside tool calls reads as absent there)."""
+    """A message as sent to TrainGate: the agent's dict as it is, nulls included (v1 and the
+    official v2 SDK both send it so, and chat templates render ``"content": null`` and an
+    absent ``content`` differently: docs/protocol.md, "Messages"); a model is dumped without
+    its unset defaults' nulls, since no agent wrote those."""
+    if isinstance(item, dict):
+        return item
     if isinstance(item, BaseModel):
         return item.model_dump(mode="json", exclude_none=True)
-    if isinstance(item, dict):
-        return without_nulls(item)
     raise TypeError(f"messages must be dicts (OpenAI chat messages), got {type(item).__name__}")
 
 
@@ -161,13 +167,26 @@ def _add_tools(
     shared: Sequence[OpenAIFunctionToolSchema],
     own: Sequence[OpenAIFunctionToolSchema] | None,
 ) -> None:
-    """Put the tools (``own``, the context's copies once the agent touched them, else
-    ``shared``) and the agent's ``tool_choice`` into a chat body; no ``tools`` key for none."""
-    tools = _dump(own) if own is not None else _dumped(shared)
+    """Put the tools (this call's own when the agent passed ``tools=`` to ``ctx.chat``, as
+    the per-rollout endpoint does with each call's; else ``own``, the context's copies once
+    the agent touched them, else ``shared``) and the agent's ``tool_choice`` into a chat body;
+    no ``tools`` key for none."""
+    per_call = params.get("tools")
+    if per_call is not None:
+        tools = [_as_tool(tool) for tool in per_call]
+    else:
+        tools = _dump(own) if own is not None else _dumped(shared)
     if tools:
         body["tools"] = tools
     if params.get("tool_choice") is not None:
         body["tool_choice"] = params["tool_choice"]
+
+
+def _as_tool(tool: Any) -> Any:
+    """A per-call tool as sent: a dict as it is, a model as its JSON."""
+    if isinstance(tool, BaseModel):
+        return tool.model_dump(mode="json", exclude_none=True)
+    return tool
 
 
 def _dump(tools: Sequence[OpenAIFunctionToolSchema]) -> list[dict[str, Any]]:
@@ -328,8 +347,9 @@ class RolloutContext:
         self._response_tokens += usage.completion_tokens
         self._max_context = max(self._max_context, usage.prompt_tokens)
         self._sent = [*kept, *_snapshot(history[len(kept) :]), _snapshot(reply)]
-        self._last_messages = [*history, without_nulls(reply)]
+        self._last_messages = [*history, reply]
         self.finish_reasons.append(result.finish_reason)
+        self._tools_at_turn = self._num_tool_calls
         return result
 
     def _trace_turn(
@@ -408,10 +428,14 @@ class RolloutContext:
 
     #: The rollout's endpoint door, made on first use (most agents never ask for it).
     _door: OpenAIDoor | None = None
+    #: ``num_tool_calls`` when the last turn ended, and how many of them were seen in a
+    #: harness's history (``observe_tool_calls``); class defaults, so most rollouts never set them.
+    _tools_at_turn = 0
+    _tools_from_history = 0
 
     def _openai_door(self) -> OpenAIDoor:
         if self._door is None:
-            self._door = OpenAIDoor(self)
+            self._door = OpenAIDoor(self, observe_tools=partial(observe_tool_calls, self))
         return self._door
 
     @property
@@ -508,6 +532,8 @@ class RolloutContext:
             self._door.add_findings(extra)
         if self._tool_counts:
             extra["tool_counts"] = {name: list(c) for name, c in self._tool_counts.items()}
+        if self._tools_from_history:
+            extra["tool_calls_from_history"] = self._tools_from_history
         total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
         llm = self._llm_metrics()
         return RolloutMetrics(
@@ -558,6 +584,28 @@ def tool_batch(ctx: RolloutContext) -> Iterator[None]:
         ctx._tool_batches -= 1
         if not ctx._tool_batches:
             ctx._tool_wall_ms += (time.perf_counter() - started) * 1000
+
+
+def observe_tool_calls(ctx: RolloutContext, calls: Sequence[ObservedCall]) -> None:
+    """Count tool calls a harness ran itself, seen answered in the history of its next
+    endpoint call (``endpoint/tool_history.py``), as a ``Toolbox`` would have recorded them:
+    calls, errors and latency per tool, the calls answered together counted once in the wall
+    time. Skipped when the agent recorded tool calls itself since the last turn: those
+    results are already counted."""
+    if ctx._num_tool_calls > ctx._tools_at_turn:
+        return
+    ctx._tool_batches += 1
+    try:
+        for call in calls:
+            ctx.record_tool_call(
+                call.latency_ms, tool=call.tool, error="raised" if call.failed else None
+            )
+    finally:
+        ctx._tool_batches -= 1
+    if not ctx._tool_batches:
+        ctx._tool_wall_ms += max(call.latency_ms for call in calls)
+    ctx._tools_from_history += len(calls)
+    ctx._tools_at_turn = ctx._num_tool_calls
 
 
 def record_tool_cut(ctx: RolloutContext, name: str, started: float) -> None:

@@ -244,8 +244,25 @@ def check_destination(url: str, policy: DestinationPolicy | None) -> str | None:
     """
     if policy is None:
         return None
+    key = (policy, url)
+    try:
+        return _VERDICTS[key]
+    except KeyError:
+        pass
     try:
         policy.check_url(url)
     except DestinationRefused as exc:
-        return str(exc)
-    return None
+        verdict: str | None = str(exc)
+    else:
+        verdict = None
+    if len(_VERDICTS) >= _MAX_VERDICTS:
+        _VERDICTS.clear()
+    _VERDICTS[key] = verdict
+    return verdict
+
+
+#: ``check_destination``'s verdicts by policy and URL: the init-time check reads only the URL's
+#: written host (no DNS; every connection is checked again, ``resolve``), so a verdict holds for
+#: as long as the (frozen) policy lives. Bounded: it starts over at ``_MAX_VERDICTS``.
+_VERDICTS: dict[tuple[DestinationPolicy, str], str | None] = {}
+_MAX_VERDICTS = 1024

@@ -380,6 +380,7 @@ FINDINGS: Final[tuple[FindingKind, ...]] = (
     _kind(
         TOOL_CHOICE_DROPPED,
         reporter="endpoint",
+        wires=(V1,),  # v2's chat calls carry tool_choice
         problem=_PROTOCOL,
         doc=_ENDPOINT_DOC,
         meaning="a call asked for `tool_choice` other than `auto`, which the wire cannot carry: "

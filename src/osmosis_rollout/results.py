@@ -23,8 +23,8 @@ def reply_message(message: ChatMessage) -> Message:
 
 
 def without_nulls(message: Message) -> Message:
-    """``message`` as sent (protocol.md omits null fields): without its ``None`` fields, the
-    same dict when it has none."""
+    """``message`` without its ``None`` fields (the same dict when it has none), for a reader
+    that wants them absent; the wires send messages as the agent kept them (docs/protocol.md)."""
     if any(value is None for value in message.values()):
         return {key: value for key, value in message.items() if value is not None}
     return message

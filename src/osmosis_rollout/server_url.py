@@ -35,8 +35,27 @@ _HOST = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
 _NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
 
+#: Values accepted before, and their normal form: a training run's inits name one or a few
+#: ``server_url``s, and the client's parser costs most of an init's validation (30-50 µs of
+#: about 60: docs/benchmarks.md, issue 41). Only accepted values are kept, at most
+#: ``_MAX_ACCEPTED`` (then it starts over), so a flood of distinct URLs costs no memory.
+_ACCEPTED: dict[str, str] = {}
+_MAX_ACCEPTED = 1024
+
+
 def normal_server_url(value: str) -> str:
     """``value`` stripped of spaces and trailing ``/``; a ``ValueError`` saying why if refused."""
+    known = _ACCEPTED.get(value)
+    if known is not None:
+        return known
+    normal = _normal_server_url(value)
+    if len(_ACCEPTED) >= _MAX_ACCEPTED:
+        _ACCEPTED.clear()
+    _ACCEPTED[value] = normal
+    return normal
+
+
+def _normal_server_url(value: str) -> str:
     parts = urlsplit(value.strip())
     try:
         parts.port  # noqa: B018  # raises ValueError for a port out of range or not a number

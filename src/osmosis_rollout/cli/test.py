@@ -128,7 +128,13 @@ def command_test(
             "Also OPENAI_MODEL."
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the mock LLM's tool arguments.")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the mock LLM's tool arguments (0 by default); with a real model "
+            "(--llm-url, --llm openai) sent as each request's seed, one per row and sample."
+        ),
+    ] = None,
     max_turns: Annotated[int, typer.Option(min=1, help="max_turns sent with each rollout.")] = 10,
     temperature: Annotated[
         float | None, typer.Option(help="temperature in completion_params.")

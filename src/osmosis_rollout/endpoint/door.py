@@ -9,11 +9,13 @@ endpoint and the endpoint imports nothing of ``agent``. Nothing here runs until 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .listener import Grant
     from .session import EndpointContext, RolloutEndpoint
+    from .tool_history import ObservedCall
 
 __all__ = ["OpenAIDoor"]
 
@@ -21,10 +23,16 @@ __all__ = ["OpenAIDoor"]
 class OpenAIDoor:
     """One rollout's ``openai_client()``, ``openai_base_url`` and ``openai_api_key``."""
 
-    __slots__ = ("_client", "_ctx", "_endpoint", "_grant")
+    __slots__ = ("_client", "_ctx", "_endpoint", "_grant", "_observe_tools")
 
-    def __init__(self, ctx: EndpointContext) -> None:
+    def __init__(
+        self,
+        ctx: EndpointContext,
+        *,
+        observe_tools: Callable[[Sequence[ObservedCall]], None] | None = None,
+    ) -> None:
         self._ctx = ctx
+        self._observe_tools = observe_tools
         self._endpoint: RolloutEndpoint | None = None
         self._grant: Grant | None = None
         self._client: Any = None
@@ -34,7 +42,7 @@ class OpenAIDoor:
         if self._endpoint is None:
             from .session import RolloutEndpoint
 
-            self._endpoint = RolloutEndpoint(self._ctx)
+            self._endpoint = RolloutEndpoint(self._ctx, observe_tools=self._observe_tools)
         return self._endpoint
 
     def grant(self) -> Grant:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +28,7 @@ from ..findings import (
 )
 from ..protocol import describe_validation_error
 from ..redaction import loggable, scrub
+from .tool_history import ObservedCall, ToolHistory
 from .translate import BadRequest, ChatCall, completion_body, error_body, parse_call, sse_events
 
 if TYPE_CHECKING:
@@ -80,6 +81,11 @@ class EndpointContext(Protocol):
         ...
 
     @property
+    def llm(self) -> Any:
+        """The backend the turns go through (``sends_tools``: protocol v2's chat channel)."""
+        ...
+
+    @property
     def ended(self) -> bool:
         """Whether the agent completed the rollout (``complete`` or ``error``)."""
         ...
@@ -96,8 +102,16 @@ class EndpointContext(Protocol):
 class RolloutEndpoint:
     """The endpoint of one rollout, bound to its context (``door.OpenAIDoor`` makes it)."""
 
-    def __init__(self, ctx: EndpointContext) -> None:
+    def __init__(
+        self,
+        ctx: EndpointContext,
+        *,
+        observe_tools: Callable[[Sequence[ObservedCall]], None] | None = None,
+    ) -> None:
         self.ctx = ctx
+        #: Told the tool calls the agent ran itself, seen answered in a later call's history.
+        self.observe_tools = observe_tools
+        self._tool_history = ToolHistory()
         self.findings: list[dict[str, Any]] = []
         self.closed = False
         self._in_flight = 0
@@ -125,7 +139,9 @@ class RolloutEndpoint:
             self._declared = {k for k in keys if k is not None}
         return self._declared
 
-    def _check_call(self, call: ChatCall) -> None:
+    def _check_call(self, call: ChatCall, *, per_call_tools: bool) -> None:
+        """The endpoint findings of one call; ``per_call_tools``: the wire carries each call's
+        own tools and ``tool_choice`` (protocol v2), so neither is lost, only different."""
         turn = self.ctx.turns + 1
         if call.tools is not None:
             sent = {k for k in (_tool_key(t) for t in call.tools) if k is not None}
@@ -141,25 +157,39 @@ class RolloutEndpoint:
                 ]
                 if changed:
                     parts.append(f"schema changed {changed}")
+                if per_call_tools:
+                    why = (
+                        "the call carries its own tools to the trainer (protocol v2), but "
+                        "osmosis validate, the dry run and the rollout's records know the "
+                        "declared ones"
+                    )
+                else:
+                    why = "TrainGate trains on the declared tools"
                 self.add_finding(
                     TOOLS_CHANGED,
                     f"turn {turn} sent tools that differ from those declared at init "
-                    f"({'; '.join(parts)}): TrainGate trains on the declared tools; return every "
-                    "tool from get_tools and send the same list each call",
+                    f"({'; '.join(parts)}): {why}; return every tool from get_tools and send "
+                    "the same list each call",
                     added=added,
                     dropped=dropped,
                     changed=changed,
                 )
         elif self._declared_tools():
+            prompted = (
+                "the call went without tools (protocol v2 carries each call's own), so the "
+                "model saw none"
+                if per_call_tools
+                else "the model is prompted with them all the same"
+            )
             self.add_finding(
                 TOOLS_CHANGED,
-                f"turn {turn} sent no tools, but tools were declared at init: the model is "
-                "prompted with them all the same; send the declared tools each call",
+                f"turn {turn} sent no tools, but tools were declared at init: {prompted}; "
+                "send the declared tools each call",
                 added=[],
                 dropped=sorted(n for n, _ in self._declared_tools()),
                 changed=[],
             )
-        if call.tool_choice not in (None, "auto"):
+        if call.tool_choice not in (None, "auto") and not per_call_tools:
             self.add_finding(
                 TOOL_CHOICE_DROPPED,
                 f"turn {turn} asked for tool_choice {call.tool_choice!r}, which TrainGate's v1 "
@@ -199,7 +229,8 @@ class RolloutEndpoint:
                     "n_not_supported",
                 ),
             )
-        self._check_call(call)
+        per_call_tools = bool(getattr(self.ctx.llm, "sends_tools", False))
+        self._check_call(call, per_call_tools=per_call_tools)
         sibling = self._last_call is not None and call.messages == self._last_call
         self._last_call = call.messages
         if self._in_flight or sibling:
@@ -210,9 +241,16 @@ class RolloutEndpoint:
                 "branch the history, which does not train as one trajectory; await each call "
                 "and append its reply before the next",
             )
+        if self.observe_tools is not None:
+            observed = self._tool_history.answered(call.messages)
+            if observed:
+                self.observe_tools(observed)
+        params = call.params
+        if per_call_tools:  # protocol v2: this call's tools and tool_choice, as it sent them
+            params = {**params, "tools": call.tools or [], "tool_choice": call.tool_choice}
         self._in_flight += 1
         try:
-            result = await self.ctx.chat(call.messages, **call.params)
+            result = await self.ctx.chat(call.messages, **params)
         except ValidationError as exc:  # a sampling parameter of the wrong type, say
             message = f"this request cannot be sent: {describe_validation_error(exc)}"
             return EndpointReply(400, error_body(message, "invalid_request_error"))
@@ -221,6 +259,8 @@ class RolloutEndpoint:
             return EndpointReply(502, error_body(message, "upstream_error"))
         finally:
             self._in_flight -= 1
+        if self.observe_tools is not None and result.tool_calls:
+            self._tool_history.replied(result.tool_calls)
         turn_id = f"{self.ctx.turns}"
         if call.stream:
             body = sse_events(result, turn_id, call.model, include_usage=call.include_usage)

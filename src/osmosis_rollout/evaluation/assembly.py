@@ -139,7 +139,7 @@ def make_backend(options: TestOptions) -> Any:
             )
         from ..testing.backends import MockLLMBackend
 
-        return MockLLMBackend(seed=options.seed, policy=options.mock_policy)
+        return MockLLMBackend(seed=options.seed or 0, policy=options.mock_policy)
     if kind == "openai":
         from ..testing.openai_backend import OpenAICompatibleBackend
 
@@ -151,6 +151,7 @@ def make_backend(options: TestOptions) -> Any:
             base_url=options.llm_url,
             model=model_name(options),
             timeout_s=options.llm_timeout,
+            seed=options.seed,
         )
     raise ConfigError(f"unknown --llm {options.llm!r}; choose mock or openai")
 
@@ -182,9 +183,10 @@ def start_pool(options: TestOptions, *, warn: Callable[[str], None]) -> WorkerPo
             base_url=options.llm_url,
             model=model_name(options),
             timeout_s=options.llm_timeout,
+            seed=options.seed,
         )
     else:
-        backend = BackendSpec("mock", seed=options.seed, mock_policy=options.mock_policy)
+        backend = BackendSpec("mock", seed=options.seed or 0, mock_policy=options.mock_policy)
     debug_dir = options.debug_dir
     spec = WorkerSpec(
         target=options.target,

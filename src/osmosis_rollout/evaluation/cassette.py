@@ -160,6 +160,8 @@ class CassetteRow(_Part):
 
     type: Literal["row"] = "row"
     row: int
+    #: Which of the row's ``--samples`` this is (0-based; a cassette without samples has 0s).
+    sample: int = 0
     rollout_id: str
     input: RecordedInput
     tools: list[dict[str, Any]] = Field(default_factory=list)
@@ -210,8 +212,12 @@ class Cassette:
 
 
 def reply_message(reply: CompletionsResponse) -> Message:
-    """The assistant message of a reply, as an agent appends it to its history."""
-    return reply.message.model_dump(mode="json", exclude_none=True)
+    """The assistant message of a reply, as an agent appends it to its history: the
+    ``result.message`` it was handed (``content: None`` beside tool calls included, and sent so
+    since issue 41), so each turn's history is stored as the delta after it."""
+    from ..results import reply_message as as_appended
+
+    return as_appended(reply.message)
 
 
 def encode_history(previous: Sequence[Message], current: list[Message]) -> dict[str, Any]:

@@ -64,13 +64,17 @@ def first_difference(recorded: Any, replayed: Any, path: str = "") -> tuple[str,
     """The first place two JSON values differ: ``(path, recorded, replayed)``, or None.
 
     A recorded ``**********`` (a secret scrubbed at recording) matches any string. A missing
-    list item or key is reported with ``None`` on the side that lacks it.
+    list item or key is reported with ``None`` on the side that lacks it; a key that is
+    ``null`` on one side and absent on the other is no difference (the append-only rule's
+    reading: cassettes recorded before issue 41 stored ``content: null`` as absent).
     """
     if recorded == REDACTED and isinstance(replayed, str):
         return None
     if isinstance(recorded, dict) and isinstance(replayed, dict):
         for key in [*recorded, *(k for k in replayed if k not in recorded)]:
             a, b = recorded.get(key, _MISSING), replayed.get(key, _MISSING)
+            if (a is _MISSING and b is None) or (b is _MISSING and a is None):
+                continue
             if a is _MISSING or b is _MISSING:
                 return (
                     f"{path}.{key}",

@@ -41,7 +41,9 @@ class TestOptions:
     llm: str = "mock"
     llm_url: str | None = None
     model: str | None = None
-    seed: int = 0
+    #: ``--seed``: the mock LLM's (0 when None), and sent to a real model server as each
+    #: request's ``seed`` (one per row and sample), only when given.
+    seed: int | None = None
     max_turns: int | None = None
     temperature: float | None = None
     max_tokens: int | None = None

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from ..testing.turn_times import TurnTimes
 from .collector import lighter_gc
 from .worker import Item, WorkerSettings, WorkerSpec, row_rollout_id, worker_main
 
@@ -97,7 +98,7 @@ class WorkerPool:
     ``with WorkerPool(spec, jobs) as pool:`` starts the workers at once; ``await pool.run(...)``
     runs the rows; leaving the block kills whatever still runs. ``notify`` gets a one-line
     message when a worker dies. After :meth:`run`, ``max_in_flight`` is the sum of the workers'
-    most LLM turns in flight at once.
+    most LLM turns in flight at once, and ``times`` their LLM turns' times.
     """
 
     def __init__(
@@ -107,6 +108,8 @@ class WorkerPool:
         self.jobs = max(1, jobs)
         self.notify = notify or (lambda message: None)
         self.max_in_flight = 0
+        #: The workers' LLM turn times together (their model backends'), for the time split.
+        self.times = TurnTimes()
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._early: list[tuple[_Worker, _Message]] = []
@@ -272,6 +275,8 @@ class WorkerPool:
             worker.failure = message[1]
         elif kind == "bye":
             self.max_in_flight += int(message[1].get("max_in_flight", 0))
+            if message[1].get("times"):
+                self.times.merge(message[1]["times"])
 
     def close(self) -> None:
         """No worker outlives the pool: close their pipes, kill any still running, reap them."""

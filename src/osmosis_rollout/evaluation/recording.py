@@ -114,6 +114,7 @@ def cassette_row(result: RowResult, record: RolloutRecord) -> CassetteRow:
     init = record.request
     data: dict[str, Any] = {
         "row": result.index,
+        "sample": result.sample,
         "rollout_id": result.rollout_id,
         "input": {
             "messages": init.messages if init else [],

@@ -94,7 +94,9 @@ class ReplayBackend:
         self.cassette = cassette if isinstance(cassette, Cassette) else read_cassette(cassette)
         self.mode: ReplayMode = mode
         self._unbound: dict[str, deque[CassetteRow]] = {}
-        for row in self.cassette.rows:
+        #: rollout id -> the sample it runs (``bind_rollout``), to replay that sample's row.
+        self._samples: dict[str, int] = {}
+        for row in sorted(self.cassette.rows, key=lambda r: (r.row, r.sample)):
             key = _input_key(row.input.messages, row.input.metadata)
             self._unbound.setdefault(key, deque()).append(row)
         self._live: dict[str, _Replay] = {}
@@ -104,8 +106,10 @@ class ReplayBackend:
     def rows(self) -> list[RowInput]:
         """The recorded rows as runner input: the same messages and metadata, in row order."""
         return [
-            RowInput(index=r.row, messages=r.input.messages, metadata=r.input.metadata)
-            for r in sorted(self.cassette.rows, key=lambda r: r.row)
+            RowInput(
+                index=r.row, messages=r.input.messages, metadata=r.input.metadata, sample=r.sample
+            )
+            for r in sorted(self.cassette.rows, key=lambda r: (r.row, r.sample))
         ]
 
     def options(self, *, timeout_s: float = 300.0, concurrency: int = 8) -> RunOptions:
@@ -189,7 +193,7 @@ class ReplayBackend:
         init = record.request
         messages = init.messages if init is not None else []
         metadata = init.metadata if init is not None else {}
-        row = self.take_row(messages, metadata)
+        row = self.take_row(messages, metadata, self._samples.pop(record.rollout_id, None))
         if row is None:
             raise LLMBackendError(
                 f"rollout {record.rollout_id!r}: no row of the cassette {self.cassette.path} "
@@ -201,12 +205,25 @@ class ReplayBackend:
         self._live[record.rollout_id] = replay
         return replay
 
-    def take_row(self, messages: list[Message], metadata: dict[str, Any]) -> CassetteRow | None:
-        """The recorded row a rollout with this input replays, taken (a second rollout of the
-        same input gets the next one); None when the cassette has none. ``--jobs`` binds each
-        row in its parent this way, so workers replay the rows one process would."""
+    def bind_rollout(self, rollout_id: str, key: str, replies: list[Any] | None = None) -> None:
+        """``rollout_id`` runs row and sample ``key`` (``"3"``, ``"3/1"``: ``RowInput.key``):
+        it replays that sample's recorded row."""
+        self._samples[rollout_id] = int(key.rpartition("/")[2]) if "/" in key else 0
+
+    def take_row(
+        self, messages: list[Message], metadata: dict[str, Any], sample: int | None = None
+    ) -> CassetteRow | None:
+        """The recorded row a rollout with this input (and ``sample``, when given) replays,
+        taken (a second rollout of the same input gets the next one); None when the cassette
+        has none. ``--jobs`` binds each row in its parent this way, so workers replay the rows
+        one process would."""
         queue = self._unbound.get(_input_key(messages, metadata))
         if queue:
+            if sample is not None:
+                for row in queue:
+                    if row.sample == sample:
+                        queue.remove(row)
+                        return row
             return queue.popleft()
         if self.mode == "lenient" and self.cassette.rows:
             return _nearest_row(self.cassette.rows, messages, metadata)

@@ -141,6 +141,7 @@ def row_from_dict(line: dict[str, Any]) -> RowResult:
         extra_fields=line.get("extra_fields", {}),
         sample=line.get("sample", 0),
         tool_counts=line.get("tool_counts", {}),
+        tool_calls_from_history=line.get("tool_calls_from_history", 0),
     )
 
 

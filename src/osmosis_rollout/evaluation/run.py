@@ -238,6 +238,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
             report = BatchReport(order, report.wall_s, report.stopped_early)
         summary = _summary(report, options, setup, fp)
+        if pool is not None and fit.backend is not None:  # the turns ran in the workers
+            fit.backend.times.merge(pool.times.state())
         model_lines = fit.summary(report.rows, summary)
         if options.token_check:
             summary["token_check"] = backend.report.as_dict()
@@ -316,11 +318,16 @@ def with_samples(rows: list[Any], options: TestOptions) -> list[Any]:
         )
     if not options.mock_replies:
         rows = [dataclasses.replace(r, replies=None) for r in rows]
+    if options.replay is not None:  # the cassette's rows are its samples, each recorded
+        recorded = 1 + max((r.sample for r in rows), default=0)
+        if options.samples > 1 and options.samples != recorded:
+            raise ConfigError(
+                f"--samples {options.samples}: the cassette holds {recorded} sample(s) of each "
+                f"row; replay them with --samples {recorded} (or without --samples)"
+            )
+        return rows
     if options.samples <= 1:
         return rows
-    if options.record is not None or options.replay is not None:
-        flag = "--record" if options.record is not None else "--replay"
-        raise ConfigError(f"--samples runs with the mock LLM or a model, not with {flag} yet")
     return [dataclasses.replace(r, sample=k) for r in rows for k in range(options.samples)]
 
 
@@ -338,7 +345,7 @@ def _binder(backend: Any) -> Any:
     """For ``--jobs`` replays: each row's recorded row, taken in dataset order."""
 
     def bind(row: Any) -> Any:
-        return backend.take_row(row.messages, row.metadata)
+        return backend.take_row(row.messages, row.metadata, row.sample)
 
     return bind
 

@@ -90,6 +90,9 @@ class RowResult:
     sample: int = 0
     #: Per tool: ``[calls, errors, timeouts]`` (errors: the tool raised or timed out).
     tool_counts: dict[str, list[int]] = field(default_factory=dict)
+    #: How many of ``tool_calls`` the server counted from the history a harness sent back
+    #: (tools run outside the context, behind the per-rollout endpoint).
+    tool_calls_from_history: int = 0
 
     @property
     def reward_components(self) -> dict[str, float]:
@@ -139,6 +142,7 @@ class RowResult:
             "reward_components": self.reward_components,
             "turns": self.turns,
             "tool_calls": self.tool_calls,
+            "tool_calls_from_history": self.tool_calls_from_history,
             "prompt_tokens": self.prompt_tokens,
             "response_tokens": self.response_tokens,
             "latency_ms": round(self.latency_ms, 3),
@@ -204,6 +208,8 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
         row.latency_ms = m.total_latency_ms
         row.metrics = m.model_dump()
         row.tool_counts = tool_counts(m)
+        observed = (m.model_extra or {}).get("tool_calls_from_history")
+        row.tool_calls_from_history = observed if isinstance(observed, int) else 0
     return row
 
 
@@ -364,6 +370,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "prompt_tokens": sum(r.prompt_tokens for r in rows),
         "response_tokens": sum(r.response_tokens for r in rows),
         "tool_calls": sum(r.tool_calls for r in rows),
+        "tool_calls_from_history": sum(r.tool_calls_from_history for r in rows),
         "tool_errors": sum(r.tool_error_count for r in rows),
         "mean_reward": round(sum(rewards) / len(rewards), 6) if rewards else None,
         "reward_components": _component_means(rows),

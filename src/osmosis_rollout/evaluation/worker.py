@@ -54,7 +54,8 @@ class BackendSpec:
     """
 
     kind: Literal["mock", "openai", "replay"] = "mock"
-    seed: int = 0
+    #: The mock's seed; for ``openai``, the ``seed`` sent to the server (None: none sent).
+    seed: int | None = 0
     base_url: str | None = None
     model: str | None = None
     timeout_s: float = 120.0
@@ -69,11 +70,15 @@ class BackendSpec:
             from ..testing.openai_backend import OpenAICompatibleBackend
 
             return OpenAICompatibleBackend.from_env(
-                os.environ, base_url=self.base_url, model=self.model, timeout_s=self.timeout_s
+                os.environ,
+                base_url=self.base_url,
+                model=self.model,
+                timeout_s=self.timeout_s,
+                seed=self.seed,
             )
         from ..testing.backends import MockLLMBackend
 
-        return MockLLMBackend(seed=self.seed, policy=self.mock_policy)
+        return MockLLMBackend(seed=self.seed or 0, policy=self.mock_policy)
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,9 @@ def worker_main(
         agent = load_agent(spec.target)
         backend = spec.backend.build()
         in_flight = asyncio.run(_work(spec, agent, backend, tasks, results))
+        times = getattr(getattr(backend, "inner", backend), "times", None)
+        # The model/server/toolkit split is made in the parent, from every worker's turns.
+        bye = {"max_in_flight": in_flight, "times": times.state() if times is not None else None}
         # multiprocessing ends a worker without the interpreter's teardown: what the agent
         # holds (an open file, say) is finalized here or never, even in a reference cycle.
         del agent, backend
@@ -185,7 +193,7 @@ def worker_main(
         with contextlib.suppress(OSError):
             results.send(("fatal", _describe(exc)))
         sys.exit(1)
-    results.send(("bye", {"max_in_flight": in_flight}))
+    results.send(("bye", bye))
 
 
 async def _work(

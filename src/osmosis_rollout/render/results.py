@@ -218,8 +218,12 @@ def _no_signal(groups: dict[str, Any]) -> str:
 
 
 def _tool_calls(summary: dict[str, Any]) -> str:
-    """``80, 20 failed (query 20/20)``: each failing tool's errors of its calls."""
+    """``80, 20 failed (query 20/20)``: each failing tool's errors of its calls; the calls
+    counted from a harness's history are said so (``80 (80 observed from the history)``)."""
     text = str(summary["tool_calls"])
+    observed = summary.get("tool_calls_from_history") or 0
+    if observed:
+        text += f" ({observed} observed from the history)"
     if not summary.get("tool_errors"):
         return text
     failing = [

@@ -374,8 +374,21 @@ def _validation_body(exc: ValidationError) -> dict[str, Any]:
 def _called_urls(rollout: RolloutRequest) -> list[tuple[str, str]]:
     """The URLs a rollout makes the server call, by field: a wire's request type may name more
     than v1's ``server_url`` (v2: its chat and callback URLs)."""
-    called = getattr(rollout, "called_urls", None)
-    return called() if callable(called) else [("server_url", rollout.server_url)]
+    # Looked up on the class: a missing attribute of a pydantic instance raises inside
+    # pydantic's __getattr__, a few microseconds an init for v1's requests, which have none.
+    called = _CALLED_URLS.get(type(rollout), _UNKNOWN)
+    if called is _UNKNOWN:
+        found = getattr(type(rollout), "called_urls", None)
+        called = _CALLED_URLS[type(rollout)] = found if callable(found) else None
+    if called is None:
+        return [("server_url", rollout.server_url)]
+    urls: list[tuple[str, str]] = called(rollout)
+    return urls
+
+
+#: ``called_urls`` of each request type (None: it has none, v1's), found once per type.
+_CALLED_URLS: dict[type, Any] = {}
+_UNKNOWN = object()
 
 
 def _refusal_body(field: str, reason: str) -> dict[str, Any]:

@@ -175,6 +175,7 @@ def _httptools_class() -> type[asyncio.Protocol]:
         """uvicorn's httptools protocol with the connection limits."""
 
         _too_big = False
+        _head_size = 0  # bytes of the current head's line and headers, as parsed
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -203,7 +204,7 @@ def _httptools_class() -> type[asyncio.Protocol]:
             super().on_header(name, value)
 
         def _count(self, size: int) -> None:
-            self._head_size = getattr(self, "_head_size", 0) + size
+            self._head_size += size
             if self._head_size > self._limits.max_header_bytes:
                 self._too_big = True
 

@@ -548,7 +548,9 @@ def agent_deadline(
     request: RolloutRequest, rollout_timeout_s: float, queued_s: float
 ) -> tuple[float, float | None]:
     """The agent's deadline (seconds from now) and the v2 limit behind it, if any."""
-    limit: float | None = getattr(request, "agent_timeout_sec", None)
+    # From the instance's fields (pydantic keeps them in __dict__): getattr on a v1 request,
+    # which has no such field, would raise and catch inside pydantic on every rollout.
+    limit: float | None = request.__dict__.get("agent_timeout_sec")
     if limit is None:
         return rollout_timeout_s, None
     return min(rollout_timeout_s, max(0.0, limit - queued_s)), limit

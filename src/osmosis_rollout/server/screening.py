@@ -39,6 +39,7 @@ __all__ = ["HostRule", "Screening"]
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 _BODY_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
+_MAX_PLACES = 256
 
 
 class HostRule:
@@ -104,6 +105,10 @@ class Screening:
         allowed = {origin.strip().rstrip("/").lower() for origin in origins}
         self.any_origin = "*" in allowed
         self.origins = frozenset(allowed - {"*"})
+        #: ``_place_refusal``'s verdicts by (Host header, address arrived at): the same two
+        #: values on nearly every request, and parsing them was most of the screening's cost.
+        #: Bounded (a client chooses the Host header): it starts over at ``_MAX_PLACES``.
+        self._places: dict[tuple[bytes | None, str | None], tuple[int, str, str] | None] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -144,6 +149,29 @@ class Screening:
             )
         server = scope.get("server")
         arrived_at = str(server[0]) if server else None
+        place = (host, arrived_at)
+        try:
+            refused = self._places[place]
+        except KeyError:
+            refused = self._place_refusal(host, arrived_at)
+            if len(self._places) >= _MAX_PLACES:
+                self._places.clear()
+            self._places[place] = refused
+        if refused is not None:
+            return refused
+        if scope["method"].encode() in _BODY_METHODS and (
+            chunked is not None or (length is not None and length.strip() not in (b"", b"0"))
+        ):
+            media = (content_type or b"").partition(b";")[0].strip().lower()
+            if media != b"application/json" and self._authorized(authorization):
+                return 415, "not_json", "the body must be JSON: send Content-Type: application/json"
+        return None
+
+    def _place_refusal(
+        self, host: bytes | None, arrived_at: str | None
+    ) -> tuple[int, str, str] | None:
+        """The refusal owed to where a request arrived and the name it gives (or None): a
+        function of the two alone, so ``refusal`` keeps each verdict (``_places``)."""
         if self.loopback_only and _from_network(arrived_at):
             return (
                 403,
@@ -162,12 +190,6 @@ class Screening:
                     "to serve this name start the server with --allow-host NAME"
                 ),
             )
-        if scope["method"].encode() in _BODY_METHODS and (
-            chunked is not None or (length is not None and length.strip() not in (b"", b"0"))
-        ):
-            media = (content_type or b"").partition(b";")[0].strip().lower()
-            if media != b"application/json" and self._authorized(authorization):
-                return 415, "not_json", "the body must be JSON: send Content-Type: application/json"
         return None
 
     def _authorized(self, header: bytes | None) -> bool:

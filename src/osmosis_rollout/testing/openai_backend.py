@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,6 +119,7 @@ class OpenAICompatibleBackend:
         default_max_tokens: int | None = DEFAULT_MAX_TOKENS,
         extra_body: Mapping[str, Any] | None = None,
         max_reply_bytes: int = MAX_LLM_REPLY_BYTES,
+        seed: int | None = None,
     ) -> None:
         parts = urlsplit(base_url.strip())
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -152,6 +154,9 @@ class OpenAICompatibleBackend:
         self.max_reply_bytes = max_reply_bytes
         #: What the turns are posted through, made at the first turn (it must know the loop).
         self._carrier: PostTransport | None = None
+        #: ``osmosis test --seed``: sent as each request's ``seed`` (see :meth:`seed_for`).
+        self.seed = seed
+        self._keys: dict[str, str] = {}  # rollout id -> its row and sample (bind_rollout)
 
     @classmethod
     def from_env(
@@ -245,6 +250,24 @@ class OpenAICompatibleBackend:
         self.facts = await probe_server(self.http, self.base_url)
         return self.facts
 
+    def bind_rollout(self, rollout_id: str, key: str, replies: list[Any] | None = None) -> None:
+        """``rollout_id`` is row and sample ``key`` (``"3"``, ``"3/1"``): what its seed is
+        made from, so each sample of a row is seeded apart and a rerun repeats."""
+        if self.seed is not None:
+            self._keys[rollout_id] = key
+
+    def rollout_completed(self, record: RolloutRecord, response: Any) -> None:
+        """The rollout is over: forget its key."""
+        self._keys.pop(record.rollout_id, None)
+
+    def seed_for(self, rollout_id: str) -> int | None:
+        """The ``seed`` of ``rollout_id``'s requests: ``--seed`` plus a digest of its row and
+        sample (the seed itself when unbound), under 2**31; None without ``--seed``."""
+        if self.seed is None:
+            return None
+        key = self._keys.get(rollout_id)
+        return self.seed if key is None else (self.seed + zlib.crc32(key.encode())) % 2**31
+
     def body(self, request: CompletionsRequest, record: RolloutRecord) -> dict[str, Any]:
         """The JSON body for one turn: the OpenAI SDK's shape, with the declared tools."""
         body: dict[str, Any] = {"model": self.model, "messages": request.messages}
@@ -256,6 +279,9 @@ class OpenAICompatibleBackend:
             body["max_tokens"] = self.default_max_tokens
         body.update({k: v for k, v in (request.model_extra or {}).items() if k != "tools"})
         body.update(self.extra_body)
+        seed = self.seed_for(record.rollout_id)
+        if seed is not None:
+            body.setdefault("seed", seed)  # an agent's own seed wins
         if record.tools:
             body["tools"] = [wire(tool) for tool in record.tools]
         if self.forward_extensions:

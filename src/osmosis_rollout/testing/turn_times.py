@@ -48,6 +48,25 @@ class TurnTimes:
             self.model_ms.append(model_ms)
             self.timed_request_ms.append(request_ms)
 
+    def state(self) -> dict[str, Any]:
+        """What these times hold, as plain data: what a ``--jobs`` worker sends its parent."""
+        return {
+            "request_ms": {rid: list(times) for rid, times in self.request_ms.items()},
+            "model_ms": list(self.model_ms),
+            "timed_request_ms": list(self.timed_request_ms),
+            "observer_ms": dict(self.observer_ms),
+        }
+
+    def merge(self, state: dict[str, Any]) -> None:
+        """Add another process's times (:meth:`state`): a ``--jobs`` run's split is its
+        workers' turns together."""
+        for rollout_id, times in state.get("request_ms", {}).items():
+            self.request_ms[rollout_id].extend(times)
+        self.model_ms.extend(state.get("model_ms", []))
+        self.timed_request_ms.extend(state.get("timed_request_ms", []))
+        for rollout_id, ms in state.get("observer_ms", {}).items():
+            self.observer_ms[rollout_id] += ms
+
     def observed(self, rollout_id: str, ms: float) -> None:
         """Time an observer (``--token-check``) spent inside one of the rollout's turns: its
         own, neither the model's nor the toolkit's."""

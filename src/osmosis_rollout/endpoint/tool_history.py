@@ -1,0 +1,98 @@
+"""The tool calls a harness runs itself, counted from the history it sends back.
+
+A harness or an agent SDK behind the per-rollout endpoint runs its tools in its own code: the
+context never sees them run, so ``num_tool_calls``, tool errors and ``tool_always_fails`` would
+count none. What it does see is each result coming back, as a ``tool`` message in the next
+call's history. :class:`ToolHistory` remembers the tool calls each reply asked for (id, name,
+when the reply left) and, in each later call, finds the results that answer them: a call (its
+name), whether it failed (as the tool message says: :func:`reads_as_error`) and its latency
+(from the reply to the call that carried the result: the tool's time plus the harness's own,
+an upper bound). Each result is counted once, however many later histories repeat it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ObservedCall", "ToolHistory", "reads_as_error"]
+
+#: How a tool message's text starts when the tool failed, as harnesses and SDKs write it:
+#: v1's ``create_tool_error_result`` ("Error: ..."), a plain "error: ...", and the OpenAI
+#: Agents SDK's default ("An error occurred while running the tool. ...").
+_ERROR_STARTS = ("error", "an error occurred")
+#: The keys of a JSON tool result that say it failed (MCP's ``isError``, a common ``error``).
+_ERROR_KEYS = ("error", "is_error", "isError")
+#: Tool calls remembered at most (a reply asks for a few; a runaway harness must not grow it).
+_MAX_PENDING = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedCall:
+    """One tool call seen answered in the history: its tool, its latency, whether it failed."""
+
+    tool: str
+    latency_ms: float
+    failed: bool
+
+
+def reads_as_error(content: Any) -> bool:
+    """Whether a tool message's ``content`` says the tool failed: text starting with "error"
+    or "An error occurred" (any case), or a JSON object with a true ``error``, ``is_error``
+    or ``isError``. A list of content parts is read by its text parts."""
+    if isinstance(content, list):
+        text = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    elif isinstance(content, str):
+        text = content
+    else:
+        return False
+    stripped = text.lstrip()
+    if stripped.lower().startswith(_ERROR_STARTS):
+        return True
+    if not stripped.startswith("{"):
+        return False
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and any(data.get(key) for key in _ERROR_KEYS)
+
+
+class ToolHistory:
+    """The tool calls replied but not yet seen answered, and how to find their answers."""
+
+    def __init__(self) -> None:
+        #: tool call id -> (tool name, perf_counter when the reply that asked for it left)
+        self._pending: dict[str, tuple[str, float]] = {}
+
+    def replied(self, tool_calls: Sequence[Any]) -> None:
+        """A reply left asking for ``tool_calls`` (OpenAI-shaped dicts)."""
+        now = time.perf_counter()
+        for call in tool_calls:
+            if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+                continue
+            function = call.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            if len(self._pending) >= _MAX_PENDING:
+                self._pending.clear()
+            self._pending[call["id"]] = (name if isinstance(name, str) else "?", now)
+
+    def answered(self, messages: Sequence[Any]) -> list[ObservedCall]:
+        """The pending calls that ``messages`` (a call's history) answers, each once."""
+        if not self._pending:
+            return []
+        now = time.perf_counter()
+        seen: list[ObservedCall] = []
+        for message in messages:
+            if not isinstance(message, dict) or message.get("role") != "tool":
+                continue
+            pending = self._pending.pop(str(message.get("tool_call_id")), None)
+            if pending is None:
+                continue
+            name, asked = pending
+            failed = reads_as_error(message.get("content"))
+            seen.append(ObservedCall(name, (now - asked) * 1000, failed))
+        return seen
