@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ._common import fail
 
 TARGET_HELP = (
@@ -33,3 +35,28 @@ def agent_target(target: str | None, *, command: str, example: str) -> str:
             hint=f"{example}  (or set `agent` in [tool.osmosis] of pyproject.toml)",
         )
     return chosen
+
+
+def project_launch(
+    target: str | None, *, server: str | None, launch: str | None
+) -> tuple[str | None, Path | None]:
+    """The server command to launch and the folder to run it in: ``--launch`` as given (in the
+    current folder), else ``[tool.osmosis] launch`` (in the project root) when neither TARGET
+    nor ``--server`` is given; ``(None, None)`` for an in-process or ``--server`` run."""
+    if launch is not None or target is not None or server is not None:
+        return launch, None
+    from ..errors import OsmosisError
+    from ..project import find_project
+
+    try:
+        project = find_project()
+    except OsmosisError as exc:
+        fail(str(exc))
+    if project is None or project.launch is None:
+        return None, None
+    if project.agent is not None:
+        fail(
+            f"{project.pyproject}: [tool.osmosis] names both an agent and a launch command: "
+            "give TARGET to run the agent in process, or --launch CMD to start the server"
+        )
+    return project.launch, project.root

@@ -104,14 +104,17 @@ async def run_test(options: TestOptions, observer: RunObserver | None = None) ->
     ``--output`` is written as the rows finish (a partial summary ends it if the run is
     cancelled). Raises ``OsmosisError`` subclasses for what the options get wrong.
     """
+    from .served import served
+
     observer = observer or RunObserver()
-    setup = prepare(options, warn=observer.warn)
-    try:
-        with _library_log_level(options.verbose):
-            return await _run(options, setup, observer)
-    finally:
-        if setup.pool is not None:
-            setup.pool.close()
+    async with served(options, observer.info) as options:
+        setup = prepare(options, warn=observer.warn)
+        try:
+            with _library_log_level(options.verbose):
+                return await _run(options, setup, observer)
+        finally:
+            if setup.pool is not None:
+                setup.pool.close()
 
 
 async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> TestReport:
@@ -126,7 +129,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     backend, pool = setup.backend, setup.pool
     rows = with_samples(setup.rows, options)
-    server_key = options.api_key if options.server is not None else None
+    server_key = options.api_key if options.remote else None
     if options.token_check:
         backend = await with_token_check(backend)
         observer.info(f"token check: using {backend.engine.name}'s tokenizer endpoints")
