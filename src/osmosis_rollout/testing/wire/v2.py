@@ -176,21 +176,21 @@ class V2Controller:
 
     async def probe(self, http: httpx2.AsyncClient, server_url: str, key: str | None) -> None:
         """Fail fast when the server has no ``POST /rollout`` (an older ``osmosis serve``, or
-        another server): an empty body is refused (422) by a v2 server before anything starts,
-        and answered 404/405 by one without the route."""
+        another server). ``OPTIONS /rollout`` asks without starting anything and without a
+        body to refuse: a server with the route answers 405 (or 200), one without it 404. An
+        empty ``POST /rollout`` would do too, but the official server logs its 422 as an
+        error in the user's log."""
         import httpx2
 
         try:
-            response = await http.post(
-                "/rollout", content=b"{}", headers=server_headers(key), timeout=10.0
-            )
+            response = await http.options("/rollout", headers=server_headers(key), timeout=10.0)
         except httpx2.TransportError:
             return  # /health answered a moment ago: let the run report what happens
-        if response.status_code in (404, 405):
+        if response.status_code == 404:
             raise ConfigError(
                 f"the rollout server at {server_url} does not speak protocol v2 (POST "
-                f"/rollout answered HTTP {response.status_code}); drop --protocol v2 to test "
-                "it over v1, or serve the agent with an osmosis serve that has v2"
+                f"/rollout is not served: OPTIONS /rollout answered HTTP 404); drop --protocol "
+                "v2 to test it over v1, or serve the agent with an osmosis serve that has v2"
             )
 
     async def run(
