@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ._common import fail
 
@@ -60,3 +61,12 @@ def project_launch(
             "give TARGET to run the agent in process, or --launch CMD to start the server"
         )
     return project.launch, project.root
+
+
+def launch_spec(command: str | None, cwd: Path | None) -> Any:
+    """``--launch``'s command as ``TestOptions.launch`` takes it (run in ``cwd`` if given)."""
+    if command is None or cwd is None:
+        return command
+    from ..evaluation.launch import LaunchSpec
+
+    return LaunchSpec(command, cwd=cwd)

@@ -324,7 +324,7 @@ def command_test(
     one_process = record is not None or trajectories is not None
     if server is None and launch is None and not one_process and not (interactive or token_check):
         warm_up_workers(count)
-    from ._target import project_launch
+    from ._target import launch_spec, project_launch
 
     launch, launch_cwd = project_launch(target, server=server, launch=launch)
     if server is None and launch is None:
@@ -436,8 +436,7 @@ def command_test(
         by=by,
         tool_error_share=tool_error_share,
         protocol=wire.protocol if remote is None or _given(context, "protocol") else None,
-        launch=launch,
-        launch_cwd=launch_cwd,
+        launch=launch_spec(launch, launch_cwd),
     )
     try:
         if interactive:

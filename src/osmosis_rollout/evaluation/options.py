@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..testing.wire import WIRES, MockWire, wire_named
+
+if TYPE_CHECKING:
+    from .launch import LaunchSpec
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,8 @@ class TestOptions:
     ``testing.wire.WIRES`` (``"v1"``, the default, or ``"v2"``), or the wire itself; None
     (with ``server`` or ``launch``) asks the server which it speaks (``wire_probe``).
     ``launch`` is a command that starts the server to test, the way the platform starts one
-    (``evaluation.launch``): it runs in ``launch_cwd`` (default: the current folder) with
-    ``launch_env`` added to the environment, is told a free port, and is always stopped.
+    (``evaluation.launch``): it runs in the current folder (or a ``LaunchSpec``'s), is told a
+    free port, and is always stopped.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -80,12 +83,9 @@ class TestOptions:
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
     tool_error_share: float = 0.2
     protocol: MockWire | str | None = WIRES[0]
-    #: ``--launch``: the server command to start (and stop) for this run, instead of ``server``.
-    launch: str | None = None
-    launch_cwd: Path | None = None
-    launch_env: Mapping[str, str] = field(default_factory=dict)
-    #: ``--strict``: run-level findings of what a server does not support fail the run too.
-    strict: bool = False
+    #: ``--launch``: the server command to start (and stop) for this run, instead of
+    #: ``server``; a ``LaunchSpec`` also says where it runs and what it adds to the environment.
+    launch: str | LaunchSpec | None = None
 
     @property
     def wire(self) -> MockWire:

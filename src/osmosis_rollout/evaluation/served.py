@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 from .options import TestOptions
 
@@ -27,11 +26,11 @@ async def served(options: TestOptions, say: Callable[[str], None]) -> AsyncItera
         return
     from .launch import LaunchSpec, launch
 
-    spec = LaunchSpec(
-        options.launch, cwd=options.launch_cwd or Path.cwd(), env=dict(options.launch_env)
-    )
+    spec = options.launch
+    if not isinstance(spec, LaunchSpec):
+        spec = LaunchSpec(spec)
     async with launch(spec) as server:
-        say(f"launched {options.launch!r} on {server.url} (pid {server.process.pid})")
+        say(f"launched {spec.command!r} on {server.url} (pid {server.process.pid})")
         yield await _with_wire(dataclasses.replace(options, server=server.url), say)
 
 

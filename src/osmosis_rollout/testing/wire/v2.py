@@ -322,6 +322,7 @@ class V2Controller:
             record.chats.pop()
             if len(record.replies) > len(record.chats):
                 record.replies.pop()
+                record.served_ms.pop()
         check_chat_v2(record, exchange, body, tools_wire is not None)
         if tools_wire is not None and exchange.declared is None:
             exchange.declared = tools  # known now: a later call without them is a finding
@@ -330,6 +331,7 @@ class V2Controller:
         record.request_ids.append(request_id)
         record.chats.append(body)
         try:
+            started = time.perf_counter()
             reply = await self.gate.backend.complete(body, record)
         except LLMBackendError as exc:
             record.backend_error = exc
@@ -340,6 +342,7 @@ class V2Controller:
             status = 424 if exc.systemic else 503
             return json_reply(status, {"detail": f"LLM backend error: {exc}"})
         record.replies.append(reply)
+        record.served_ms.append((time.perf_counter() - started) * 1000)
         if stream:
             return Reply(200, {"content-type": "text/event-stream"}, sse_reply(reply))
         return Reply(200, _JSON, reply.model_dump_json(exclude_none=True).encode())
