@@ -5,6 +5,7 @@ without a grader. 0.3.2 is the last release of the callback wire (v2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -70,6 +71,20 @@ async def test_the_scaffolds_rollout_runs_unchanged_with_the_mocks_figures(
         assert row.latency_ms > 0
     summary: Any = report.summary
     assert summary["prompt_tokens"] == sum(r.prompt_tokens for r in report.rows)
+    # its LocalBackend keeps no status: one run-level finding, and the rows pass
+    assert [f["code"] for f in summary["run_findings"]] == ["status_unsupported"]
+    assert all(row.passed for row in report.rows)
+    assert report.exit_code == 0
+
+
+async def test_strict_fails_the_rows_of_a_server_without_status(
+    sdk_032: Path, tmp_path: Path
+) -> None:
+    options = dataclasses.replace(_options(sdk_032, tmp_path), strict=True)
+    report = await run_test(options)
+    assert [f["code"] for f in report.summary["run_findings"]] == ["status_unsupported"]
+    assert {f.code for f in report.findings} == {"status_wrong"}
+    assert report.exit_code == 1
 
 
 async def test_a_rollout_without_a_grader_is_reported_without_a_reward(

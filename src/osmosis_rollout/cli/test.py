@@ -303,6 +303,15 @@ def command_test(
             "finding (one failing in all of them: tool_always_fails).",
         ),
     ] = 0.2,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Fail the rows that show what the server does not support (a status route "
+            "that answers unknown, a cancel that cancels nothing), not only report one "
+            "run-level finding (status_unsupported, cancel_unsupported) for each.",
+        ),
+    ] = False,
     token_check: Annotated[
         bool,
         typer.Option(
@@ -437,6 +446,7 @@ def command_test(
         tool_error_share=tool_error_share,
         protocol=wire.protocol if remote is None or _given(context, "protocol") else None,
         launch=launch_spec(launch, launch_cwd),
+        strict=strict,
     )
     try:
         if interactive:

@@ -86,6 +86,9 @@ class TestOptions:
     #: ``--launch``: the server command to start (and stop) for this run, instead of
     #: ``server``; a ``LaunchSpec`` also says where it runs and what it adds to the environment.
     launch: str | LaunchSpec | None = None
+    #: ``--strict``: what the server does not support (``status_unsupported``,
+    #: ``cancel_unsupported``) fails the rows that showed it, not only one run-level finding.
+    strict: bool = False
 
     @property
     def wire(self) -> MockWire:

@@ -124,6 +124,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     from ..testing.traingate import MockTrainGate
     from .resume import fingerprint, read_previous, recorded_rows
     from .runner import BatchReport, RunOptions, run_batch
+    from .server_support import ServerSupport
     from .stalls import StallMonitor
     from .tool_errors import fail_on_tool_errors
 
@@ -194,8 +195,10 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     shown: list[Callable[[RowResult], None]] = []
     stalls = StallMonitor()
+    support = ServerSupport(strict=options.strict)
 
     def on_result(result: RowResult) -> None:
+        support.take(result)
         result.findings.extend(stalls.take(result.rollout_id))
         if "tool_errors" in options.fail_on:
             fail_on_tool_errors(result)
@@ -240,7 +243,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         if previous:
             order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
             report = BatchReport(order, report.wall_s, report.stopped_early)
-        summary = _summary(report, options, setup, fp)
+        summary = _summary(report, options, setup, fp, support)
         if pool is not None and fit.backend is not None:  # the turns ran in the workers
             fit.backend.times.merge(pool.times.state())
         model_lines = fit.summary(report.rows, summary)
@@ -262,8 +265,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         )
         if sink is not None:
             writer.flush_all()
-            writer.finish(_summary(partial, options, setup, fp))
-        partial_summary = _summary(partial, options, setup, fp)
+            writer.finish(_summary(partial, options, setup, fp, support))
+        partial_summary = _summary(partial, options, setup, fp, support)
         observer.interrupted(TestReport(partial.rows, partial_summary), len(rows))
         raise
     finally:
@@ -289,15 +292,20 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     )
 
 
-def _summary(report: Any, options: TestOptions, setup: Setup, fp: dict[str, str]) -> dict[str, Any]:
+def _summary(
+    report: Any, options: TestOptions, setup: Setup, fp: dict[str, str], support: Any = None
+) -> dict[str, Any]:
     """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it,
-    the group and tool figures, and the run's fingerprint (what ``--resume`` checks)."""
+    the group and tool figures, the run-level findings of what the server does not support
+    (``server_support``) and the run's fingerprint (what ``--resume`` checks)."""
     from .groups import group_rows, groups_summary
     from .runner import summarise
     from .tool_errors import summary_part
 
     summary = summarise(report)
     summary.update(summary_part(report.rows, options.tool_error_share))
+    if support is not None:
+        summary["run_findings"] += [f.as_dict() for f in support.findings()]
     summary["groups"] = groups_summary(
         group_rows(report.rows, options.pass_threshold), samples=options.samples, by=options.by
     )

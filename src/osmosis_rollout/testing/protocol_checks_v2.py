@@ -153,6 +153,7 @@ def check_status(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
             STATUS_WRONG,
             f"GET /rollout/{{id}}/status said {status!r} (reward {got_reward!r}) after a "
             f"grader callback that means {want!r} (reward {reward!r})",
+            details={"status": status, "expected": want},
         )
 
 
@@ -166,6 +167,9 @@ def check_cancel(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
             CANCEL_WRONG,
             f"POST /rollout/cancel answered HTTP {code} with disposition {found!r} for this "
             "id: expected cancelled_queued, cancelled_running or not_found",
+            details={"http": code, "dispositions": dispositions}
+            if isinstance(dispositions, dict) and not dispositions
+            else None,
         )
         return
     try:
