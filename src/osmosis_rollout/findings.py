@@ -339,9 +339,10 @@ FINDINGS: Final[tuple[FindingKind, ...]] = (
         CANCEL_UNSUPPORTED,
         wires=(V2,),
         reporter="test",
-        meaning="`POST /rollout/cancel` answered no disposition (one finding for the run): a cancel "
-        "at a deadline leaves the rollout running, holding its slot",
-        fix="cancel the rollouts named and answer a disposition for each; `--strict` fails the rows",
+        meaning="`POST /rollout/cancel` answered no disposition (one finding for the run): a "
+        "cancel at a deadline leaves the rollout running, holding its slot",
+        fix="cancel the rollouts named and answer a disposition for each; `--strict` fails the "
+        "rows",
     ),
     # -- the mock TrainGate, the polling wire
     _kind(
