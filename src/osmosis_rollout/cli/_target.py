@@ -63,10 +63,11 @@ def project_launch(
     return project.launch, project.root
 
 
-def launch_spec(command: str | None, cwd: Path | None) -> Any:
-    """``--launch``'s command as ``TestOptions.launch`` takes it (run in ``cwd`` if given)."""
-    if command is None or cwd is None:
+def launch_spec(command: str | None, cwd: Path | None, env: dict[str, str] | None = None) -> Any:
+    """``--launch``'s command as ``TestOptions.launch`` takes it: run in ``cwd`` (default: the
+    current folder) with ``env`` (an eval config's ``[env]``) added to the environment."""
+    if command is None or (cwd is None and not env):
         return command
     from ..evaluation.launch import LaunchSpec
 
-    return LaunchSpec(command, cwd=cwd)
+    return LaunchSpec(command, cwd=cwd or Path.cwd(), env=dict(env or {}))

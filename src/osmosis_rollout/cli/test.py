@@ -92,6 +92,18 @@ def command_test(
             "instead of TARGET."
         ),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="An official eval config (configs/eval/NAME.toml of an osmosis-ai workspace): "
+            "its dataset (data/NAME.jsonl), n as --samples, pass_threshold, limit, "
+            "agent_workflow_timeout_s as --timeout, [env] and the rollout's entrypoint as "
+            "--launch; the keys it does not use are listed. A flag given here wins.",
+            show_default=False,
+        ),
+    ] = None,
     launch: Annotated[
         str | None,
         typer.Option(
@@ -327,6 +339,23 @@ def command_test(
     Offline by default: the built-in mock LLM calls your tools with schema-valid arguments,
     then answers. Exit 0 when every row completed without findings, 1 otherwise.
     """
+    config_env: dict[str, str] = {}
+    config_cwd = None
+    if config is not None:
+        from ._eval_config import from_config, pick, say_config
+
+        chosen = from_config(
+            config,
+            given=lambda name: _given(context, name),
+            in_process=target is not None or server is not None,
+            real_model=llm_url is not None or model is not None or llm.lower() == "openai",
+        )
+        dataset, samples = pick(dataset, chosen.dataset), pick(samples, chosen.samples)
+        limit, timeout = pick(limit, chosen.limit), pick(timeout, chosen.timeout)
+        pass_threshold = pick(pass_threshold, chosen.pass_threshold)
+        model, launch = pick(model, chosen.model), pick(launch, chosen.launch)
+        config_env, config_cwd = chosen.env, chosen.launch_cwd
+        say_config(config, chosen)
     count, auto_reason = jobs_count(
         jobs, rows=run_rows(dataset, replay, offset=offset, limit=limit)
     )
@@ -336,6 +365,7 @@ def command_test(
     from ._target import launch_spec, project_launch
 
     launch, launch_cwd = project_launch(target, server=server, launch=launch)
+    launch_cwd = launch_cwd or config_cwd
     if server is None and launch is None:
         from ._target import agent_target
 
@@ -445,7 +475,7 @@ def command_test(
         by=by,
         tool_error_share=tool_error_share,
         protocol=wire.protocol if remote is None or _given(context, "protocol") else None,
-        launch=launch_spec(launch, launch_cwd),
+        launch=launch_spec(launch, launch_cwd, config_env),
         strict=strict,
     )
     try:
