@@ -234,6 +234,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     debug_dir=options.debug_dir,
                     secrets=secrets,
                     protocol=options.wire,
+                    start_checks=options.remote,
                 ) as harness:
                     if trajectories is not None and harness.server_agent is not None:
                         trajectories.agent_name = harness.server_agent  # --server's agent

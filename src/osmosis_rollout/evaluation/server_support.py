@@ -6,15 +6,26 @@ past its deadline. A server that keeps no status (osmosis-ai 0.3's ``LocalBacken
 rollout: its rewards are right. Reported on every row, that would fail a correct run for a
 property of the server, so those row findings are lifted into one run-level finding each
 (``status_unsupported``, ``cancel_unsupported``), which a trainer's operator should know of,
-and the rows pass. ``--strict`` keeps them on the rows too, so the run fails.
+and the rows pass. ``--strict`` keeps them on the rows too, so the run fails. So are two
+defects of a server's start answer, each citing the line of docs/protocol-v2.md on its risk:
+a ``POST /rollout`` started without a key (``init_without_key``), a ``202`` without the
+``rollout_id`` (``init_without_id``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..findings import CANCEL_UNSUPPORTED, CANCEL_WRONG, STATUS_UNSUPPORTED, STATUS_WRONG
+from ..findings import (
+    CANCEL_UNSUPPORTED,
+    CANCEL_WRONG,
+    INIT_WITHOUT_ID,
+    INIT_WITHOUT_KEY,
+    STATUS_UNSUPPORTED,
+    STATUS_WRONG,
+)
 from ..testing.records import Finding
 
 if TYPE_CHECKING:
@@ -30,6 +41,8 @@ def _unsupported(finding: Finding) -> str | None:
         return STATUS_UNSUPPORTED
     if finding.code == CANCEL_WRONG and details.get("dispositions") == {}:
         return CANCEL_UNSUPPORTED
+    if finding.code in (INIT_WITHOUT_KEY, INIT_WITHOUT_ID):
+        return finding.code
     return None
 
 
@@ -40,6 +53,8 @@ class ServerSupport:
     strict: bool = False
     rows: int = 0
     seen: dict[str, list[str]] = field(default_factory=dict)
+    #: The first finding of each code (a start answer's finding becomes the run's, counted).
+    first: dict[str, Finding] = field(default_factory=dict)
 
     def take(self, row: RowResult) -> None:
         """Note ``row``'s findings of a missing feature, and (unless strict) drop them from it."""
@@ -51,6 +66,7 @@ class ServerSupport:
                 kept.append(finding)
                 continue
             self.seen.setdefault(code, []).append(row.rollout_id)
+            self.first.setdefault(code, finding)
             if self.strict:
                 kept.append(finding)
         row.findings[:] = kept
@@ -81,4 +97,19 @@ class ServerSupport:
                     details={"rollouts": len(ids), "first": ids[0]},
                 )
             )
+        if INIT_WITHOUT_KEY in self.seen:
+            found.append(self._as_run(INIT_WITHOUT_KEY, self.seen[INIT_WITHOUT_KEY]))
+        if INIT_WITHOUT_ID in self.seen:
+            found.append(self._as_run(INIT_WITHOUT_ID, self.seen[INIT_WITHOUT_ID]))
         return found
+
+    def _as_run(self, code: str, ids: list[str]) -> Finding:
+        """A start answer's finding for the run: its first message and how many showed it."""
+        first = self.first[code]
+        return dataclasses.replace(
+            first,
+            message=f"{first.message}; {len(ids)} of {self.rows} rollout(s)",
+            rollout_id=None,
+            turn=None,
+            details={"rollouts": len(ids), "first": ids[0]},
+        )

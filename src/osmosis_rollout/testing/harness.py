@@ -32,6 +32,7 @@ from ..client import RetryPolicy, TrainGateClient
 from ..errors import ConfigError
 from ..protocol import Message, RolloutRequest, RolloutResponse, describe_validation_error
 from ..transport import AsgiTransport, Httpx2Transport, PostTransport, TransportFailure
+from .protocol_checks_v2 import check_start
 from .records import Finding, LLMBackend, RolloutRecord
 from .traingate import MockTrainGate
 from .wire import (
@@ -126,9 +127,13 @@ class Harness:
         protocol: MockWire | str = V1,
         v2_slack_s: float = 60.0,
         artifact_root: str | Path | None = None,
+        start_checks: bool = False,
     ) -> None:
         if (agent is None) == (server_url is None):
             raise ConfigError("give either an agent (in-process server) or a server_url")
+        #: Check a remote server's v2 start answers (``protocol_checks_v2.check_start``):
+        #: ``osmosis test`` does, for its run-level findings of the server.
+        self.start_checks = start_checks
         #: The wire spoken to the server (``wire_named`` refuses an unknown name).
         self.wire = wire_named(protocol)
         #: Its name, as ``--protocol`` spells it.
@@ -369,6 +374,9 @@ class Harness:
             init_body: Any = response.json()
         except ValueError:
             init_body = response.text[:500]
+        remote = self.agent is None and self.start_checks
+        if remote and response.status_code == 202 and self.wire is not V1:
+            check_start(record, init_body, keyed=bool(self.server_key))
         tracer = self.rollout_server.tracer if self.rollout_server is not None else None
         if tracer is not None and record.findings:
             tracer.sink(rid, secrets=[MOCK_API_KEY, MOCK_CALLBACK_KEY])(
