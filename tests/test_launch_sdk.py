@@ -1,7 +1,8 @@
 """``osmosis test --launch`` on real official servers: a rollout written with osmosis-ai 0.3's
 public API the way its scaffold writes one (``tests/assets/foreign/sdk_rollout/main.py``), run
 unchanged in the SDK's own Python 3.12 venv (``tests/peer_sdk.py``, never ours), with and
-without a grader. 0.3.2 is the last release of the callback wire (v2)."""
+without a grader. 0.3.2 is the last release of the callback wire (v2); 0.3.8 speaks the polling
+wire, found from its ``/health`` with no ``--protocol``."""
 
 from __future__ import annotations
 
@@ -105,3 +106,16 @@ async def test_a_rollout_without_a_grader_is_reported_without_a_reward(
         assert row.reward is None
         assert row.turns == 1  # the workflow ran: its chat turn was served
     assert report.exit_code == 1
+
+
+async def test_the_scaffolds_rollout_on_osmosis_ai_038_runs_over_polling(tmp_path: Path) -> None:
+    python = python_of(sdk_venv("0.3.8"))
+    said = _Said()
+    report = await run_test(_options(python, tmp_path), said)
+    assert any(line.startswith("protocol polling:") for line in said.lines), said.lines
+    for row in report.rows:
+        assert row.status == "COMPLETED", (row.error_message, row.findings)
+        assert row.reward == 1.0
+        assert row.turns == 1
+        assert row.prompt_tokens > 0
+    assert report.exit_code == 0, report.findings
