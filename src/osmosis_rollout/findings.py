@@ -70,6 +70,11 @@ REWARD_ON_FAILURE: Final = "reward_on_failure"
 NON_TERMINAL_STATUS: Final = "non_terminal_status"
 STATUS_WRONG: Final = "status_wrong"
 CANCEL_WRONG: Final = "cancel_wrong"
+# osmosis test's run-level view of a server it did not write (``evaluation.server_support``).
+STATUS_UNSUPPORTED: Final = "status_unsupported"
+CANCEL_UNSUPPORTED: Final = "cancel_unsupported"
+INIT_WITHOUT_KEY: Final = "init_without_key"
+INIT_WITHOUT_ID: Final = "init_without_id"
 # The mock TrainGate, the polling wire.
 LEASE_IGNORED: Final = "lease_ignored"
 RESULT_CHANGED_AFTER_FINISH: Final = "result_changed_after_finish"
@@ -323,6 +328,39 @@ FINDINGS: Final[tuple[FindingKind, ...]] = (
         "a rollout that never ended",
         fix="answer every id with cancelled_queued, cancelled_running or not_found, and keep a "
         "rollout known until it ends",
+    ),
+    _kind(
+        STATUS_UNSUPPORTED,
+        wires=(V2,),
+        reporter="test",
+        meaning="the status route answered `unknown` for finished rollouts (one finding for the "
+        "run): a trainer that missed a callback cannot learn the outcome",
+        fix="keep each rollout's outcome for `GET /rollout/{id}/status`; `--strict` fails the rows",
+    ),
+    _kind(
+        CANCEL_UNSUPPORTED,
+        wires=(V2,),
+        reporter="test",
+        meaning="`POST /rollout/cancel` answered no disposition (one finding for the run): a "
+        "cancel at a deadline leaves the rollout running, holding its slot",
+        fix="cancel the rollouts named and answer a disposition for each; `--strict` fails the "
+        "rows",
+    ),
+    _kind(
+        INIT_WITHOUT_KEY,
+        wires=(V2,),
+        reporter="test",
+        meaning="the server started a rollout for a `POST /rollout` without a key (one finding "
+        "for the run): whoever reaches its port can start rollouts and spend the model",
+        fix="require a server key on every route (docs/protocol-v2.md: the server key)",
+    ),
+    _kind(
+        INIT_WITHOUT_ID,
+        wires=(V2,),
+        reporter="test",
+        meaning="the `202` of `POST /rollout` carries no `rollout_id` (one finding for the run): "
+        "a rollout whose id the server invents cannot be named for status or cancel",
+        fix='answer `202 {"rollout_id": ...}` (docs/protocol-v2.md: an invented id)',
     ),
     # -- the mock TrainGate, the polling wire
     _kind(

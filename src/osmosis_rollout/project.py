@@ -30,6 +30,9 @@ class Project:
     agent: str | None
     #: True when the file has a ``[tool.osmosis]`` table: only then is the root put on sys.path.
     configured: bool
+    #: ``[tool.osmosis] launch``: the command that starts the project's rollout server (any
+    #: server, whatever wrote it) for ``osmosis test``, run in the project root; or None.
+    launch: str | None = None
 
     @property
     def root(self) -> Path:
@@ -82,4 +85,15 @@ def find_project(start: Path | None = None) -> Project | None:
             parse_target(agent)
         except AgentLoadError as exc:
             raise ConfigError(f"{pyproject}: [tool.osmosis] agent: {exc}") from None
-    return Project(pyproject, agent.strip() if agent else None, configured=True)
+    launch = table.get("launch")
+    if launch is not None and (not isinstance(launch, str) or not launch.strip()):
+        raise ConfigError(
+            f"{pyproject}: [tool.osmosis] launch must be the server's command, such as "
+            '"python main.py"'
+        )
+    return Project(
+        pyproject,
+        agent.strip() if agent else None,
+        configured=True,
+        launch=launch.strip() if launch else None,
+    )

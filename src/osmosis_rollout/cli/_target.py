@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from ._common import fail
 
 TARGET_HELP = (
@@ -33,3 +36,38 @@ def agent_target(target: str | None, *, command: str, example: str) -> str:
             hint=f"{example}  (or set `agent` in [tool.osmosis] of pyproject.toml)",
         )
     return chosen
+
+
+def project_launch(
+    target: str | None, *, server: str | None, launch: str | None
+) -> tuple[str | None, Path | None]:
+    """The server command to launch and the folder to run it in: ``--launch`` as given (in the
+    current folder), else ``[tool.osmosis] launch`` (in the project root) when neither TARGET
+    nor ``--server`` is given; ``(None, None)`` for an in-process or ``--server`` run."""
+    if launch is not None or target is not None or server is not None:
+        return launch, None
+    from ..errors import OsmosisError
+    from ..project import find_project
+
+    try:
+        project = find_project()
+    except OsmosisError as exc:
+        fail(str(exc))
+    if project is None or project.launch is None:
+        return None, None
+    if project.agent is not None:
+        fail(
+            f"{project.pyproject}: [tool.osmosis] names both an agent and a launch command: "
+            "give TARGET to run the agent in process, or --launch CMD to start the server"
+        )
+    return project.launch, project.root
+
+
+def launch_spec(command: str | None, cwd: Path | None, env: dict[str, str] | None = None) -> Any:
+    """``--launch``'s command as ``TestOptions.launch`` takes it: run in ``cwd`` (default: the
+    current folder) with ``env`` (an eval config's ``[env]``) added to the environment."""
+    if command is None or (cwd is None and not env):
+        return command
+    from ..evaluation.launch import LaunchSpec
+
+    return LaunchSpec(command, cwd=cwd or Path.cwd(), env=dict(env or {}))

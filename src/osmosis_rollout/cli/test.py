@@ -92,6 +92,30 @@ def command_test(
             "instead of TARGET."
         ),
     ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="An official eval config (configs/eval/NAME.toml of an osmosis-ai workspace): "
+            "its dataset (data/NAME.jsonl), n as --samples, pass_threshold, limit, "
+            "agent_workflow_timeout_s as --timeout, [env] and the rollout's entrypoint as "
+            "--launch; the keys it does not use are listed. A flag given here wins.",
+            show_default=False,
+        ),
+    ] = None,
+    launch: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CMD",
+            help="Start this server command for the run instead of TARGET (split like a "
+            "shell line, run in the current folder, e.g. 'python main.py'), any Osmosis rollout "
+            "server whatever wrote it: it is told a free 127.0.0.1 port in "
+            "_OSMOSIS_ROLLOUT_PORT (and ROLLOUT_PORT) as the platform does, and always "
+            "stopped. Also `launch` in [tool.osmosis]. See docs/any-server.md.",
+            show_default=False,
+        ),
+    ] = None,
     protocol: Annotated[
         str,
         typer.Option(
@@ -99,7 +123,8 @@ def command_test(
             metavar=protocol_metavar(),
             help="The wire the mock TrainGate speaks to the server: v1 (POST /v1/rollout/init, "
             "one callback) or v2 (POST /rollout, completion and grader callbacks, status, "
-            "cancel), in-process or with --server. See docs/protocol-v2.md.",
+            "cancel), in-process or with --server. See docs/protocol-v2.md. Default: v1; with "
+            "--server or --launch, the wire the server's /health shows.",
         ),
     ] = DEFAULT_PROTOCOL,
     api_key: Annotated[
@@ -290,6 +315,15 @@ def command_test(
             "finding (one failing in all of them: tool_always_fails).",
         ),
     ] = 0.2,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Fail the rows that show what the server does not support (a status route "
+            "that answers unknown, a cancel that cancels nothing), not only report one "
+            "run-level finding (status_unsupported, cancel_unsupported) for each.",
+        ),
+    ] = False,
     token_check: Annotated[
         bool,
         typer.Option(
@@ -305,13 +339,34 @@ def command_test(
     Offline by default: the built-in mock LLM calls your tools with schema-valid arguments,
     then answers. Exit 0 when every row completed without findings, 1 otherwise.
     """
+    config_env: dict[str, str] = {}
+    config_cwd = None
+    if config is not None:
+        from ._eval_config import from_config, pick, say_config
+
+        chosen = from_config(
+            config,
+            given=lambda name: _given(context, name),
+            in_process=target is not None or server is not None,
+            real_model=llm_url is not None or model is not None or llm.lower() == "openai",
+        )
+        dataset, samples = pick(dataset, chosen.dataset), pick(samples, chosen.samples)
+        limit, timeout = pick(limit, chosen.limit), pick(timeout, chosen.timeout)
+        pass_threshold = pick(pass_threshold, chosen.pass_threshold)
+        model, launch = pick(model, chosen.model), pick(launch, chosen.launch)
+        config_env, config_cwd = chosen.env, chosen.launch_cwd
+        say_config(config, chosen)
     count, auto_reason = jobs_count(
         jobs, rows=run_rows(dataset, replay, offset=offset, limit=limit)
     )
     one_process = record is not None or trajectories is not None
-    if server is None and not one_process and not (interactive or token_check):
+    if server is None and launch is None and not one_process and not (interactive or token_check):
         warm_up_workers(count)
-    if server is None:
+    from ._target import launch_spec, project_launch
+
+    launch, launch_cwd = project_launch(target, server=server, launch=launch)
+    launch_cwd = launch_cwd or config_cwd
+    if server is None and launch is None:
         from ._target import agent_target
 
         target = agent_target(
@@ -319,6 +374,15 @@ def command_test(
         )
     if server is not None and target is not None:
         fail("give either TARGET (run it in-process) or --server URL, not both")
+    if launch is not None and (server is not None or target is not None):
+        other = "--server URL" if server is not None else "TARGET"
+        fail(f"give either --launch CMD (start that server) or {other}, not both")
+    if launch is not None and interactive:
+        fail(
+            "--interactive steps rollouts in process or on --server, not with --launch yet: "
+            "start the server yourself and give --server URL"
+        )
+    remote = server or launch
     from ._cassettes import check_flags
 
     check_flags(
@@ -358,7 +422,7 @@ def command_test(
         jobs,
         count,
         interactive=interactive,
-        server=server,
+        server=remote,
         record=record,
         token_check=token_check,
         trajectories=trajectories,
@@ -366,8 +430,8 @@ def command_test(
     check_token_check(token_check, interactive=interactive, llm=llm, llm_url=llm_url)
     if server is not None:
         check_server_url(server)
-    check_server_debug_dir(server, debug_dir)
-    if auto_reason is not None and workers == 1 and not interactive and server is None:
+    check_server_debug_dir(remote, debug_dir)
+    if auto_reason is not None and workers == 1 and not interactive and remote is None:
         say_auto_jobs(auto_reason)
     from ..errors import OsmosisError
     from ..evaluation import TestOptions
@@ -383,7 +447,7 @@ def command_test(
         jobs=workers,
         server=server,
         api_key=api_key
-        if server is not None
+        if remote is not None
         else llm_key(api_key, given=_given(context, "api_key", "COMMANDLINE"), workers=workers),
         llm=llm,
         llm_url=llm_url,
@@ -410,7 +474,9 @@ def command_test(
         pass_threshold=pass_threshold,
         by=by,
         tool_error_share=tool_error_share,
-        protocol=wire.protocol,
+        protocol=wire.protocol if remote is None or _given(context, "protocol") else None,
+        launch=launch_spec(launch, launch_cwd, config_env),
+        strict=strict,
     )
     try:
         if interactive:

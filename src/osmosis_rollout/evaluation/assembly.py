@@ -144,7 +144,7 @@ def make_backend(options: TestOptions) -> Any:
         from ..testing.openai_backend import OpenAICompatibleBackend
 
         environ: dict[str, str] = dict(os.environ)
-        if options.api_key and options.server is None:  # the legacy SDK's --api-key: the LLM's key
+        if options.api_key and not options.remote:  # the legacy SDK's --api-key: the LLM's key
             environ["OPENAI_API_KEY"] = options.api_key
         return OpenAICompatibleBackend.from_env(
             environ,

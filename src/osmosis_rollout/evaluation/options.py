@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..testing.wire import WIRES, MockWire, wire_named
+
+if TYPE_CHECKING:
+    from .launch import LaunchSpec
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,11 @@ class TestOptions:
     ``--api-key``), else ``OPENAI_API_KEY``. A ``model`` without ``llm_url`` is served by
     ``OPENAI_BASE_URL`` (OpenAI's by default); with the mock LLM it is an error, never ignored.
     ``protocol`` is the wire the mock TrainGate speaks to the server: a name of
-    ``testing.wire.WIRES`` (``"v1"``, the default, or ``"v2"``), or the wire itself.
+    ``testing.wire.WIRES`` (``"v1"``, the default, or ``"v2"``), or the wire itself; None
+    (with ``server`` or ``launch``) asks the server which it speaks (``wire_probe``).
+    ``launch`` is a command that starts the server to test, the way the platform starts one
+    (``evaluation.launch``): it runs in the current folder (or a ``LaunchSpec``'s), is told a
+    free port, and is always stopped.
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -74,9 +82,21 @@ class TestOptions:
     resume: bool = False
     #: A tool failing in more than this share of its calls is a ``tool_error_share`` finding.
     tool_error_share: float = 0.2
-    protocol: MockWire | str = WIRES[0]
+    protocol: MockWire | str | None = WIRES[0]
+    #: ``--launch``: the server command to start (and stop) for this run, instead of
+    #: ``server``; a ``LaunchSpec`` also says where it runs and what it adds to the environment.
+    launch: str | LaunchSpec | None = None
+    #: ``--strict``: what the server does not support (``status_unsupported``,
+    #: ``cancel_unsupported``) fails the rows that showed it, not only one run-level finding.
+    strict: bool = False
 
     @property
     def wire(self) -> MockWire:
-        """The wire ``protocol`` names (``ConfigError`` for a name no wire has)."""
-        return wire_named(self.protocol)
+        """The wire ``protocol`` names (``ConfigError`` for a name no wire has); the default
+        wire while ``protocol`` is None (not yet asked of the server)."""
+        return wire_named(self.protocol if self.protocol is not None else WIRES[0])
+
+    @property
+    def remote(self) -> bool:
+        """Whether a server outside this process runs the rollouts (``server`` or ``launch``)."""
+        return self.server is not None or self.launch is not None

@@ -29,7 +29,7 @@ __all__ = ["fingerprint", "read_previous"]
 _SHAPING = (
     "llm", "llm_url", "model", "seed", "samples", "mock_policy", "mock_replies", "max_turns",
     "temperature", "max_tokens", "fail_on", "tool_error_share", "pass_threshold", "by", "offset",
-    "limit", "skip_bad_rows", "replay", "server",
+    "limit", "skip_bad_rows", "replay", "server", "launch",
 )  # fmt: skip
 
 
@@ -45,6 +45,8 @@ def fingerprint(options: TestOptions, agent: Any, rows: list[RowInput]) -> dict[
             code = type(agent).__qualname__.encode()
     data = [[r.index, r.messages, r.metadata, r.replies] for r in rows]
     shaping = {name: getattr(options, name) for name in _SHAPING}
+    if options.launch is not None:
+        shaping["server"] = None  # a launched server's URL is a new free port each run
     return {
         "agent": _digest(code),
         "rows": _digest(json.dumps(data, sort_keys=True, default=str).encode()),

@@ -104,14 +104,17 @@ async def run_test(options: TestOptions, observer: RunObserver | None = None) ->
     ``--output`` is written as the rows finish (a partial summary ends it if the run is
     cancelled). Raises ``OsmosisError`` subclasses for what the options get wrong.
     """
+    from .served import served
+
     observer = observer or RunObserver()
-    setup = prepare(options, warn=observer.warn)
-    try:
-        with _library_log_level(options.verbose):
-            return await _run(options, setup, observer)
-    finally:
-        if setup.pool is not None:
-            setup.pool.close()
+    async with served(options, observer.info) as options:
+        setup = prepare(options, warn=observer.warn)
+        try:
+            with _library_log_level(options.verbose):
+                return await _run(options, setup, observer)
+        finally:
+            if setup.pool is not None:
+                setup.pool.close()
 
 
 async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> TestReport:
@@ -121,12 +124,13 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     from ..testing.traingate import MockTrainGate
     from .resume import fingerprint, read_previous, recorded_rows
     from .runner import BatchReport, RunOptions, run_batch
+    from .server_support import ServerSupport
     from .stalls import StallMonitor
     from .tool_errors import fail_on_tool_errors
 
     backend, pool = setup.backend, setup.pool
     rows = with_samples(setup.rows, options)
-    server_key = options.api_key if options.server is not None else None
+    server_key = options.api_key if options.remote else None
     if options.token_check:
         backend = await with_token_check(backend)
         observer.info(f"token check: using {backend.engine.name}'s tokenizer endpoints")
@@ -191,8 +195,10 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     shown: list[Callable[[RowResult], None]] = []
     stalls = StallMonitor()
+    support = ServerSupport(strict=options.strict)
 
     def on_result(result: RowResult) -> None:
+        support.take(result)
         result.findings.extend(stalls.take(result.rollout_id))
         if "tool_errors" in options.fail_on:
             fail_on_tool_errors(result)
@@ -228,6 +234,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     debug_dir=options.debug_dir,
                     secrets=secrets,
                     protocol=options.wire,
+                    start_checks=options.remote,
                 ) as harness:
                     if trajectories is not None and harness.server_agent is not None:
                         trajectories.agent_name = harness.server_agent  # --server's agent
@@ -237,7 +244,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         if previous:
             order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
             report = BatchReport(order, report.wall_s, report.stopped_early)
-        summary = _summary(report, options, setup, fp)
+        summary = _summary(report, options, setup, fp, support)
         if pool is not None and fit.backend is not None:  # the turns ran in the workers
             fit.backend.times.merge(pool.times.state())
         model_lines = fit.summary(report.rows, summary)
@@ -259,8 +266,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         )
         if sink is not None:
             writer.flush_all()
-            writer.finish(_summary(partial, options, setup, fp))
-        partial_summary = _summary(partial, options, setup, fp)
+            writer.finish(_summary(partial, options, setup, fp, support))
+        partial_summary = _summary(partial, options, setup, fp, support)
         observer.interrupted(TestReport(partial.rows, partial_summary), len(rows))
         raise
     finally:
@@ -286,15 +293,20 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
     )
 
 
-def _summary(report: Any, options: TestOptions, setup: Setup, fp: dict[str, str]) -> dict[str, Any]:
+def _summary(
+    report: Any, options: TestOptions, setup: Setup, fp: dict[str, str], support: Any = None
+) -> dict[str, Any]:
     """The runner's summary, with the bad rows left out when ``skip_bad_rows`` asked for it,
-    the group and tool figures, and the run's fingerprint (what ``--resume`` checks)."""
+    the group and tool figures, the run-level findings of what the server does not support
+    (``server_support``) and the run's fingerprint (what ``--resume`` checks)."""
     from .groups import group_rows, groups_summary
     from .runner import summarise
     from .tool_errors import summary_part
 
     summary = summarise(report)
     summary.update(summary_part(report.rows, options.tool_error_share))
+    if support is not None:
+        summary["run_findings"] += [f.as_dict() for f in support.findings()]
     summary["groups"] = groups_summary(
         group_rows(report.rows, options.pass_threshold), samples=options.samples, by=options.by
     )

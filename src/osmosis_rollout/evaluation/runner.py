@@ -210,7 +210,29 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
         row.tool_counts = tool_counts(m)
         observed = (m.model_extra or {}).get("tool_calls_from_history")
         row.tool_calls_from_history = observed if isinstance(observed, int) else 0
+    served_figures(row, outcome)
     return row
+
+
+def served_figures(row: RowResult, outcome: RolloutOutcome) -> None:
+    """A row's turns, tokens and model time as the mock TrainGate served them, not as the
+    server's metrics say: a server we did not write may send none (the official SDK's sends
+    ``{}``), or count otherwise. The server's own metrics stay in ``row.metrics`` as reported;
+    tool calls and the rollout's time are its to tell, taken from the mock only when it said
+    nothing (the calls the model asked for, the wall time of the rollout)."""
+    replies = outcome.record.replies
+    if not replies:
+        return
+    row.turns = len(replies)
+    row.prompt_tokens = sum(r.usage.prompt_tokens for r in replies)
+    row.response_tokens = sum(r.usage.completion_tokens for r in replies)
+    served_ms = outcome.record.served_ms
+    if served_ms:
+        row.llm_ms = sum(served_ms)
+    if not row.tool_calls:
+        row.tool_calls = sum(len(r.choices[0].message.tool_calls or ()) for r in replies)
+    if not row.latency_ms:
+        row.latency_ms = outcome.wall_ms
 
 
 def tool_wall_ms(metrics: RolloutMetrics) -> float:

@@ -32,12 +32,14 @@ from ..client import RetryPolicy, TrainGateClient
 from ..errors import ConfigError
 from ..protocol import Message, RolloutRequest, RolloutResponse, describe_validation_error
 from ..transport import AsgiTransport, Httpx2Transport, PostTransport, TransportFailure
+from .protocol_checks_v2 import check_start
 from .records import Finding, LLMBackend, RolloutRecord
 from .traingate import MockTrainGate
 from .wire import (
     MOCK_API_KEY,
     MOCK_CALLBACK_KEY,
     V1,
+    WIRES,
     HttpxCalls,
     MockWire,
     ServerCalls,
@@ -67,6 +69,8 @@ class RolloutOutcome:
     record: RolloutRecord
     wall_ms: float
     findings: list[Finding] = field(default_factory=list)
+    #: What a refusal says of the wire chosen (a v1 init answered 404: the other wires).
+    init_hint: str | None = None
 
     @property
     def result(self) -> RolloutResponse | None:
@@ -84,7 +88,8 @@ class RolloutOutcome:
         if self.accepted:
             return None
         detail = self.init_body.get("detail") if isinstance(self.init_body, dict) else None
-        return f"init refused with HTTP {self.init_status}" + (f": {detail}" if detail else "")
+        reason = f"init refused with HTTP {self.init_status}" + (f": {detail}" if detail else "")
+        return f"{reason}; {self.init_hint}" if self.init_hint else reason
 
 
 def _background_server(app: Any) -> Any:
@@ -122,9 +127,13 @@ class Harness:
         protocol: MockWire | str = V1,
         v2_slack_s: float = 60.0,
         artifact_root: str | Path | None = None,
+        start_checks: bool = False,
     ) -> None:
         if (agent is None) == (server_url is None):
             raise ConfigError("give either an agent (in-process server) or a server_url")
+        #: Check a remote server's v2 start answers (``protocol_checks_v2.check_start``):
+        #: ``osmosis test`` does, for its run-level findings of the server.
+        self.start_checks = start_checks
         #: The wire spoken to the server (``wire_named`` refuses an unknown name).
         self.wire = wire_named(protocol)
         #: Its name, as ``--protocol`` spells it.
@@ -259,14 +268,17 @@ class Harness:
         with contextlib.suppress(ValueError, AttributeError):
             name = response.json().get("agent_loop")
             self.server_agent = name if isinstance(name, str) else None
-        await self._probe_key(http)
+        if self.server_agent is not None:  # only ours has /platform/health: no 404 elsewhere
+            await self._probe_key(http)
         assert self.server_url is not None
         await self.gate.controller(self.wire).probe(http, self.server_url, self.server_key)
 
     async def _probe_key(self, http: httpx2.AsyncClient) -> None:
         """Check the server key once, before any row: a wrong or missing key would otherwise
         refuse every init one by one. ``/platform/health`` answers 401 exactly when the server
-        has a key and ours does not match (404 when it has none)."""
+        has a key and ours does not match (404 when it has none). Asked of an osmosis-rollout
+        server only (its ``/health`` names its ``agent_loop``): another server, such as the
+        official SDK's, would log the 404 of a route it does not have."""
         headers = {"Authorization": f"Bearer {self.server_key}"} if self.server_key else {}
         try:
             response = await http.get("/platform/health", headers=headers, timeout=10.0)
@@ -362,6 +374,9 @@ class Harness:
             init_body: Any = response.json()
         except ValueError:
             init_body = response.text[:500]
+        remote = self.agent is None and self.start_checks
+        if remote and response.status_code == 202 and self.wire is not V1:
+            check_start(record, init_body, keyed=bool(self.server_key))
         tracer = self.rollout_server.tracer if self.rollout_server is not None else None
         if tracer is not None and record.findings:
             tracer.sink(rid, secrets=[MOCK_API_KEY, MOCK_CALLBACK_KEY])(
@@ -375,6 +390,25 @@ class Harness:
             record=record,
             wall_ms=(time.perf_counter() - started) * 1000,
             findings=list(record.findings),
+            init_hint=self._wire_hint(response.status_code),
+        )
+
+    def _wire_hint(self, status: int) -> str | None:
+        """For a v1 init answered 404: the server speaks another wire, so name the flags that
+        choose them (an osmosis-ai 0.3 server has no ``/v1/rollout/init``)."""
+        if status != 404 or self.wire is not V1:
+            return None
+        from ..server.wire.polling import Polling
+        from .wire.v1 import INIT_PATH
+
+        others = [w.protocol for w in WIRES if w is not self.wire]
+        if Polling.protocol not in others:
+            others.append(Polling.protocol)
+        choices = " or ".join(f"--protocol {name}" for name in others)
+        return (
+            f"the server has no POST {INIT_PATH}: an osmosis-ai 0.3 server "
+            f"speaks another wire, try {choices} (or drop --protocol: the wire is then asked "
+            "of the server's /health)"
         )
 
     def _server_calls(self) -> ServerCalls:

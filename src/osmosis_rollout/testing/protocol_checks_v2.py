@@ -19,6 +19,8 @@ from ..findings import (
     DUPLICATE_COMPLETION,
     DUPLICATE_GRADER,
     GRADER_BEFORE_COMPLETION,
+    INIT_WITHOUT_ID,
+    INIT_WITHOUT_KEY,
     NON_TERMINAL_STATUS,
     REWARD_ON_FAILURE,
     STATUS_WRONG,
@@ -153,6 +155,7 @@ def check_status(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
             STATUS_WRONG,
             f"GET /rollout/{{id}}/status said {status!r} (reward {got_reward!r}) after a "
             f"grader callback that means {want!r} (reward {reward!r})",
+            details={"status": status, "expected": want},
         )
 
 
@@ -166,6 +169,9 @@ def check_cancel(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
             CANCEL_WRONG,
             f"POST /rollout/cancel answered HTTP {code} with disposition {found!r} for this "
             "id: expected cancelled_queued, cancelled_running or not_found",
+            details={"http": code, "dispositions": dispositions}
+            if isinstance(dispositions, dict) and not dispositions
+            else None,
         )
         return
     try:
@@ -182,4 +188,30 @@ def check_cancel(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
             CANCEL_WRONG,
             "POST /rollout/cancel said not_found for a rollout that sent no callback at all: "
             "the server lost it, or cannot cancel it",
+        )
+
+
+#: Where docs/protocol-v2.md explains each risk a server's start answer shows (checked by
+#: tests/test_server_support.py against the page).
+WHY_KEY = "docs/protocol-v2.md:18"
+WHY_ID = "docs/protocol-v2.md:179"
+
+
+def check_start(record: RolloutRecord, body: Any, *, keyed: bool) -> None:
+    """A remote server's ``202`` to ``POST /rollout``: started without a server key (none was
+    given), and without the ``rollout_id`` in its answer. Run-level facts about the server,
+    lifted off the rows by ``evaluation.server_support``."""
+    if not keyed:
+        record.add(
+            INIT_WITHOUT_KEY,
+            "POST /rollout without a key was answered 202: anyone who reaches the server's "
+            f"port can start rollouts ({WHY_KEY})",
+            turn=0,
+        )
+    if not (isinstance(body, dict) and body.get("rollout_id") == record.rollout_id):
+        record.add(
+            INIT_WITHOUT_ID,
+            "the 202 of POST /rollout does not carry the rollout_id: an id the server "
+            f"invents could never be named for status or cancel ({WHY_ID})",
+            turn=0,
         )

@@ -99,6 +99,9 @@ class RolloutRecord:
     tools_wire: list[Any] | None = None
     chats: list[CompletionsRequest] = field(default_factory=list)
     replies: list[CompletionsResponse] = field(default_factory=list)
+    #: The backend's time for each of ``replies`` (ms): the model time of a row as the mock
+    #: served it, whatever the server reports (a server we did not write may report none).
+    served_ms: list[float] = field(default_factory=list)
     completions: list[RolloutResponse] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)

@@ -1,5 +1,7 @@
 """A rollout server written with nothing but Starlette (no part of osmosis-rollout): it reads
-the port the platform gives, answers /health, and prints what it was started with."""
+the port the platform gives, answers /health, and prints what it was started with. In mode
+``accept`` it also takes every ``POST /rollout`` (202) and never finishes one: a run against it
+waits until it is stopped."""
 
 import os
 import sys
@@ -18,6 +20,11 @@ async def health(request):
     )
 
 
+async def accept(request):
+    body = await request.json()
+    return JSONResponse({"rollout_id": body.get("rollout_id")}, status_code=202)
+
+
 if MODE == "die":
     print("loading the rollout...", flush=True)
     print("RuntimeError: the dataset is missing", file=sys.stderr, flush=True)
@@ -32,5 +39,8 @@ if MODE == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a server that ignores SIGTERM
 print(f"serving on {port} (ROLLOUT_PORT={os.environ.get('ROLLOUT_PORT')})", flush=True)
 uvicorn.run(
-    Starlette(routes=[Route("/health", health)]), host="127.0.0.1", port=port, log_level="warning"
+    Starlette(routes=[Route("/health", health), Route("/rollout", accept, methods=["POST"])]),
+    host="127.0.0.1",
+    port=port,
+    log_level="warning",
 )

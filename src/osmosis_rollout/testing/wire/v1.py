@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -260,11 +261,13 @@ class V1Controller:
             record.chats.pop()
             if len(record.replies) > len(record.chats):
                 record.replies.pop()
+                record.served_ms.pop()
         check_chat(record, body)
         record.request_ids.append(request_id)
         record.chats.append(body)
         gate = self.gate
         try:
+            started = time.perf_counter()
             reply = await gate.backend.complete(body, record)
         except LLMBackendError as exc:
             # Not the agent's fault: answer like a failing trainer and let the runner report it.
@@ -278,6 +281,7 @@ class V1Controller:
             status = 424 if exc.systemic else 503
             return json_reply(status, {"detail": f"LLM backend error: {exc}"})
         record.replies.append(reply)
+        record.served_ms.append((time.perf_counter() - started) * 1000)
         return Reply(200, _JSON_HEADERS, reply.model_dump_json(exclude_none=True).encode())
 
     async def handle_completed(self, headers: Mapping[str, str], content: bytes) -> Reply:

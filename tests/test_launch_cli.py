@@ -1,0 +1,115 @@
+"""``osmosis test --launch CMD`` end to end, on a server written with nothing but Starlette
+(``tests/assets/foreign/starlette_health.py``): the command line, ``[tool.osmosis] launch``, the
+wire asked of ``/health``, and Ctrl-C, which must never leave the launched server running."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .processes import clean_env, stop_process
+from .support import ASSETS
+
+SERVER = ASSETS / "foreign" / "starlette_health.py"
+_LAUNCHED = re.compile(r"\(pid (\d+)\)")
+
+
+def _command(mode: str = "accept") -> str:
+    return shlex.join([sys.executable, str(SERVER), mode])
+
+
+def _rows(tmp_path: Path) -> Path:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"user_prompt": "hi", "ground_truth": "4"}) + "\n")
+    return rows
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text().lower()
+    except OSError:
+        return False
+
+
+def _osmosis(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "osmosis_rollout", *args],
+        cwd=cwd,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _launched_pid(proc: subprocess.Popen[str], seen: list[str]) -> int:
+    """The launched server's pid, read from the run's opening lines."""
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        found = _LAUNCHED.search("".join(seen[-3:]))
+        if found:
+            return int(found.group(1))
+    raise AssertionError("no launched pid in:\n" + "".join(seen))
+
+
+def test_ctrl_c_stops_the_launched_server(tmp_path: Path) -> None:
+    proc = _osmosis(
+        "test", "--launch", _command(), "-d", str(_rows(tmp_path)), "--protocol", "v2",
+        "--timeout", "120", cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        seen: list[str] = []
+        pid = _launched_pid(proc, seen)
+        assert _alive(pid)
+        time.sleep(1.0)  # the rollout is started and waits on a server that never ends it
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)  # type: ignore[arg-type]
+    assert proc.returncode == 130, "".join(seen) + err
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the launched server outlived osmosis test"
+
+
+def test_tool_osmosis_launch_names_the_server_so_no_flag_is_needed(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        f"[project]\nname = 'foreign'\n\n[tool.osmosis]\nlaunch = {json.dumps(_command())}\n"
+    )
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    proc = _osmosis("test", "-d", str(_rows(tmp_path)), "--timeout", "1", "--json", cwd=sub)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        stop_process(proc)  # type: ignore[arg-type]
+    assert "launched" in err, err
+    assert "protocol v2" in err  # asked of /health: {"status": "ok"} is the callback wire
+    summary = json.loads(out)
+    assert summary["rows"] == 1
+
+
+def test_launch_and_a_target_together_are_refused(tmp_path: Path) -> None:
+    proc = _osmosis(
+        "test", "agent.py:Agent", "--launch", _command(), "-d", str(_rows(tmp_path)),
+        cwd=tmp_path,
+    )  # fmt: skip
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "--launch" in err
+    assert "not both" in err

@@ -1,0 +1,121 @@
+"""``osmosis test --launch`` on real official servers: a rollout written with osmosis-ai 0.3's
+public API the way its scaffold writes one (``tests/assets/foreign/sdk_rollout/main.py``), run
+unchanged in the SDK's own Python 3.12 venv (``tests/peer_sdk.py``, never ours), with and
+without a grader. 0.3.2 is the last release of the callback wire (v2); 0.3.8 speaks the polling
+wire, found from its ``/health`` with no ``--protocol``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from osmosis_rollout.evaluation import TestOptions, run_test
+from osmosis_rollout.evaluation.launch import LaunchSpec
+from osmosis_rollout.evaluation.run import RunObserver
+
+from .peer_sdk import python_of, sdk_venv
+from .support import ASSETS
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+ROLLOUT = ASSETS / "foreign" / "sdk_rollout"
+ROWS = [
+    {"user_prompt": "What is 6*7?", "ground_truth": "42", "mock_replies": [{"content": "42."}]},
+    {"user_prompt": "What is 2+2?", "ground_truth": "4", "mock_replies": [{"content": "4, so."}]},
+]
+
+
+@pytest.fixture(scope="module")
+def sdk_032() -> Path:
+    """osmosis-ai 0.3.2 (the callback wire) in its cached Python 3.12+ venv."""
+    return python_of(sdk_venv("0.3.2"))
+
+
+class _Said(RunObserver):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def _rows(tmp_path: Path) -> Path:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    return path
+
+
+def _options(python: Path, tmp_path: Path, **env: str) -> TestOptions:
+    spec = LaunchSpec(shlex.join([str(python), "main.py"]), cwd=ROLLOUT, env=env)
+    return TestOptions(launch=spec, dataset=_rows(tmp_path), protocol=None, timeout=20)
+
+
+async def test_the_scaffolds_rollout_runs_unchanged_with_the_mocks_figures(
+    sdk_032: Path, tmp_path: Path
+) -> None:
+    said = _Said()
+    report = await run_test(_options(sdk_032, tmp_path), said)
+    assert any(line.startswith("protocol v2:") for line in said.lines), said.lines
+    for row in report.rows:
+        assert row.status == "COMPLETED", row.error_message
+        assert row.reward == 1.0
+        # what the mock served, not the server's metrics: it sends none
+        assert row.turns == 1
+        assert row.prompt_tokens > 0
+        assert row.response_tokens > 0
+        assert row.turn_finish_reasons == ["stop"]
+        assert row.latency_ms > 0
+    summary: Any = report.summary
+    assert summary["prompt_tokens"] == sum(r.prompt_tokens for r in report.rows)
+    # its LocalBackend keeps no status, its start needs no key and answers no id: one
+    # run-level finding each, and the rows pass
+    assert [f["code"] for f in summary["run_findings"]] == [
+        "status_unsupported",
+        "init_without_key",
+        "init_without_id",
+    ]
+    assert all(row.passed for row in report.rows)
+    assert report.exit_code == 0
+
+
+async def test_strict_fails_the_rows_of_a_server_without_status(
+    sdk_032: Path, tmp_path: Path
+) -> None:
+    options = dataclasses.replace(_options(sdk_032, tmp_path), strict=True)
+    report = await run_test(options)
+    assert "status_unsupported" in [f["code"] for f in report.summary["run_findings"]]
+    assert {f.code for f in report.findings} == {
+        "status_wrong",
+        "init_without_key",
+        "init_without_id",
+    }
+    assert report.exit_code == 1
+
+
+async def test_a_rollout_without_a_grader_is_reported_without_a_reward(
+    sdk_032: Path, tmp_path: Path
+) -> None:
+    report = await run_test(_options(sdk_032, tmp_path, NO_GRADER="1"))
+    for row in report.rows:
+        assert row.status == "ERROR"
+        assert row.reward is None
+        assert row.turns == 1  # the workflow ran: its chat turn was served
+    assert report.exit_code == 1
+
+
+async def test_the_scaffolds_rollout_on_osmosis_ai_038_runs_over_polling(tmp_path: Path) -> None:
+    python = python_of(sdk_venv("0.3.8"))
+    said = _Said()
+    report = await run_test(_options(python, tmp_path), said)
+    assert any(line.startswith("protocol polling:") for line in said.lines), said.lines
+    for row in report.rows:
+        assert row.status == "COMPLETED", (row.error_message, row.findings)
+        assert row.reward == 1.0
+        assert row.turns == 1
+        assert row.prompt_tokens > 0
+    assert report.exit_code == 0, report.findings
