@@ -23,15 +23,16 @@ exactly that and turn it into a message and an exit code::
     │   ├── TrainGateUnavailable  transport errors, after every retry (also OsmosisTransportError)
     │   │   └── TrainGateTimeout  the last attempt timed out     (also OsmosisTimeoutError)
     │   └── ProtocolError         TrainGate's reply does not follow the protocol
-    └── LLMBackendError           the mock TrainGate's LLM backend failed (``kind``, ``systemic``)
+    ├── LLMBackendError           the mock TrainGate's LLM backend failed (``kind``, ``systemic``)
+    └── JudgeError                a judge model gave no verdict (``kind``: timeout, http, verdict)
 
 The legacy names (``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
 ``OsmosisTimeoutError``) are bases of ours, so agents written for the original SDK catch our
 errors with the ``except`` clauses they already have. Messages never contain secrets: error
 bodies are truncated and scrubbed by whoever builds them.
 
-Protocol v2 sorts the errors of agent and grader code into four categories
-(``error_category``): it lives here, beside the tree it sorts.
+Protocol v2 sorts the errors of agent and grader code into four categories, and ours adds a
+fifth, ``judge_error`` (``error_category``): it lives here, beside the tree it sorts.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "AgentLoopValidationError",
     "ConfigError",
     "DatasetError",
+    "JudgeError",
     "LLMBackendError",
     "LaunchError",
     "OsmosisError",
@@ -269,13 +271,28 @@ class LLMBackendError(OsmosisError):
         return f"{type(self).__name__}(kind={self.kind!r}, systemic={self.systemic})"
 
 
+class JudgeError(OsmosisError):
+    """A judge model gave no usable verdict: it timed out, answered with an HTTP error, or its
+    reply was still not a verdict after one repair attempt. Never a score: the grader phase ends
+    as an error (category ``judge_error``). ``kind`` is ``timeout``, ``http`` or ``verdict``.
+    Messages never contain the judge's key."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 def error_category(exc: BaseException) -> str:
     """Protocol v2's ``err_category`` for an exception from agent or grader code.
 
     ``http_error`` is a chat call that failed (TrainGate refused it, was unreachable or sent a
     reply that is not a completion); ``timeout`` any ``TimeoutError``; ``validation_error``
-    ``ValueError``, ``TypeError`` and ``AssertionError``; ``agent_error`` anything else.
+    ``ValueError``, ``TypeError`` and ``AssertionError``; ``judge_error`` a judge model that
+    gave no verdict (:class:`JudgeError`, ours: a failed judge is neither the agent's fault nor
+    a reward); ``agent_error`` anything else.
     """
+    if isinstance(exc, JudgeError):
+        return "judge_error"
     if isinstance(exc, TrainGateError):
         return "http_error"
     if isinstance(exc, TimeoutError):

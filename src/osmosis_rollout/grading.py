@@ -5,6 +5,10 @@ wire, under the server's rollout timeout on v1, in its own cancel scope (a cance
 rollout stops it too). Its outcome is a ``Grade``: the reward, or why there is none, in the
 error categories of protocol v2 (``errors.error_category``) that the v2 callbacks carry. An agent
 without ``grade`` is not graded: the reward ``run()`` returned is the grade.
+
+``grade`` returns a number, or a judge's verdict (``judging.Verdict``): then its score is the
+reward, its criteria the ``reward_components`` and its cost the ``judge_*`` metrics
+(:func:`graded`). A judge that failed (``JudgeError``) is a ``judge_error``, never a reward.
 """
 
 from __future__ import annotations
@@ -19,15 +23,15 @@ import anyio
 import anyio.lowlevel
 
 from .errors import error_category
-from .protocol import RolloutResponse, RolloutStatus
+from .protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 from .redaction import loggable, scrub
-from .results import RolloutResult
+from .results import REWARD_COMPONENTS, RolloutResult
 
 if TYPE_CHECKING:
     from .agent import RolloutAgentLoop, RolloutContext
     from .rollout import RolloutControl
 
-__all__ = ["Grade", "has_grade", "run_grade"]
+__all__ = ["Grade", "graded", "has_grade", "judge_failed", "run_grade"]
 
 logger = logging.getLogger("osmosis_rollout.rollout")
 
@@ -40,6 +44,31 @@ class Grade:
     error: str | None = None
     category: str | None = None
     cancelled: bool = False
+    #: A judge's verdict: each criterion's score, and what judging cost (``judge_*`` metrics).
+    components: dict[str, float] | None = None
+    judge_metrics: dict[str, float] | None = None
+
+
+def graded(response: RolloutResponse, grade: Grade) -> RolloutResponse:
+    """``response`` with a successful grade's reward, and a verdict's components and cost."""
+    update: dict[str, object] = {"reward": grade.reward}
+    if grade.components is not None:
+        extra = dict(response.extra_fields)
+        extra[REWARD_COMPONENTS] = {**extra.get(REWARD_COMPONENTS, {}), **grade.components}
+        update["extra_fields"] = extra
+    if grade.judge_metrics is not None:
+        metrics = response.metrics or RolloutMetrics()
+        update["metrics"] = metrics.model_copy(update=grade.judge_metrics)
+    return response.model_copy(update=update)
+
+
+#: How a judge failure's grade error begins (``grade() raised JudgeError: ...``).
+JUDGE_FAILED = "raised JudgeError:"
+
+
+def judge_failed(error_message: str | None) -> bool:
+    """Whether a rollout's error is a judge that gave no verdict (counted as ``judge_errors``)."""
+    return error_message is not None and JUDGE_FAILED in error_message
 
 
 def has_grade(agent: RolloutAgentLoop) -> bool:
@@ -109,6 +138,10 @@ async def run_grade(
 
 
 def _reward_grade(reward: object) -> Grade:
+    from .judging.verdict import Verdict
+
+    if isinstance(reward, Verdict):
+        return Grade(reward=reward.score, components=reward.components, judge_metrics=reward.usage)
     if isinstance(reward, bool) or not isinstance(reward, int | float):
         return Grade(
             error=f"grade() must return a finite number, got {type(reward).__name__}",

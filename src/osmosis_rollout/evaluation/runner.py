@@ -358,6 +358,23 @@ def _component_means(rows: Sequence[RowResult]) -> dict[str, float]:
     return {name: round(sum(v) / len(v), 6) for name, v in sums.items()}
 
 
+def _judge_part(rows: Sequence[RowResult]) -> dict[str, Any]:
+    """The judge's share, apart from the policy's: its time and tokens (the ``judge_*``
+    metrics a verdict leaves), and the rollouts a failed judge left without a reward."""
+    from ..grading import judge_failed
+
+    def total(name: str) -> float:
+        return sum(float(r.metrics.get(name) or 0) for r in rows)
+
+    return {
+        "judge_errors": sum(1 for r in rows if judge_failed(r.error_message)),
+        "judge_calls": int(total("judge_calls")),
+        "judge_ms": round(total("judge_ms"), 3),
+        "judge_prompt_tokens": int(total("judge_prompt_tokens")),
+        "judge_response_tokens": int(total("judge_response_tokens")),
+    }
+
+
 def summarise(report: BatchReport) -> dict[str, Any]:
     """The batch summary: counts, findings by code, latency percentiles, tokens, throughput."""
     rows = report.rows
@@ -394,6 +411,7 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "tool_calls": sum(r.tool_calls for r in rows),
         "tool_calls_from_history": sum(r.tool_calls_from_history for r in rows),
         "tool_errors": sum(r.tool_error_count for r in rows),
+        **_judge_part(rows),
         "mean_reward": round(sum(rewards) / len(rewards), 6) if rewards else None,
         "reward_components": _component_means(rows),
         "wall_s": round(report.wall_s, 3),

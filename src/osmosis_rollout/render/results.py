@@ -157,6 +157,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
         "tokens", f"{summary['prompt_tokens']} prompt, {summary['response_tokens']} response"
     )
     table.add_row("tool calls", _tool_calls(summary))
+    if summary.get("judge_calls") or summary.get("judge_errors"):
+        table.add_row("judge", _judge(summary))
     if summary.get("mean_reward") is not None:
         table.add_row("mean reward", f"{summary['mean_reward']:g}")
     if summary.get("reward_components"):
@@ -215,6 +217,18 @@ def _no_signal(groups: dict[str, Any]) -> str:
     more = ", ..." if count > len(groups["no_signal_rows"]) else ""
     share = groups["no_signal_share"] or 0
     return f"[yellow]{share:.0%} of groups[/] ({count} of {total}: rows {rows}{more})"
+
+
+def _judge(summary: dict[str, Any]) -> str:
+    """The judge's time, tokens and failures: apart from the policy model's."""
+    text = (
+        f"{summary['judge_calls']} calls, {format_ms(summary['judge_ms'])}, "
+        f"{summary['judge_prompt_tokens']} prompt + {summary['judge_response_tokens']} "
+        "response tokens"
+    )
+    if summary.get("judge_errors"):
+        text += f", [red]{summary['judge_errors']} judge error(s)[/] (no reward, never 0)"
+    return text
 
 
 def _tool_calls(summary: dict[str, Any]) -> str:

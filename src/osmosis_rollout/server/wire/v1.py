@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter
 from starlette.responses import Response
 
+from ...grading import graded
 from ...protocol import RolloutRequest, RolloutResponse, RolloutStatus
 from ..types import Terminal, terminal
 
@@ -53,7 +54,7 @@ class V1Callback:
         """A grade's reward replaces the agent's; a failed grade ends the rollout ``ERROR``."""
         if grade is not None:
             if grade.error is None:
-                response = response.model_copy(update={"reward": grade.reward})
+                response = graded(response, grade)
             else:
                 response = response.model_copy(
                     update={

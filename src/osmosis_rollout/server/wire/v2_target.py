@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
+from ...grading import graded
 from ...protocol import CompletionCallback, GraderCallback, RolloutResponse, RolloutStatus, Sample
 from ..types import Terminal, terminal
 
@@ -72,6 +73,8 @@ class V2Target:
         before it died) keeps them: what was settled is what is sent."""
         if self.bodies is not None:
             return response, terminal_of_bodies(self.bodies)
+        if grade is not None and grade.error is None:
+            response = graded(response, grade)
         bodies, terminal = callback_bodies(
             response,
             grade,
@@ -81,8 +84,6 @@ class V2Target:
             graded=self.grader_url is not None,
         )
         self.bodies = bodies
-        if grade is not None and grade.error is None:
-            response = response.model_copy(update={"reward": grade.reward})
         return response, terminal
 
     @property

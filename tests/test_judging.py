@@ -1,0 +1,299 @@
+"""``judging``: rubrics, the judge client over our carriers, strict verdicts, the mock judge,
+and a judge inside ``grade()`` on both wires (its failures are errors, never reward 0)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from osmosis_rollout.agent import RolloutAgentLoop, RolloutContext
+from osmosis_rollout.errors import ConfigError, JudgeError, error_category
+from osmosis_rollout.judging import (
+    Criterion,
+    Judge,
+    JudgeSettings,
+    MockJudge,
+    Rubric,
+    Verdict,
+    load_judge,
+    load_rubric,
+)
+from osmosis_rollout.judging.verdict import VerdictRefused, parse_verdict
+from osmosis_rollout.redaction import ApiKey
+from osmosis_rollout.results import RolloutResult
+from osmosis_rollout.testing import Harness, ScriptedBackend
+from osmosis_rollout.transport import AsgiTransport
+
+pytestmark = pytest.mark.anyio
+
+RUBRIC = Rubric(
+    [Criterion("correct", "The answer names the right city.", 3), Criterion("brief", "Short.")],
+    reference="Paris",
+)
+KEY = "judge-key-123456"
+CHAT = [
+    {"role": "user", "content": "Capital of France?"},
+    {"role": "assistant", "content": "Paris"},
+]
+
+
+def _verdict(correct: float = 1.0, brief: float = 0.5) -> str:
+    return json.dumps(
+        {
+            "criteria": [
+                {"name": "correct", "score": correct, "reason": "names Paris"},
+                {"name": "brief", "score": brief, "reason": "one word"},
+            ]
+        }
+    )
+
+
+class FakeJudgeServer:
+    """An OpenAI-compatible judge as an ASGI app: answers ``replies`` in turn, keeps bodies."""
+
+    def __init__(self, *replies: str | tuple[int, str], delay_s: float = 0.0) -> None:
+        self.replies = list(replies)
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.delay_s = delay_s
+
+    async def __call__(self, scope: Any, receive: Callable[..., Any], send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.bodies.append(json.loads(body))
+        self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await anyio.sleep(self.delay_s)
+        reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+        status, text = reply if isinstance(reply, tuple) else (200, reply)
+        if status == 200:
+            payload = json.dumps(
+                {
+                    "choices": [{"message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 20},
+                }
+            ).encode()
+        else:
+            payload = text.encode()
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _judge(server: FakeJudgeServer, **settings: Any) -> Judge:
+    s = JudgeSettings(url="http://judge.test/v1", model="grader", api_key=ApiKey(KEY), **settings)
+    return Judge(s, transport=AsgiTransport(server))
+
+
+def test_a_rubric_from_toml_and_its_mistakes(tmp_path: Path) -> None:
+    path = tmp_path / "rubric.toml"
+    path.write_text(
+        'reference = "Paris"\n[[criteria]]\nname = "correct"\ndescription = "Right city."\n'
+        'weight = 2\n[[criteria]]\nname = "brief"\ndescription = "Short."\n'
+    )
+    rubric = load_rubric(path)
+    assert rubric.names == ["correct", "brief"]
+    assert rubric.reference == "Paris"
+    assert rubric.weighted({"correct": 1.0, "brief": 0.0}) == pytest.approx(2 / 3)
+    path.write_text('[[criteria]]\nname = "a"\ndescription = "x"\nweight = -1\n')
+    with pytest.raises(ConfigError, match="weight must be finite and above 0"):
+        load_rubric(path)
+    path.write_text("criteria = 3\n")
+    with pytest.raises(ConfigError, match=r"\[\[criteria\]\]"):
+        load_rubric(path)
+    with pytest.raises(ConfigError, match="must differ"):
+        Rubric([Criterion("a", "x"), Criterion("a", "y")])
+
+
+@pytest.mark.parametrize(
+    ("reply", "why"),
+    [
+        ("The answer is good. " + _verdict(), "not JSON"),
+        ("[1, 2]", "not an object"),
+        (_verdict(correct=1.5), r"not in \[0, 1\]"),
+        (json.dumps({"criteria": [{"name": "correct", "score": 1, "reason": "ok"}]}), "no score"),
+        (_verdict().replace("names Paris", ""), "give a reason"),
+        (_verdict().replace('"brief"', '"style"'), "unknown criterion"),
+    ],
+)
+def test_a_verdict_is_parsed_strictly(reply: str, why: str) -> None:
+    """Prose around the JSON, a score out of range, a missing or unknown criterion: refused."""
+    with pytest.raises(VerdictRefused, match=why):
+        parse_verdict(RUBRIC, reply)
+
+
+def test_a_verdict_is_the_weighted_mean_of_its_criteria() -> None:
+    verdict = parse_verdict(RUBRIC, "```json\n" + _verdict(1.0, 0.5) + "\n```")
+    assert verdict.score == pytest.approx((3 * 1.0 + 0.5) / 4)
+    assert verdict.components == {"correct": 1.0, "brief": 0.5}
+    assert verdict.reasons == {"correct": "names Paris", "brief": "one word"}
+
+
+async def test_the_judge_asks_at_temperature_0_with_a_seed_and_its_own_key() -> None:
+    server = FakeJudgeServer(_verdict())
+    verdict = await _judge(server, seed=7).score(RUBRIC, CHAT, reference="Paris")
+    assert verdict.score == pytest.approx(0.875)
+    assert (verdict.prompt_tokens, verdict.response_tokens, verdict.calls) == (100, 20, 1)
+    [body] = server.bodies
+    assert (body["model"], body["temperature"], body["seed"]) == ("grader", 0.0, 7)
+    assert "Reference answer:\nParis" in body["messages"][1]["content"]
+    assert server.headers[0]["authorization"] == f"Bearer {KEY}"
+
+
+async def test_one_repair_then_a_verdict() -> None:
+    server = FakeJudgeServer("I think it is fine", _verdict())
+    judge = _judge(server)
+    verdict = await judge.score(RUBRIC, CHAT)
+    assert verdict.calls == 2
+    assert judge.requests == 2
+    repair = server.bodies[1]["messages"]
+    assert repair[-2] == {"role": "assistant", "content": "I think it is fine"}
+    assert "not a valid verdict" in repair[-1]["content"]
+
+
+async def test_a_reply_still_unparsable_after_the_repair_is_a_judge_failure() -> None:
+    judge = _judge(FakeJudgeServer("no", "still no"))
+    with pytest.raises(JudgeError, match="not a verdict, even after a repair") as caught:
+        await judge.score(RUBRIC, CHAT)
+    assert caught.value.kind == "verdict"
+    assert judge.requests == 2
+    assert error_category(caught.value) == "judge_error"
+
+
+async def test_http_errors_and_timeouts_are_judge_failures_without_the_key() -> None:
+    with pytest.raises(JudgeError) as http:
+        await _judge(FakeJudgeServer((500, f"bad key {KEY}"))).score(RUBRIC, CHAT)
+    assert http.value.kind == "http"
+    assert "HTTP 500" in str(http.value)
+    assert KEY not in str(http.value)
+    with pytest.raises(JudgeError, match=r"within 0\.05s") as late:
+        await _judge(FakeJudgeServer(_verdict(), delay_s=5), timeout_s=0.05).score(RUBRIC, CHAT)
+    assert late.value.kind == "timeout"
+
+
+async def test_the_judge_is_refused_a_cloud_metadata_address() -> None:
+    """The judge's calls go through the carriers' destination check."""
+    judge = Judge(JudgeSettings(url="http://169.254.169.254/v1", api_key=ApiKey(KEY)))
+    try:
+        with pytest.raises(JudgeError, match="destination refused"):
+            await judge.score(RUBRIC, CHAT)
+    finally:
+        await judge.aclose()
+
+
+async def test_rank_judges_the_samples_together_and_reports_the_spread() -> None:
+    entry = json.loads(_verdict())["criteria"]
+    low = [dict(c, score=0.0) for c in entry]
+    server = FakeJudgeServer(
+        json.dumps({"samples": [{"sample": 2, "criteria": low}, {"sample": 1, "criteria": entry}]})
+    )
+    ranking = await _judge(server).rank(RUBRIC, [CHAT, CHAT[:1]])
+    assert len(server.bodies) == 1  # one call for the group
+    assert "=== Sample 2 ===" in server.bodies[0]["messages"][1]["content"]
+    assert ranking.scores == [pytest.approx(0.875), 0.0]
+    assert ranking.spread == pytest.approx(0.875)
+
+
+async def test_the_mock_judge_is_deterministic_from_rubric_and_reference() -> None:
+    judge = MockJudge()
+    right = await judge.score(RUBRIC, CHAT)
+    wrong = await judge.score(RUBRIC, CHAT, reference="Lyon")
+    empty = await judge.score(RUBRIC, CHAT[:1])
+    assert (right.score, wrong.score, empty.score) == (1.0, 0.0, 0.0)
+    assert empty.reasons == {"correct": "no answer", "brief": "no answer"}
+    assert right.prompt_tokens > 0
+    assert right.calls == 1
+    assert (await judge.score(RUBRIC, CHAT)).score == right.score
+    ranking = await judge.rank(RUBRIC, [CHAT, CHAT[:1]])
+    assert ranking.spread == 1.0
+
+
+def test_judge_settings_come_from_arguments_env_then_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.osmosis.judge]\nurl = "http://127.0.0.1:8080/v1"\nmodel = "qwen"\nseed = 3\n'
+    )
+    env = {"OSMOSIS_JUDGE_MODEL": "llama", "OSMOSIS_JUDGE_API_KEY": KEY}
+    s = JudgeSettings.resolve(environ=env, start=tmp_path, timeout_s=9)
+    assert (s.url, s.model, s.seed, s.timeout_s) == ("http://127.0.0.1:8080/v1", "llama", 3, 9.0)
+    assert s.api_key is not None
+    assert KEY not in repr(s)
+    assert isinstance(load_judge(environ={"OSMOSIS_JUDGE_URL": "mock"}, start=tmp_path), MockJudge)
+    (tmp_path / "pyproject.toml").write_text(f'[tool.osmosis.judge]\napi_key = "{KEY}"\n')
+    with pytest.raises(ConfigError, match="must not hold the key"):
+        JudgeSettings.resolve(environ={}, start=tmp_path)
+
+
+def test_no_judge_configured_is_a_config_error(tmp_path: Path) -> None:
+    """The trainer's chat URL is never borrowed: no judge URL is an error naming the settings."""
+    with pytest.raises(ConfigError, match="OSMOSIS_JUDGE_URL"):
+        load_judge(environ={}, start=tmp_path)
+    with pytest.raises(ConfigError, match="http"):
+        JudgeSettings(url="ftp://x")
+
+
+class JudgedAgent(RolloutAgentLoop):
+    """One model call; the reward comes from a judge in grade()."""
+
+    name = "judged"
+
+    def __init__(self, judge: MockJudge) -> None:
+        self.judge = judge
+
+    def get_tools(self, request: Any) -> list[Any]:
+        return []
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        messages = list(ctx.request.messages)
+        reply = await ctx.chat(messages)
+        return ctx.complete([*messages, reply.message])
+
+    async def grade(self, ctx: RolloutContext, result: RolloutResult) -> Verdict:
+        truth = ctx.request.metadata.get("ground_truth")
+        return await self.judge.score(RUBRIC, result.final_messages, reference=truth)
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+async def test_a_judged_reward_carries_its_criteria_and_its_cost(protocol: str) -> None:
+    agent = JudgedAgent(MockJudge())
+    async with Harness(
+        agent, backend=ScriptedBackend([{"content": "Paris"}]), protocol=protocol
+    ) as h:
+        outcome = await h.run(CHAT[:1], metadata={"ground_truth": "Paris"})
+    result = outcome.result
+    assert result is not None
+    assert result.status == "COMPLETED", result.error_message
+    assert result.reward == 1.0
+    assert result.extra_fields["reward_components"] == {"correct": 1.0, "brief": 1.0}
+    metrics = result.metrics.model_dump() if result.metrics else {}
+    assert metrics["judge_calls"] == 1
+    assert metrics["judge_prompt_tokens"] > 0
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+@pytest.mark.parametrize("kind", ["timeout", "http", "verdict"])
+async def test_a_failed_judge_is_an_error_with_its_category_never_reward_0(
+    protocol: str, kind: str
+) -> None:
+    agent = JudgedAgent(MockJudge(fail=kind))
+    async with Harness(
+        agent, backend=ScriptedBackend([{"content": "Paris"}]), protocol=protocol
+    ) as h:
+        outcome = await h.run(CHAT[:1], metadata={"ground_truth": "Paris"})
+        record = outcome.record
+    result = outcome.result
+    assert result is not None
+    assert result.status == "ERROR"
+    assert result.reward is None
+    assert "grade() raised JudgeError" in (result.error_message or "")
+    if protocol == "v2":
+        assert record.v2 is not None
+        [grader] = record.v2.graders
+        assert grader.status == "failure"
+        assert grader.err_category == "judge_error"
