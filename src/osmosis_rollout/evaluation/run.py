@@ -340,7 +340,16 @@ def with_samples(rows: list[Any], options: TestOptions) -> list[Any]:
         return rows
     if options.samples <= 1:
         return rows
-    return [dataclasses.replace(r, sample=k) for r in rows for k in range(options.samples)]
+    # Each sample names its group (judging.GroupJudge ranks a group's samples in one call).
+    return [
+        dataclasses.replace(
+            r,
+            sample=k,
+            metadata={**r.metadata, "group_id": f"row-{r.index}", "group_size": options.samples},
+        )
+        for r in rows
+        for k in range(options.samples)
+    ]
 
 
 def write_groups(sink: IO[str], rows: list[Any], options: TestOptions) -> None:

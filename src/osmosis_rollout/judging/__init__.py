@@ -15,6 +15,7 @@ from typing import Any
 from ..destinations import DestinationPolicy
 from ..errors import ConfigError
 from .client import Judge
+from .groups import GroupJudge
 from .mock import MockJudge
 from .rubric import Criterion, Rubric, load_rubric
 from .settings import MOCK_URL, JudgeSettings
@@ -24,6 +25,7 @@ __all__ = [
     "MOCK_URL",
     "Criterion",
     "CriterionVerdict",
+    "GroupJudge",
     "Judge",
     "JudgeSettings",
     "MockJudge",

@@ -107,7 +107,7 @@ class Judge:
         ranking, cost = await self._judge(
             rank_prompt(rubric, samples), lambda text: parse_ranking(rubric, text, count)
         )
-        return Ranking([with_cost(v, cost.share(count)) for v in ranking.verdicts])
+        return Ranking([with_cost(v, cost.share(count, i)) for i, v in enumerate(ranking.verdicts)])
 
     async def aclose(self) -> None:
         """Release the connection pool (a transport handed in is the caller's to close)."""

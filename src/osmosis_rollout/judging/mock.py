@@ -99,7 +99,7 @@ class MockJudge:
         self._maybe_fail()
         verdicts = [self._verdict(rubric, answer_of(s)) for s in samples]
         cost = self._cost(rank_prompt(rubric, samples), verdicts, started)
-        return Ranking([with_cost(v, cost.share(len(samples))) for v in verdicts])
+        return Ranking([with_cost(v, cost.share(len(samples), i)) for i, v in enumerate(verdicts)])
 
     async def aclose(self) -> None:
         """Nothing to release."""

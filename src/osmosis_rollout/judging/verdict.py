@@ -54,13 +54,14 @@ class Cost:
     def timed(self, ms: float) -> Cost:
         return replace(self, judge_ms=ms)
 
-    def share(self, count: int) -> Cost:
-        """One of ``count`` samples' even share of a call judging them together."""
+    def share(self, count: int, index: int) -> Cost:
+        """Sample ``index``'s even share of a call judging ``count`` samples together (the
+        calls counted once, on the first)."""
         return Cost(
             self.judge_ms / count,
             self.prompt_tokens // count,
             self.response_tokens // count,
-            self.calls,
+            self.calls if index == 0 else 0,
         )
 
 
@@ -87,6 +88,8 @@ class Verdict:
     prompt_tokens: int = 0
     response_tokens: int = 0
     calls: int = 1
+    #: Judged in a group (``GroupJudge``): the spread of the group's scores.
+    spread: float | None = None
 
     @property
     def reasons(self) -> dict[str, str]:
@@ -101,12 +104,15 @@ class Verdict:
     @property
     def usage(self) -> dict[str, float]:
         """The judge's cost, as the ``judge_*`` metrics of a rollout."""
-        return {
+        usage: dict[str, float] = {
             "judge_ms": round(self.judge_ms, 3),
             "judge_prompt_tokens": self.prompt_tokens,
             "judge_response_tokens": self.response_tokens,
             "judge_calls": self.calls,
         }
+        if self.spread is not None:
+            usage["judge_group_spread"] = self.spread
+        return usage
 
 
 @dataclass(frozen=True, slots=True)
