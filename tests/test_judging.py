@@ -297,3 +297,67 @@ async def test_a_failed_judge_is_an_error_with_its_category_never_reward_0(
         [grader] = record.v2.graders
         assert grader.status == "failure"
         assert grader.err_category == "judge_error"
+
+
+# -- the bench: osmosis test and validate --reward -------------------------------------------
+
+AGENTS = f"{Path(__file__).parent / 'assets' / 'judged_agents.py'}"
+
+
+def _rows(tmp_path: Path, *, gold: bool = False) -> Path:
+    rows = []
+    for question, truth in [("Capital of France?", "Paris"), ("Red planet?", "Mars")]:
+        row: dict[str, Any] = {"user_prompt": question, "ground_truth": truth}
+        if gold:
+            row["mock_replies"] = [truth]
+        rows.append(row)
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+async def test_a_failed_judge_is_counted_as_judge_errors_not_as_reward_0(tmp_path: Path) -> None:
+    from osmosis_rollout.evaluation import TestOptions, run_test
+
+    report = await run_test(TestOptions(target=f"{AGENTS}:FailingJudged", dataset=_rows(tmp_path)))
+    assert report.summary["judge_errors"] == 2
+    assert report.summary["mean_reward"] is None
+    assert [r.reward for r in report.rows] == [None, None]
+    assert report.exit_code == 1
+
+
+async def test_osmosis_test_shows_the_judge_apart_from_the_policy(tmp_path: Path) -> None:
+    from osmosis_rollout.evaluation import TestOptions, run_test
+
+    options = TestOptions(target=f"{AGENTS}:SoundJudged", dataset=_rows(tmp_path, gold=True))
+    summary = (await run_test(options)).summary
+    assert summary["mean_reward"] == 1.0
+    assert summary["reward_components"] == {"correct": 1.0, "clear": 1.0}
+    assert summary["judge_calls"] == 2
+    assert summary["judge_errors"] == 0
+    assert summary["judge_prompt_tokens"] > 0
+    assert summary["judge_prompt_tokens"] != summary["prompt_tokens"]
+
+
+async def test_samples_of_a_row_are_ranked_together_in_one_judge_call(tmp_path: Path) -> None:
+    from osmosis_rollout.evaluation import TestOptions, run_test
+
+    options = TestOptions(target=f"{AGENTS}:GroupJudged", dataset=_rows(tmp_path), samples=3)
+    report = await run_test(options)
+    assert report.summary["completed"] == 6
+    assert report.summary["judge_calls"] == 2  # one per row's group of 3, not one per sample
+    for row in report.rows:
+        assert row.metadata["group_size"] == 3
+        assert "judge_group_spread" in row.metrics
+
+
+async def test_validate_reward_reports_a_judge_that_rewards_an_empty_answer(
+    tmp_path: Path,
+) -> None:
+    from osmosis_rollout.evaluation.reward_checks import RewardCheckOptions, check_rewards
+
+    rows = _rows(tmp_path, gold=True)
+    leaky = await check_rewards(RewardCheckOptions(target=f"{AGENTS}:LeakyJudged", dataset=rows))
+    sound = await check_rewards(RewardCheckOptions(target=f"{AGENTS}:SoundJudged", dataset=rows))
+    assert "reward_leak" in [f.code for f in leaky.findings]
+    assert [f.code for f in sound.findings] == []

@@ -10,7 +10,7 @@ from osmosis_rollout.judging import MockJudge
 from osmosis_rollout.testing import Harness, MockLLMBackend, ScriptedBackend
 
 from __PACKAGE__ import agent
-from __PACKAGE__.agent import RUBRIC, __CLASS__
+from __PACKAGE__.agent import __CLASS__
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +29,7 @@ async def test_an_answer_like_the_reference_earns_the_full_reward() -> None:
     assert result is not None
     assert result.status == "COMPLETED", result.error_message
     assert result.reward == 1.0
-    assert result.extra_fields["reward_components"] == dict.fromkeys(RUBRIC.names, 1.0)
+    assert result.extra_fields["reward_components"] == dict.fromkeys(agent.RUBRIC.names, 1.0)
     assert outcome.findings == []
 
 
