@@ -81,3 +81,45 @@ def test_a_server_without_jinja_stops_at_once_with_one_message() -> None:
     assert report.summary["llm_errors"].get("needs_jinja", 0) >= 1
     assert "needs_jinja" in report.summary["stopped_early"]
     assert sum("restart llama-server with --jinja" in line for line in report.model_lines) == 1
+
+
+def test_the_real_server_as_a_judge_gives_a_verdict_or_a_judge_error() -> None:
+    """llama.cpp as the judge (docs/judges.md): at temperature 0 with a seed, in JSON mode, a
+    verdict with one score in [0, 1] and one reason per criterion, or, if the small model cannot
+    keep the shape even after the repair request, a ``JudgeError`` of kind ``verdict``: never a
+    made-up score."""
+    from osmosis_rollout.errors import JudgeError
+    from osmosis_rollout.judging import Criterion, Judge, JudgeSettings, Rubric
+
+    rubric = Rubric(
+        [Criterion("correct", "The answer names the right city."), Criterion("brief", "Short.")],
+        reference="Paris",
+    )
+    chat = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+    ]
+
+    async def judge(url: str) -> object:
+        judge = Judge(
+            JudgeSettings(url=url, model="qwen", timeout_s=300, max_tokens=256),
+            extra_body={"response_format": {"type": "json_object"}},
+        )
+        try:
+            return await judge.score(rubric, chat)
+        except JudgeError as exc:
+            return exc
+        finally:
+            await judge.aclose()
+
+    with serve_llama("--jinja") as url:
+        outcome = asyncio.run(judge(url))
+    if isinstance(outcome, JudgeError):
+        assert outcome.kind == "verdict", outcome
+        return
+    from osmosis_rollout.judging import Verdict
+
+    assert isinstance(outcome, Verdict)
+    assert 0.0 <= outcome.score <= 1.0
+    assert set(outcome.reasons) == {"correct", "brief"}
+    assert outcome.calls in (1, 2)
