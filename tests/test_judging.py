@@ -271,6 +271,8 @@ async def test_a_judged_reward_carries_its_criteria_and_its_cost(protocol: str) 
     assert result.status == "COMPLETED", result.error_message
     assert result.reward == 1.0
     assert result.extra_fields["reward_components"] == {"correct": 1.0, "brief": 1.0}
+    verdict = result.extra_fields["judge_verdict"]
+    assert verdict["correct"] == {"score": 1.0, "reason": "1 of 1 reference words present"}
     metrics = result.metrics.model_dump() if result.metrics else {}
     assert metrics["judge_calls"] == 1
     assert metrics["judge_prompt_tokens"] > 0

@@ -47,14 +47,19 @@ class Grade:
     #: A judge's verdict: each criterion's score, and what judging cost (``judge_*`` metrics).
     components: dict[str, float] | None = None
     judge_metrics: dict[str, float] | None = None
+    #: The verdict itself, each criterion's score and reason (``extra_fields["judge_verdict"]``).
+    verdict: dict[str, dict[str, object]] | None = None
 
 
 def graded(response: RolloutResponse, grade: Grade) -> RolloutResponse:
-    """``response`` with a successful grade's reward, and a verdict's components and cost."""
+    """``response`` with a successful grade's reward, and a verdict's components, reasons and
+    cost."""
     update: dict[str, object] = {"reward": grade.reward}
     if grade.components is not None:
         extra = dict(response.extra_fields)
         extra[REWARD_COMPONENTS] = {**extra.get(REWARD_COMPONENTS, {}), **grade.components}
+        if grade.verdict is not None:
+            extra[JUDGE_VERDICT] = grade.verdict
         update["extra_fields"] = extra
     if grade.judge_metrics is not None:
         metrics = response.metrics or RolloutMetrics()
@@ -62,6 +67,8 @@ def graded(response: RolloutResponse, grade: Grade) -> RolloutResponse:
     return response.model_copy(update=update)
 
 
+#: The ``extra_fields`` key of a judge's verdict: ``{criterion: {"score", "reason"}}``.
+JUDGE_VERDICT = "judge_verdict"
 #: How a judge failure's grade error begins (``grade() raised JudgeError: ...``).
 JUDGE_FAILED = "raised JudgeError:"
 
@@ -141,7 +148,12 @@ def _reward_grade(reward: object) -> Grade:
     from .judging.verdict import Verdict
 
     if isinstance(reward, Verdict):
-        return Grade(reward=reward.score, components=reward.components, judge_metrics=reward.usage)
+        return Grade(
+            reward=reward.score,
+            components=reward.components,
+            judge_metrics=reward.usage,
+            verdict={n: {"score": c.score, "reason": c.reason} for n, c in reward.criteria.items()},
+        )
     if isinstance(reward, bool) or not isinstance(reward, int | float):
         return Grade(
             error=f"grade() must return a finite number, got {type(reward).__name__}",
