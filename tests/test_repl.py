@@ -740,3 +740,40 @@ async def test_metrics_of_a_completed_rollout_have_no_cancelled_note() -> None:
     repl = await session("c\nq\n", start_row=1)
     assert re.search(r"tokens +\d+ / \d+ +in / out *$", repl.text, re.MULTILINE)
     assert "cancelled or failed" not in repl.text
+
+
+async def test_a_judged_rollout_ends_with_the_judges_verdict_last() -> None:
+    """`-i` on an agent graded by a judge: after the outcome and its metrics, the verdict, each
+    criterion's score and reason, and the judge's cost apart from the policy's."""
+    from .assets.judged_agents import FailingJudged, SoundJudged
+
+    rows = [
+        RowInput(1, [{"role": "user", "content": "Capital of France?"}], {"ground_truth": "Paris"})
+    ]
+    texts = []
+    for agent in (SoundJudged(), FailingJudged()):
+        screen = Screen()
+        with create_pipe_input() as pipe:
+            session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
+            pipe.send_text("c\nq\n")
+            pipe.close()
+            with anyio.fail_after(10):
+                code = await run_repl(
+                    agent,
+                    backend=ScriptedBackend([{"content": "Paris"}]),
+                    rows=rows,
+                    start_row=1,
+                    session=session,
+                    console=Console(file=screen, width=120),
+                )
+        assert code == 0
+        texts.append(screen.getvalue())
+    sound, failing = texts
+    end, metrics, verdict = (
+        sound.index(s) for s in ("end of rollout", "llm calls", "judge verdict")
+    )
+    assert end < metrics < verdict
+    assert re.search(r"correct +1 +1 of 1 reference words present", sound)
+    assert "judge 1 call(s)" in sound
+    assert "none: the judge failed" in failing
+    assert failing.index("judge verdict") > failing.index("end of rollout")

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..evaluation.runner import RowInput, RowResult, tool_wall_ms
+from ..grading import JUDGE_VERDICT, judge_failed
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..render import format_ms
 from .commands import COMMANDS
@@ -34,6 +35,7 @@ __all__ = [
     "tools_view",
     "turn_summary",
     "turn_view",
+    "verdict_view",
 ]
 
 _ROLE_STYLE = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow"}
@@ -269,7 +271,43 @@ def outcome_view(
         parts.append(
             metrics_table(metrics, paused_ms=paused_ms, model_ms=model_ms, answered=answered)
         )
+    judged = verdict_view(row)
+    if judged is not None:  # last: the verdict is what the stepped rollout led to
+        parts.append(judged)
     return Group(*parts)
+
+
+def verdict_view(row: RowResult) -> RenderableType | None:
+    """A judge's verdict on the rollout (each criterion's score and reason, and what judging
+    cost), or why there is none; None when no judge graded it."""
+    verdict = row.extra_fields.get(JUDGE_VERDICT)
+    if judge_failed(row.error_message):
+        return Group(
+            Rule("judge verdict", align="left", style="blue"),
+            Text("none: the judge failed (a judge_error, not a reward)", style="bold red"),
+        )
+    if not isinstance(verdict, dict) or not verdict:
+        return None
+    table = Table(show_header=True, box=None, padding=(0, 2, 0, 0))
+    table.add_column("criterion", style="bold")
+    table.add_column("score", justify="right")
+    table.add_column("reason")
+    for name, entry in verdict.items():
+        entry = entry if isinstance(entry, dict) else {}
+        score = entry.get("score")
+        shown = f"{score:g}" if isinstance(score, int | float) else "-"
+        table.add_row(Text(str(name)), shown, Text(str(entry.get("reason", ""))))
+    m = row.metrics
+    cost = Text.assemble(
+        ("judge ", "dim"),
+        f"{int(m.get('judge_calls') or 0)} call(s), {format_ms(float(m.get('judge_ms') or 0))}, "
+        f"{int(m.get('judge_prompt_tokens') or 0)} prompt + "
+        f"{int(m.get('judge_response_tokens') or 0)} response tokens",
+        ("  (apart from the policy's)", "dim"),
+    )
+    score = "-" if row.reward is None else f"{row.reward:g}"
+    head = Text.assemble(("score ", "bold"), score)
+    return Group(Rule("judge verdict", align="left", style="blue"), head, table, cost)
 
 
 def rows_view(rows: Sequence[RowInput], *, limit: int = 10) -> Table:
