@@ -188,6 +188,36 @@ async def test_the_judge_is_refused_a_cloud_metadata_address() -> None:
         await judge.aclose()
 
 
+async def test_judge_calls_on_tape_are_kept_per_rollout_and_replayed_without_a_request() -> None:
+    from osmosis_rollout.judging.tape import JudgeTape, grading_rollout, use_tape
+
+    recording = JudgeTape(replaying=False)
+    server = FakeJudgeServer(_verdict())
+    token = grading_rollout.set("row-1")
+    try:
+        with use_tape(recording):
+            recorded = await _judge(server).score(RUBRIC, CHAT)
+    finally:
+        grading_rollout.reset(token)
+    [kept] = recording.take("row-1")
+    assert kept["reply"] == _verdict()
+    assert kept["usage"] == [100, 20]
+
+    replaying = JudgeTape(replaying=True)
+    replaying.load([kept])
+    offline = FakeJudgeServer((500, "the judge must not be called on replay"))
+    judge = _judge(offline)
+    with use_tape(replaying):
+        replayed = await judge.score(RUBRIC, CHAT)
+        with pytest.raises(JudgeError, match="holds no judge reply") as changed:
+            await judge.score(RUBRIC, CHAT[:1])  # another transcript: not on the tape
+    assert (replayed.score, replayed.reasons) == (recorded.score, recorded.reasons)
+    assert offline.bodies == []  # 0 judge requests
+    assert judge.requests == 0
+    assert replaying.answered == 1
+    assert changed.value.kind == "replay"
+
+
 async def test_rank_judges_the_samples_together_and_reports_the_spread() -> None:
     entry = json.loads(_verdict())["criteria"]
     low = [dict(c, score=0.0) for c in entry]

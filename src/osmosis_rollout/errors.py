@@ -24,7 +24,7 @@ exactly that and turn it into a message and an exit code::
     │   │   └── TrainGateTimeout  the last attempt timed out     (also OsmosisTimeoutError)
     │   └── ProtocolError         TrainGate's reply does not follow the protocol
     ├── LLMBackendError           the mock TrainGate's LLM backend failed (``kind``, ``systemic``)
-    └── JudgeError                a judge model gave no verdict (``kind``: timeout, http, verdict)
+    └── JudgeError                a judge model gave no verdict (``kind``: why)
 
 The legacy names (``OsmosisServerError``, ``OsmosisValidationError``, ``OsmosisTransportError``,
 ``OsmosisTimeoutError``) are bases of ours, so agents written for the original SDK catch our
@@ -274,7 +274,8 @@ class LLMBackendError(OsmosisError):
 class JudgeError(OsmosisError):
     """A judge model gave no usable verdict: it timed out, answered with an HTTP error, or its
     reply was still not a verdict after one repair attempt. Never a score: the grader phase ends
-    as an error (category ``judge_error``). ``kind`` is ``timeout``, ``http`` or ``verdict``.
+    as an error (category ``judge_error``). ``kind`` is ``timeout``, ``http``, ``verdict``, or
+    ``replay`` (a replayed run whose cassette holds no reply for the request).
     Messages never contain the judge's key."""
 
     def __init__(self, message: str, *, kind: str) -> None:

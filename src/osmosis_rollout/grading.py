@@ -23,6 +23,7 @@ import anyio
 import anyio.lowlevel
 
 from .errors import error_category
+from .judging.tape import grading_rollout
 from .protocol import RolloutMetrics, RolloutResponse, RolloutStatus
 from .redaction import loggable, scrub
 from .results import REWARD_COMPONENTS, RolloutResult
@@ -119,7 +120,11 @@ async def run_grade(
             scope.deadline = anyio.current_time() + max(0.0, timeout_s)
         try:
             await anyio.lowlevel.checkpoint_if_cancelled()
-            reward = await grade(ctx, result_of(response))
+            token = grading_rollout.set(response.rollout_id)  # judge calls know their rollout
+            try:
+                reward = await grade(ctx, result_of(response))
+            finally:
+                grading_rollout.reset(token)
         except Exception as exc:
             text = scrub(f"grade() raised {type(exc).__name__}: {exc}", secret)
             logger.error(

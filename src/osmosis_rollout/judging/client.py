@@ -26,6 +26,7 @@ from ..redaction import scrub
 from ..transport import InvalidTarget, PostTransport, TransportFailure
 from .rubric import Rubric
 from .settings import JudgeSettings
+from .tape import active_tape, request_key
 from .verdict import (
     Cost,
     Ranking,
@@ -153,6 +154,25 @@ class Judge:
             "seed": s.seed,
             "max_tokens": s.max_tokens,
         }
+        tape = active_tape()
+        key = request_key(body) if tape is not None else ""
+        if tape is not None and tape.replaying:
+            found = tape.answer(key)
+            if found is None:
+                raise JudgeError(
+                    "replay: the cassette holds no judge reply for this request (the transcript, "
+                    "the rubric or the judge's settings changed since it was recorded)",
+                    kind="replay",
+                )
+            return found
+        text, usage = await self._post(body)
+        if tape is not None:
+            tape.keep(key, text, usage)
+        return text, usage
+
+    async def _post(self, body: dict[str, Any]) -> tuple[str, tuple[int, int]]:
+        """The HTTP call itself."""
+        s = self.settings
         headers = {"content-type": "application/json", "accept": "application/json"}
         if s.api_key is not None:
             headers["authorization"] = f"Bearer {s.api_key.get_secret_value()}"
