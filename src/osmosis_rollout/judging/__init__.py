@@ -6,6 +6,8 @@ verdict, and the grader phase takes the verdict's score as the reward, each crit
 fails (:class:`~osmosis_rollout.errors.JudgeError`) ends the grader phase as a ``judge_error``,
 never as a reward. ``load_judge()`` finds the judge's own settings (arguments,
 ``OSMOSIS_JUDGE_*``, ``[tool.osmosis.judge]``); ``url = "mock"`` is the built-in mock judge.
+
+Public API: the names of ``__all__``; the submodules are internal (import from the package).
 """
 
 from __future__ import annotations
