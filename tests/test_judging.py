@@ -383,6 +383,23 @@ async def test_samples_of_a_row_are_ranked_together_in_one_judge_call(tmp_path: 
         assert "judge_group_spread" in row.metrics
 
 
+@pytest.mark.slow
+async def test_with_jobs_a_rows_samples_stay_in_one_worker_for_the_judge(tmp_path: Path) -> None:
+    """--jobs hands a row's samples to one worker, so its group is still ranked in one call."""
+    from osmosis_rollout.evaluation import TestOptions, run_test
+
+    rows = tmp_path / "many.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"user_prompt": f"q{i}?", "ground_truth": "a"}) + "\n" for i in range(6))
+    )
+    options = TestOptions(
+        target=f"{AGENTS}:GroupJudged", dataset=rows, samples=3, jobs=2, concurrency=3
+    )
+    report = await run_test(options)
+    assert report.summary["completed"] == 18
+    assert report.summary["judge_calls"] == 6
+
+
 async def test_validate_reward_reports_a_judge_that_rewards_an_empty_answer(
     tmp_path: Path,
 ) -> None:

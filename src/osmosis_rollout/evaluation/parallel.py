@@ -258,7 +258,10 @@ class WorkerPool:
             concurrency = max(1, run.settings.options.concurrency)
             size = min(concurrency, max(1, len(run.pending) // (8 * len(self._workers))))
             chunk: list[Item] = []
-            for _ in range(min(size, len(run.pending))):
+            # A row's --samples stay in one worker: a judge ranks them together (GroupJudge).
+            while run.pending and (
+                len(chunk) < size or run.pending[0][1].index == chunk[-1][1].index
+            ):
                 position, row = run.pending.popleft()
                 chunk.append((position, row, run.recorded(row)))
                 worker.held[position] = row
