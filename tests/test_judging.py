@@ -400,6 +400,37 @@ async def test_with_jobs_a_rows_samples_stay_in_one_worker_for_the_judge(tmp_pat
     assert report.summary["judge_calls"] == 6
 
 
+@pytest.mark.slow
+async def test_a_recorded_run_replays_with_0_judge_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--record keeps each row's judge calls in the cassette; --replay answers them from it."""
+    from osmosis_rollout.evaluation import TestOptions, run_test
+    from osmosis_rollout.evaluation.cassette import read_cassette
+
+    log = tmp_path / "judge-requests.log"
+    monkeypatch.setenv("JUDGED_AGENTS_LOG", str(log))
+    cassette = tmp_path / "cassette.jsonl"
+    target = f"{AGENTS}:HttpJudged"
+    recorded = await run_test(TestOptions(target=target, dataset=_rows(tmp_path), record=cassette))
+    assert recorded.summary["mean_reward"] == 0.75
+    assert len(log.read_text().splitlines()) == 2
+    rows = read_cassette(cassette).rows
+    assert [len(row.judge) for row in rows] == [1, 1]
+
+    log.write_text("")
+    replayed = await run_test(TestOptions(target=target, replay=cassette))
+    assert replayed.passed, [f.message for f in replayed.findings]
+    assert [r.reward for r in replayed.rows] == [0.75, 0.75]
+    assert log.read_text() == ""  # 0 judge requests
+    assert replayed.summary["judge_calls"] == 2  # answered from the cassette
+
+    log.write_text("")
+    jobs = await run_test(TestOptions(target=target, replay=cassette, jobs=2))
+    assert [r.reward for r in jobs.rows] == [0.75, 0.75]
+    assert log.read_text() == ""
+
+
 async def test_validate_reward_reports_a_judge_that_rewards_an_empty_answer(
     tmp_path: Path,
 ) -> None:

@@ -169,6 +169,8 @@ class CassetteRow(_Part):
     llm_error: RecordedLLMError | None = None
     result: RecordedResult
     findings: list[dict[str, Any]] = Field(default_factory=list)
+    #: The judge calls its grading made (``judging.tape``): a replay answers them offline.
+    judge: list[dict[str, Any]] = Field(default_factory=list)
 
     def request_messages(self) -> list[list[Message]]:
         """The full message list the agent sent at each turn, rebuilt from the deltas."""

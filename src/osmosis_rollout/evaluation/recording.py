@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..judging.tape import JudgeTape
 from ..protocol import Message, wire
 from ..testing.records import RolloutRecord
 from ..testing.traingate import MockTrainGate
@@ -77,6 +78,8 @@ class CassetteRecorder:
             ),
         )
         self.writer = CassetteWriter(path, header, secrets=secrets)
+        #: The run's judge calls, kept per rollout while it records (``use_tape``).
+        self.judge_tape = JudgeTape(replaying=False)
 
     @property
     def path(self) -> Path:
@@ -95,15 +98,19 @@ class CassetteRecorder:
         record = self.gate.records.get(result.rollout_id)
         if record is None:  # refused before the mock saw it (e.g. an invalid request)
             record = RolloutRecord(rollout_id=result.rollout_id)
-        self.writer.write_row(cassette_row(result, record))
+        judge = self.judge_tape.take(result.rollout_id)
+        self.writer.write_row(cassette_row(result, record, judge=judge))
 
     def close(self, *, complete: bool = True) -> None:
         """Finish the cassette; ``complete=False`` marks an interrupted run."""
         self.writer.close(complete=complete)
 
 
-def cassette_row(result: RowResult, record: RolloutRecord) -> CassetteRow:
-    """One row of a cassette from what the mock TrainGate saw and how the row ended."""
+def cassette_row(
+    result: RowResult, record: RolloutRecord, *, judge: list[dict[str, Any]] | None = None
+) -> CassetteRow:
+    """One row of a cassette from what the mock TrainGate saw and how the row ended (and the
+    judge calls its grading made)."""
     turns: list[dict[str, Any]] = []
     previous: list[Message] = []
     for number, (request, reply) in enumerate(zip(record.chats, record.replies, strict=False), 1):
@@ -134,6 +141,8 @@ def cassette_row(result: RowResult, record: RolloutRecord) -> CassetteRow:
         },
         "findings": [finding.as_dict() for finding in result.findings],
     }
+    if judge:
+        data["judge"] = judge
     error = record.backend_error
     if error is not None:
         data["llm_error"] = {

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError, LLMBackendError
 from ..findings import REPLAY_DIVERGED
+from ..judging.tape import JudgeTape, use_tape
 from ..protocol import CompletionsRequest, CompletionsResponse, Message, RolloutResponse
 from ..testing.records import RolloutRecord
 from .cassette import Cassette, CassetteRow, read_cassette, request_params
@@ -96,9 +97,12 @@ class ReplayBackend:
         self._unbound: dict[str, deque[CassetteRow]] = {}
         #: rollout id -> the sample it runs (``bind_rollout``), to replay that sample's row.
         self._samples: dict[str, int] = {}
+        #: The recorded judge calls: a replay answers them without a request (``use_tape``).
+        self.judge_tape = JudgeTape(replaying=True)
         for row in sorted(self.cassette.rows, key=lambda r: (r.row, r.sample)):
             key = _input_key(row.input.messages, row.input.metadata)
             self._unbound.setdefault(key, deque()).append(row)
+            self.judge_tape.load(row.judge)
         self._live: dict[str, _Replay] = {}
 
     # -- what to run ------------------------------------------------------------------------
@@ -130,8 +134,9 @@ class ReplayBackend:
         from .runner import run_batch
 
         options = self.options(concurrency=concurrency)
-        async with Harness(agent, backend=self, max_concurrent=concurrency) as harness:
-            report = await run_batch(harness, self.rows(), options)
+        with use_tape(self.judge_tape):
+            async with Harness(agent, backend=self, max_concurrent=concurrency) as harness:
+                report = await run_batch(harness, self.rows(), options)
         return ReplayReport(rows=report.rows, stopped_early=report.stopped_early)
 
     # -- the LLM backend --------------------------------------------------------------------

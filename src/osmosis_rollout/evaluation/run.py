@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ..judging.tape import use_tape
 from .assembly import Setup, closing, prepare, with_token_check
 from .model_fit import fit_to_server
 from .options import TestOptions
@@ -210,8 +211,10 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
             trajectories.row_finished(result)
         writer.add(result)
 
+    # Judge calls go to the recording (kept per row), or are answered from the cassette.
+    tape = recorder.judge_tape if recorder is not None else getattr(backend, "judge_tape", None)
     try:
-        async with closing(backend), stalls:
+        async with closing(backend), stalls, use_tape(tape):
             if pool is not None:
                 cassette = getattr(backend, "cassette", None)  # a replay: bind rows here
                 with progress as show:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..judging.tape import JudgeTape, use_tape
 from .collector import lighter_gc
 
 if TYPE_CHECKING:
@@ -119,6 +120,8 @@ class _RowReplays:
         self.mode: Literal["strict", "lenient"] = mode
         self.cassette: Cassette | None = None  # the header, from the first settings
         self._by_rollout: dict[str, ReplayBackend] = {}
+        #: The judge calls of the rows handed over, answered offline (``judging.tape``).
+        self.judge_tape = JudgeTape(replaying=True)
 
     def expect(self, rollout_id: str, recorded: str | None) -> None:
         """The next rollout ``rollout_id`` replays ``recorded`` (a cassette row line; None: a
@@ -129,6 +132,8 @@ class _RowReplays:
         assert self.cassette is not None
         header = self.cassette
         rows = [CassetteRow.model_validate_json(recorded)] if recorded is not None else []
+        for row in rows:
+            self.judge_tape.load(row.judge)
         cassette = Cassette(header.path, header.header, rows, header.complete)
         self._by_rollout[rollout_id] = ReplayBackend(cassette, mode=self.mode)
 
@@ -261,6 +266,7 @@ async def _work(
         with lighter_gc():
             async with (
                 stalls,
+                use_tape(replays.judge_tape if replays is not None else None),
                 Harness(
                     agent,
                     gate=MockTrainGate(backend),

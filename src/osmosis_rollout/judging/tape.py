@@ -12,10 +12,9 @@ no tape: it makes no request.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -83,11 +82,24 @@ def active_tape() -> JudgeTape | None:
     return _ACTIVE[-1] if _ACTIVE else None
 
 
-@contextlib.contextmanager
-def use_tape(tape: JudgeTape) -> Iterator[JudgeTape]:
-    """Send this process's judge calls to ``tape`` while the block runs."""
-    _ACTIVE.append(tape)
-    try:
-        yield tape
-    finally:
-        _ACTIVE.remove(tape)
+class use_tape:
+    """Send this process's judge calls to ``tape`` while the block runs (``with`` or ``async
+    with``; None: nothing changes)."""
+
+    def __init__(self, tape: JudgeTape | None) -> None:
+        self.tape = tape
+
+    def __enter__(self) -> JudgeTape | None:
+        if self.tape is not None:
+            _ACTIVE.append(self.tape)
+        return self.tape
+
+    def __exit__(self, *exc: object) -> None:
+        if self.tape is not None:
+            _ACTIVE.remove(self.tape)
+
+    async def __aenter__(self) -> JudgeTape | None:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
