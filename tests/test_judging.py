@@ -147,6 +147,14 @@ async def test_the_judge_asks_at_temperature_0_with_a_seed_and_its_own_key() -> 
     assert server.headers[0]["authorization"] == f"Bearer {KEY}"
 
 
+async def test_a_judge_that_echoes_its_key_never_passes_it_on() -> None:
+    verdict = await _judge(FakeJudgeServer(_verdict().replace("one word", f"key {KEY}"))).score(
+        RUBRIC, CHAT
+    )
+    assert KEY not in verdict.reasons["brief"]
+    assert "**********" in verdict.reasons["brief"]
+
+
 async def test_one_repair_then_a_verdict() -> None:
     server = FakeJudgeServer("I think it is fine", _verdict())
     judge = _judge(server)

@@ -215,7 +215,9 @@ class Judge:
                 kind="http",
             ) from None
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        return text, (_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")))
+        # The key out of the reply before anything keeps it (a verdict's reasons, a cassette).
+        tokens = (_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")))
+        return self._scrub(text), tokens
 
     def _carrier(self) -> PostTransport:
         """The carrier, made in the running event loop (a pool belongs to one loop)."""
