@@ -21,7 +21,7 @@ import anyio
 
 from ..client import RetryPolicy, default_transport
 from ..destinations import DestinationPolicy
-from ..errors import JudgeError
+from ..errors import ConfigError, JudgeError
 from ..redaction import scrub
 from ..transport import InvalidTarget, PostTransport, TransportFailure
 from .rubric import Rubric
@@ -63,7 +63,9 @@ class Judge:
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         if settings.url is None or settings.is_mock:
-            raise JudgeError("Judge needs a judge URL (the mock judge is MockJudge)", kind="http")
+            raise ConfigError(
+                "Judge needs a judge URL (the mock judge is MockJudge, or load_judge)"
+            )
         self.settings = settings
         self._given = transport
         self._transport: PostTransport | None = transport
@@ -114,7 +116,7 @@ class Judge:
         """Release the connection pool (a transport handed in is the caller's to close)."""
         if self._transport is not None and self._given is None:
             await self._transport.aclose()
-        self._transport = None
+            self._transport = None
 
     async def _judge(
         self, prompt: list[dict[str, str]], parse: Callable[[str], T]
