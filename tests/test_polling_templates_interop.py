@@ -57,6 +57,12 @@ SCRIPTS: dict[str, list[Any]] = {
         {"tool_calls": [{"name": "run_python", "arguments": {"code": "print(sum(range(101)))"}}]},
         "5050",
     ],
+    # The row's gold answer; the project's own mock judge (url = "mock") grades it, offline and
+    # under osmosis serve alike.
+    "judge": [
+        "Air molecules scatter short blue wavelengths of sunlight much more than red ones, so "
+        "blue light reaches our eyes from every direction of the sky."
+    ],
 }
 
 
