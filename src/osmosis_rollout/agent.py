@@ -34,7 +34,7 @@ from .protocol import (
     RolloutStatus,
 )
 from .redaction import loggable
-from .results import CompletionsResult, RolloutResult, result_extras
+from .results import CompletionsResult, RolloutResult, reply_message, result_extras
 
 if TYPE_CHECKING:
     from .endpoint.tool_history import ObservedCall
@@ -373,7 +373,7 @@ class RolloutContext:
         }
         if response is not None:
             choice = response.choices[0]
-            event["reply"] = choice.message.model_dump(mode="json", exclude_none=True)
+            event["reply"] = reply_message(choice.message)  # as the agent appends it
             event["finish_reason"] = choice.finish_reason
             event["usage"] = response.usage.model_dump()
         if error is not None:

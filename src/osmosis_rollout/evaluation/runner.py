@@ -229,9 +229,11 @@ def served_figures(row: RowResult, outcome: RolloutOutcome) -> None:
     served_ms = outcome.record.served_ms
     if served_ms:
         row.llm_ms = sum(served_ms)
-    if not row.tool_calls:
+    metrics = outcome.result.metrics if outcome.result is not None else None
+    told = metrics.model_fields_set if metrics is not None else set()
+    if "num_tool_calls" not in told:  # a server that counted them said so, 0 included
         row.tool_calls = sum(len(r.choices[0].message.tool_calls or ()) for r in replies)
-    if not row.latency_ms:
+    if "total_latency_ms" not in told:
         row.latency_ms = outcome.wall_ms
 
 
