@@ -42,6 +42,17 @@ def test_an_odd_ipv4_host_equal_to_the_rollout_id_is_refused(spelling: str) -> N
         V2Init.model_validate(_v2_init(spelling, spelling))
 
 
+@pytest.mark.parametrize(("scheme", "port"), [("http://", ""), ("HTTP://", ""), ("http://", ":80")])
+def test_the_host_is_checked_as_written_however_the_url_is_spelled(scheme: str, port: str) -> None:
+    """The host ends where ``urlsplit`` ends it, the scheme in any case, a port or none: the id
+    in the host is never templated away (the host is found by a pattern, not ``urlsplit``)."""
+    body = _v2_init("2130706433", f"2130706433{port}")
+    for name in ("chat_completions_url", "completion_callback_url"):
+        body[name] = body[name].replace("http://", scheme)
+    with pytest.raises(ValidationError, match="four decimal numbers"):
+        V2Init.model_validate(body)
+
+
 def test_the_rollout_id_in_the_path_is_still_checked_once_per_shape() -> None:
     """The templating stays for the path: many ids under one controller share one check."""
     for number in range(3):

@@ -26,6 +26,7 @@ from osmosis_rollout.protocol import (
     StatusAnswer,
     V2Init,
     V2InitReceived,
+    check_secret,
 )
 from osmosis_rollout.server.types import terminal
 from osmosis_rollout.server.wire import all_wires
@@ -333,3 +334,24 @@ def test_the_polling_start_is_one_model_read_leniently_by_the_server() -> None:
     assert PollingInitReceived.model_validate({**body, "novel": 1}).rollout_id == "r-1"
     assert set(PollingInitReceived.model_fields) == set(PollingInit.model_fields)
     assert issubclass(Served, PollingInitReceived)  # the server's reading is the protocol's
+
+
+@pytest.mark.parametrize(
+    ("key", "taken"),
+    [
+        ("sk-live_1.~!", True),
+        ("", True),
+        ("a b", False),
+        ("a\tb", False),
+        ("a\x7f", False),
+        ("clé", False),
+        ("a\x00", False),
+    ],
+)
+def test_a_secret_is_printable_ascii_without_spaces(key: str, taken: bool) -> None:
+    """It goes into a header: a space, a control character or non-ASCII would break it."""
+    if taken:
+        assert check_secret(key, "controller_api_key") == key
+    else:
+        with pytest.raises(ValueError, match="printable ASCII without spaces"):
+            check_secret(key, "controller_api_key")

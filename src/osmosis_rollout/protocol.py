@@ -471,7 +471,7 @@ class _V2Body(BaseModel):
 
 def check_secret(value: str | None, name: str) -> str | None:
     """``value`` if it is printable ASCII without spaces (it goes into a header)."""
-    if value is not None and not all(" " < c <= "~" for c in value):
+    if value is not None and not (value.isascii() and value.isprintable() and " " not in value):
         raise ValueError(f"{name} must be printable ASCII without spaces")
     return value
 

@@ -177,14 +177,17 @@ def check_called_url(value: str, name: str, rollout_id: str | None = None) -> st
     return value
 
 
+#: ``scheme://netloc`` as ``urlsplit`` reads it (the netloc ends at the first ``/``, ``?`` or
+#: ``#``), for the URLs it reads without changing them: a lower-case scheme, an ASCII netloc
+#: without spaces or brackets (the rest, IPv6 hosts too, are checked whole).
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\[\]\s]+(?=[/?#]|\Z)", re.ASCII)
+
+
 def _origin_of(value: str) -> str | None:
-    """``scheme://netloc`` as ``value`` starts with it, or None when it does not."""
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return None
-    origin = f"{parts.scheme}://{parts.netloc}"
-    return origin if parts.netloc and value.startswith(origin) else None
+    """``scheme://netloc`` as ``value`` starts with it, or None when it does not (a regular
+    expression: ``urlsplit`` on each of an init's three URLs cost as much as the rest of it)."""
+    match = _ORIGIN.match(value)
+    return match.group() if match and match.group().isascii() else None
 
 
 def _check(value: str, name: str) -> None:

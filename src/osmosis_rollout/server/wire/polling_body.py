@@ -9,10 +9,10 @@ polling fields, so a repeated id is "the same body" exactly when all of them mat
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import ValidationInfo, model_validator
+from pydantic_core import from_json
 
 from ...protocol import PollingInitReceived, RolloutRequest
 from ...redaction import ApiKey
@@ -29,11 +29,12 @@ def is_v2_body(body: bytes) -> bool:
     controller key as a top-level key (any value, null too: a v2 controller that sent a null
     URL gets v2's 422, not a polling rollout nobody polls). A body that is not a JSON object
     goes to v2's parser too (its 422 is as bounded as ours). Most bodies name none of the
-    three anywhere, and are told apart by a substring search without parsing twice."""
+    three anywhere, and are told apart by a substring search without parsing twice; the others
+    are parsed with pydantic's parser, a third of ``json.loads``'s CPU (every v2 start pays it)."""
     if not any(mark in body for mark in _V2_MARKS):
         return False
     try:
-        value = json.loads(body)
+        value = from_json(body)
     except ValueError:
         return True
     if not isinstance(value, dict):

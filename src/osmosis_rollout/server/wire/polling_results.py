@@ -330,7 +330,7 @@ class PollingResults:
         """The registry moved ``entry``: wake its polls, ``STATUS_NEWS_S`` later, if what they
         report changed (a result stored meanwhile wakes them at once, with the result: a fast
         rollout is then one poll, not one per status)."""
-        if entry.phase not in _REPORTED or not self._waiters:
+        if not self._waiters or entry.phase not in _REPORTED:  # no poll waits: v1 and v2 alone
             return
         event = self._waiters.get(entry.rollout_id)
         if event is not None:
