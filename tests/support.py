@@ -82,15 +82,16 @@ def line_of(path: Path, marker: str) -> int:
     raise AssertionError(f"{marker!r} not in {path}")
 
 
-def has_null(value: Any) -> bool:
-    """Whether a JSON value holds a ``null`` anywhere."""
-    if value is None:
-        return True
+def has_stray_null(value: Any) -> bool:
+    """Whether a JSON value holds a ``null`` other than the one the wire keeps: an assistant
+    message's ``"content": null`` beside its tool calls, sent as the legacy SDK sent it
+    (docs/protocol.md, issue 41)."""
     if isinstance(value, dict):
-        return any(has_null(v) for v in value.values())
+        kept = value.get("content") is None and bool(value.get("tool_calls"))
+        return any(has_stray_null(v) for k, v in value.items() if not (kept and k == "content"))
     if isinstance(value, list):
-        return any(has_null(v) for v in value)
-    return False
+        return any(has_stray_null(v) for v in value)
+    return value is None
 
 
 async def wait_until(predicate: Any, timeout_s: float) -> None:

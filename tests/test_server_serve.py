@@ -27,7 +27,7 @@ from osmosis_rollout.testing.harness import MOCK_API_KEY
 
 from .gates import ADD_CALL, ANSWER, CHAT, COMPLETED, RecordingGate
 from .processes import REPO, ServeProcess, clean_env, osmosis_serve
-from .support import has_null
+from .support import has_stray_null
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -98,11 +98,11 @@ async def test_tool_rollout_end_to_end_matches_the_protocol_field_by_field(
         assert body["max_tokens"] == 64
         assert "tools" not in body
         assert "seed" not in body  # a null completion param is dropped, not sent as null
-        assert not has_null(body)
+        assert not has_stray_null(body)  # only a tool-call turn's content: null
     assert bodies[0]["temperature"] == 0.7
     assert bodies[1]["temperature"] == 0.2  # the agent's per-call override wins
     assert bodies[0]["messages"] == [user]
-    first_reply = {"role": "assistant", **{k: v for k, v in ADD_CALL.items() if v is not None}}
+    first_reply = {"role": "assistant", **ADD_CALL}  # content: null kept, as the legacy SDK
     assert bodies[1]["messages"][:2] == [user, first_reply]  # append-only
     assert bodies[1]["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": "7"}
 
@@ -110,7 +110,7 @@ async def test_tool_rollout_end_to_end_matches_the_protocol_field_by_field(
     assert callback.headers["authorization"] == f"Bearer {MOCK_API_KEY}"
     assert callback.headers["x-request-id"] == "e2e-1:completed"
     result = callback.json()
-    assert not has_null(result)
+    assert not has_stray_null(result)
     assert set(result) == {
         "rollout_id",
         "status",
