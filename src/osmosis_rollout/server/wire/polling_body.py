@@ -15,7 +15,7 @@ from pydantic import ValidationInfo, model_validator
 from pydantic_core import from_json
 
 from ...protocol import PollingInitReceived, RolloutRequest
-from ...redaction import ApiKey
+from .v2_body import start_fields
 
 __all__ = ["V2_ONLY_FIELDS", "PollingInit", "PollingRollout", "is_v2_body"]
 
@@ -68,21 +68,8 @@ class PollingRollout(RolloutRequest):
     @classmethod
     def of(cls, body: PollingInit) -> PollingRollout:
         """The rollout ``body`` asks for (already checked: built without validating again)."""
-        metadata = dict(body.metadata or {})
-        if body.label is not None:
-            metadata.setdefault("ground_truth", body.label)
         return cls.model_construct(
-            rollout_id=body.rollout_id,
-            server_url=body.chat_completions_url.rstrip("/"),
-            messages=body.initial_messages,
-            completion_params={},
-            metadata=metadata,
-            api_key=ApiKey(body.llm_api_key) if body.llm_api_key is not None else None,
-            agent_timeout_sec=body.agent_timeout_sec,
-            grader_timeout_sec=body.grader_timeout_sec,
-            label=body.label,
-            extra_fields=body.extra_fields,
-            grade=body.grade,
+            **start_fields(body), rollout_id=body.rollout_id, grade=body.grade
         )
 
     def called_urls(self) -> list[tuple[str, str]]:

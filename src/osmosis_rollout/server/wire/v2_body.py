@@ -15,10 +15,30 @@ from typing import Any
 
 from pydantic import PrivateAttr
 
-from ...protocol import RolloutRequest, V2Init
+from ...protocol import PollingInitReceived, RolloutRequest, V2Init
 from ...redaction import ApiKey
 
 __all__ = ["V2Rollout"]
+
+
+def start_fields(body: V2Init | PollingInitReceived) -> dict[str, Any]:
+    """What a ``POST /rollout`` body (v2's or polling's) gives the rollout it starts, the same
+    on both wires: the history, the chat URL and key, the label (also as ``ground_truth``), the
+    timeouts and ``extra_fields``."""
+    metadata = dict(body.metadata or {})
+    if body.label is not None:
+        metadata.setdefault("ground_truth", body.label)
+    return {
+        "server_url": body.chat_completions_url.rstrip("/"),
+        "messages": body.initial_messages,
+        "completion_params": {},
+        "metadata": metadata,
+        "api_key": ApiKey(body.llm_api_key) if body.llm_api_key is not None else None,
+        "agent_timeout_sec": body.agent_timeout_sec,
+        "grader_timeout_sec": body.grader_timeout_sec,
+        "label": body.label,
+        "extra_fields": body.extra_fields,
+    }
 
 
 class V2Rollout(RolloutRequest):
@@ -37,22 +57,11 @@ class V2Rollout(RolloutRequest):
     @classmethod
     def of(cls, body: V2Init) -> V2Rollout:
         """The rollout ``body`` asks for (already checked: built without validating again)."""
-        metadata = dict(body.metadata or {})
-        if body.label is not None:
-            metadata.setdefault("ground_truth", body.label)
         rollout = cls.model_construct(
+            **start_fields(body),
             rollout_id=body.rollout_id or uuid.uuid4().hex,
-            server_url=body.chat_completions_url.rstrip("/"),
-            messages=body.initial_messages,
-            completion_params={},
-            metadata=metadata,
-            api_key=ApiKey(body.llm_api_key) if body.llm_api_key is not None else None,
             completion_callback_url=body.completion_callback_url,
             grader_callback_url=body.grader_callback_url,
-            agent_timeout_sec=body.agent_timeout_sec,
-            grader_timeout_sec=body.grader_timeout_sec,
-            label=body.label,
-            extra_fields=body.extra_fields,
             id_given=body.rollout_id is not None,
         )
         rollout._controller_key = body.controller_api_key

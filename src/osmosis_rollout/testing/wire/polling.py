@@ -57,7 +57,7 @@ from ..protocol_checks_polling import (
 from ..protocol_checks_v2 import check_cancel
 from ..records import RolloutRecord, V2Exchange
 from . import MOCK_API_KEY, GateState, Handler, ServerCalls, ServerLink, as_response, server_headers
-from .v2 import V2Controller, declared_tools, retry_after, start_label, v2_metrics
+from .v2 import V2Controller, declared_tools, raw_path, retry_after, start_label, v2_metrics
 
 if TYPE_CHECKING:
     import httpx2
@@ -134,9 +134,7 @@ class PollingController:
         return [Route(f"{_PREFIX}{{rest:path}}", self._serve, methods=["POST"])]
 
     async def _serve(self, request: Request) -> Response:
-        raw = request.scope.get("raw_path")  # undecoded: an id may hold an encoded "/"
-        path = raw.decode("latin-1").partition("?")[0] if raw else request.url.path
-        rollout_id = polling_route(path)
+        rollout_id = polling_route(raw_path(request))
         if rollout_id is None:
             from starlette.responses import Response
 

@@ -131,6 +131,12 @@ def _same(token: str | None, key: str) -> bool:
     return token is not None and hmac.compare_digest(token.encode("utf-8", "replace"), key.encode())
 
 
+def raw_path(request: Request) -> str:
+    """The request's path as sent, undecoded (a rollout id may hold an encoded "/")."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1").partition("?")[0] if raw else request.url.path
+
+
 class V2Controller:
     """Protocol v2's side of one mock TrainGate (see the module docstring)."""
 
@@ -150,9 +156,7 @@ class V2Controller:
         return [Route(f"{_PREFIX}{{rest:path}}", self._serve, methods=["POST"])]
 
     async def _serve(self, request: Request) -> Response:
-        raw = request.scope.get("raw_path")  # undecoded: an id may hold an encoded "/"
-        path = raw.decode("latin-1").partition("?")[0] if raw else request.url.path
-        route = v2_route(path)
+        route = v2_route(raw_path(request))
         if route is None:
             from starlette.responses import Response
 
