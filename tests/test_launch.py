@@ -45,7 +45,8 @@ async def test_a_launched_server_is_told_its_port_answers_and_is_stopped(tmp_pat
         assert reply.status_code == 200
         assert reply.json()["instance_id"] == server.instance_id
         pid = server.process.pid
-        assert f"serving on {server.port} (ROLLOUT_PORT={server.port})" in server.last_lines()
+        said = f"serving on {server.port} (ROLLOUT_PORT={server.port}, OSMOSIS_HOST=127.0.0.1)"
+        assert said in server.last_lines()
     assert server.process.returncode is not None
     assert not _alive(pid)
 

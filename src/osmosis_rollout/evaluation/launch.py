@@ -99,6 +99,9 @@ async def launch(spec: LaunchSpec) -> AsyncIterator[LaunchedServer]:
     env = {**os.environ, **spec.env}
     env.update(dict.fromkeys(PORT_VARIABLES, str(port)))
     env.setdefault(INSTANCE_VARIABLE, f"osmosis-test-{secrets.token_hex(6)}")
+    # Reached on 127.0.0.1 only: a main.py that binds the platform's 0.0.0.0 (ours, through
+    # `osmosis serve`) binds loopback instead, so it may call the mock on 127.0.0.1 back.
+    env.setdefault("OSMOSIS_HOST", "127.0.0.1")
     env.setdefault("PYTHONUNBUFFERED", "1")
     process = _start(argv, spec, env)
     output: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)

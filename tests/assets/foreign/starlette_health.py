@@ -37,7 +37,11 @@ if MODE == "stubborn":
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a server that ignores SIGTERM
-print(f"serving on {port} (ROLLOUT_PORT={os.environ.get('ROLLOUT_PORT')})", flush=True)
+print(
+    f"serving on {port} (ROLLOUT_PORT={os.environ.get('ROLLOUT_PORT')}, "
+    f"OSMOSIS_HOST={os.environ.get('OSMOSIS_HOST')})",
+    flush=True,
+)
 uvicorn.run(
     Starlette(routes=[Route("/health", health), Route("/rollout", accept, methods=["POST"])]),
     host="127.0.0.1",
