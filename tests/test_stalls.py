@@ -6,13 +6,18 @@ tests/test_tool_errors.py; here, the waits that are not the agent's blocking cod
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import ssl
 import sys
+import time
+from pathlib import Path
 from types import FrameType
 
 import pytest
 
-from osmosis_rollout.evaluation import stalls
+from osmosis_rollout.evaluation import TestOptions, run_test, stalls
 from osmosis_rollout.evaluation.stalls import _handing_over
 
 
@@ -58,3 +63,54 @@ def test_a_stall_mostly_spent_waiting_for_a_cpu_is_the_machines(
     monkeypatch.setattr(stalls, "_sched_times", lambda native_id: (10_000_000, 5_000_000))
     monkeypatch.setattr(stalls, "_process_wait", lambda: 5_000_000)
     assert not monitor._queued(0.5)  # 0.485 s slept on the loop: the agent's time.sleep
+
+
+def test_reading_the_ca_certificates_for_a_new_http_client_is_once_only() -> None:
+    """The OpenAI Agents SDK's first ``Runner.run`` builds its trace exporter's HTTP client,
+    whose TLS context read the CA certificates for 0.27 s on a loaded machine: the template's
+    first row failed with a false ``event_loop_stall`` (CI, Python 3.13). Other functions of
+    ssl.py, and a user's function of the same name, are still judged."""
+    ssl_py = os.path.join(os.sep, "usr", "lib", "python3.13", "ssl.py")
+    assert _handing_over(_frame_of("create_default_context", ssl_py))
+    assert _handing_over(_frame_of("load_default_certs", ssl_py))
+    assert not _handing_over(_frame_of("recv", ssl_py))
+    agent_py = os.path.join(os.sep, "work", "agent.py")
+    assert not _handing_over(_frame_of("create_default_context", agent_py))
+
+
+TLS_AGENT = """
+import ssl
+from osmosis_rollout import RolloutAgentLoop
+
+
+class Tls(RolloutAgentLoop):
+    name = "tls"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        ssl.create_default_context()  # an HTTP client made on the loop, as the Agents SDK does
+        result = await ctx.chat(list(ctx.request.messages))
+        return ctx.complete([*ctx.request.messages, result.message], reward=1.0)
+"""
+
+
+def test_a_slow_certificate_load_under_run_is_no_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: the certificates take 0.3 s to read (a loaded machine) inside the agent's
+    ``run``; the row passes with no finding (a ``time.sleep`` of that length in ``run`` is one:
+    tests/test_tool_errors.py)."""
+
+    def slow_certificates(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        time.sleep(0.3)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs", slow_certificates)
+    agent = tmp_path / "tls_agent.py"
+    agent.write_text(TLS_AGENT)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"user_prompt": "q"}) + "\n")
+    report = asyncio.run(run_test(TestOptions(target=f"{agent}:Tls", dataset=rows)))
+    assert report.rows[0].findings == []
+    assert report.summary["passed"] == 1

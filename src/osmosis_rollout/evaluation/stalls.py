@@ -6,7 +6,8 @@ heartbeat callback on the loop marks each time the loop gets round to it; a watc
 that sees the heartbeat late looks at the loop thread's stack: inside a rollout (the frame of
 ``run_rollout``), the stall is that rollout's, at the innermost line of the user's own code.
 Stalls shorter than ``threshold_s`` are not reported, nor ones in this library's own code (a
-first ``ctx.chat`` importing its HTTP client, say), nor one the loop thread spent mostly waiting
+first ``ctx.chat`` importing its HTTP client, say), nor once-only waits in any code (an import,
+a thread's start, a TLS context's certificates), nor one the loop thread spent mostly waiting
 for a CPU (a busy machine, not the agent): on Linux its schedstat splits the stall into running,
 waiting on the run queue and sleeping, and a stall counts by what the thread ran or slept.
 """
@@ -208,14 +209,23 @@ def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
     return None
 
 
+#: ``ssl.py``'s functions that read the system's CA certificates: what an HTTP client does once,
+#: when it is made (measured: 0.27 s on a loaded 2-core machine under the OpenAI Agents SDK's
+#: first ``Runner.run``, which builds its trace exporter's client even with tracing disabled).
+_CERTIFICATE_LOADING = frozenset({"create_default_context", "load_default_certs"})
+
+
 def _handing_over(frame: FrameType) -> bool:
-    """Whether the frame is the import system or ``Thread.start`` (``asyncio.to_thread``'s first
-    call): a wait that is a module's first use, or the new thread waiting for a CPU on a busy
-    machine, not code that blocks the loop each time it runs (measured: 0.65 s in
-    ``Thread.start`` under the openai client's first call on a loaded 2-core machine)."""
+    """Whether the frame is a once-only wait, not code that blocks the loop each time it runs:
+    the import system (a module's first use), ``Thread.start`` (``asyncio.to_thread``'s first
+    call: the new thread waiting for a CPU on a busy machine, measured 0.65 s under the openai
+    client's first call on a loaded 2-core machine) or reading the CA certificates for a new
+    HTTP client's TLS context."""
     code = frame.f_code
     if code.co_filename.startswith("<frozen importlib"):
         return True
+    if code.co_filename.endswith(f"{os.sep}ssl.py"):
+        return code.co_name in _CERTIFICATE_LOADING
     return code.co_name == "start" and code.co_filename.endswith(f"{os.sep}threading.py")
 
 
