@@ -113,7 +113,6 @@ def test_findings_make_the_exit_code_1() -> None:
         ([CALCULATOR, "--server", "http://127.0.0.1:1", "-d", DATASET], "not both"),
         (["--server", "http://127.0.0.1:1", "-d", DATASET], "cannot reach the rollout server"),
         ([CALCULATOR, "-d", DATASET, "--protocol", "v3"], "--protocol 'v3': choose v1 or v2"),
-        ([CALCULATOR, "-i", "--protocol", "v2"], "--interactive steps rollouts over protocol v1"),
     ],
 )
 def test_usage_errors_exit_2_with_one_clear_line(args: list[str], message: str) -> None:

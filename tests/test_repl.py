@@ -649,6 +649,38 @@ async def test_interactive_against_a_keyed_running_server() -> None:
     assert "rollout COMPLETED" in screen.getvalue()
 
 
+@pytest.mark.parametrize("protocol", ["v2", "polling"])
+async def test_interactive_steps_a_server_over_v2_and_polling(protocol: str) -> None:
+    """Every wire steps: a reply edited at the prompt is the one the server's agent gets (its
+    tool call runs, then the edited answer is graded), over the callback and polling wires."""
+    from osmosis_rollout.server import create_app
+
+    from .support import serve_in_thread
+
+    app = create_app(calculator(), shutdown_grace_s=0)
+    screen = Screen()
+    with serve_in_thread(app, lifespan="on") as url, create_pipe_input() as pipe:
+        session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
+        pipe.send_text("n\nedit\n41\nn\nq\n")
+        pipe.close()
+        with anyio.fail_after(30):
+            code = await run_repl(
+                None,
+                backend=ScriptedBackend([add_call(12, 30), {"content": "42"}]),
+                rows=ROWS,
+                start_row=1,
+                server_url=url,
+                protocol=protocol,
+                session=session,
+                console=Console(file=screen, width=120),
+            )
+    text = screen.getvalue()
+    assert code == 0
+    assert "turn 2" in text
+    assert "rollout COMPLETED" in text
+    assert re.search(r"reward 0\b", text), text  # the edited 41, not the scripted 42
+
+
 # --------------------------------------------------------------------------------------------
 # long messages, and the metrics of a cancelled rollout
 # --------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from osmosis_rollout.cli import app
 
 ASSETS = Path(__file__).parent / "assets"
 VOLATILE_ROW = {"rollout_id", "latency_ms", "llm_ms", "tool_ms", "other_ms", "trace"}
-VOLATILE_SUMMARY = {"wall_s", "rollouts_per_s", "latency_ms_p50", "latency_ms_p95"}
+# How many rows a run kept from the file (``resumed``) differs by design, like its timings.
+VOLATILE_SUMMARY = {"wall_s", "rollouts_per_s", "latency_ms_p50", "latency_ms_p95", "resumed"}
 ROWS = [
     {"user_prompt": f"What is {i} + {i}?", "ground_truth": str(2 * i), "wait": i > 3}
     for i in range(1, 8)
@@ -195,3 +196,21 @@ def test_a_resumed_recording_holds_every_row_and_replays(tmp_path: Path) -> None
     summary = json.loads(replayed.stdout)
     assert summary["rows"] == len(ROWS)
     assert summary["findings"] == {}
+
+
+def test_a_run_that_resumes_everything_says_so_instead_of_a_throughput(tmp_path: Path) -> None:
+    """Every row already in the file: nothing runs, and the summary says how many were kept,
+    not a rollouts/s figure of rows run before (it showed 47525.7 rollouts/s over 0 ms)."""
+    from .support import CALCULATOR, DATASET
+
+    out = tmp_path / "whole.jsonl"
+    args = ["test", CALCULATOR, "-d", DATASET, "-o", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    again = CliRunner().invoke(app, [*args, "--resume", "--json"])
+    assert again.exit_code == 0, again.output
+    rows = len(Path(DATASET).read_text().splitlines())
+    summary = json.loads(again.stdout)
+    assert summary["resumed"] == rows
+    assert summary["rollouts_per_s"] == 0
+    shown = CliRunner().invoke(app, [*args, "--resume"], env={"COLUMNS": "200"})
+    assert f"none run: all {rows} kept from the results file (--resume)" in shown.output

@@ -117,9 +117,9 @@ def check_mode_flags(
         fail(f"{flag} works only in batch mode, not with --interactive")
 
 
-def check_protocol(protocol: str, *, interactive: bool, command: str = "test") -> MockWire:
-    """``--protocol`` (any case): one of ``testing.wire.WIRES``; the interactive debugger
-    steps only the wires that say they can be stepped."""
+def check_protocol(protocol: str, *, command: str = "test") -> MockWire:
+    """``--protocol`` (any case): one of ``testing.wire.WIRES`` (the interactive debugger
+    steps each of them)."""
     from ..errors import ConfigError
     from ..testing.wire import wire_named, wire_names
 
@@ -135,13 +135,6 @@ def check_protocol(protocol: str, *, interactive: bool, command: str = "test") -
         fail(
             f"--protocol {protocol!r}: choose {' or '.join(wire_names())}",
             hint=f"{example} --protocol {other}",
-        )
-    if interactive and not wire.steppable:
-        steppable = " or ".join(w.protocol for w in WIRES if w.steppable)
-        fail(
-            f"--interactive steps rollouts over protocol {steppable} only: drop --protocol "
-            f"{wire.protocol}, or run the batch with it",
-            hint=f"{example} --protocol {wire.protocol}",
         )
     return wire
 

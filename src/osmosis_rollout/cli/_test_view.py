@@ -25,6 +25,11 @@ def warn(message: str) -> None:
     stderr_console().print(f"[yellow]Warning:[/] {escape(message)}", soft_wrap=True)
 
 
+def info(message: str) -> None:
+    """``message`` on stderr, as it is (what the run found out, e.g. the wire)."""
+    stderr_console().print(escape(message), soft_wrap=True)
+
+
 class Shown(RunObserver):
     """The run as the terminal shows it: warnings, a progress bar on stderr, an interrupt."""
 
@@ -147,24 +152,27 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
 
 
 def interactive_run(options: TestOptions, *, start_row: int | None) -> int:
-    """The REPL over the same setup as a batch, with the backend closed afterwards."""
+    """The REPL over the same setup as a batch, with the backend closed afterwards: on the
+    server ``--server`` names or ``--launch`` starts (stopped after), over the wire it speaks."""
     from ..evaluation.assembly import closing, prepare
+    from ..evaluation.served import served
     from ..repl import run_repl
 
-    setup = prepare(options, warn=warn, start_row=start_row)
-
     async def repl() -> int:
-        async with closing(setup.backend):
-            return await run_repl(
-                setup.agent,
-                backend=setup.backend,
-                rows=setup.rows,
-                start_row=start_row,
-                server_url=options.server,
-                server_key=options.api_key,
-                completion_params=setup.completion_params,
-                max_turns=setup.max_turns,
-                debug_dir=options.debug_dir,
-            )
+        async with served(options, info) as live:
+            setup = prepare(live, warn=warn, start_row=start_row)
+            async with closing(setup.backend):
+                return await run_repl(
+                    setup.agent,
+                    backend=setup.backend,
+                    rows=setup.rows,
+                    start_row=start_row,
+                    server_url=live.server,
+                    server_key=live.api_key,
+                    protocol=live.wire.protocol,
+                    completion_params=setup.completion_params,
+                    max_turns=setup.max_turns,
+                    debug_dir=live.debug_dir,
+                )
 
     return run_async(repl())

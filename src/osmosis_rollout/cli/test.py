@@ -377,11 +377,6 @@ def command_test(
     if launch is not None and (server is not None or target is not None):
         other = "--server URL" if server is not None else "TARGET"
         fail(f"give either --launch CMD (start that server) or {other}, not both")
-    if launch is not None and interactive:
-        fail(
-            "--interactive steps rollouts in process or on --server, not with --launch yet: "
-            "start the server yourself and give --server URL"
-        )
     remote = server or launch
     from ._cassettes import check_flags
 
@@ -411,7 +406,7 @@ def command_test(
             "--resume continues the results file of --output: give it",
             hint="osmosis test agent.py:MyAgent -d rows.jsonl -o results.jsonl --resume",
         )
-    wire = check_protocol(protocol, interactive=interactive)
+    wire = check_protocol(protocol)
     if not wire.turn_budget and _given(context, "max_turns"):
         say_no_turn_budget(wire)
     if interactive and trajectories is not None:

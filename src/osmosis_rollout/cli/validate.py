@@ -71,7 +71,7 @@ def validate_command(
     from ..render import validation_report
     from ..validator import validate_agent_loop_async
 
-    wire = check_protocol(protocol, interactive=False, command="validate").protocol
+    wire = check_protocol(protocol, command="validate").protocol
     target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
     if reward:
         from ._validate_reward import reward_checks

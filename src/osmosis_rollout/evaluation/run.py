@@ -246,7 +246,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                         report = await run_batch(harness, todo, run_options, on_result=on_result)
         if previous:
             order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
-            report = BatchReport(order, report.wall_s, report.stopped_early)
+            report = BatchReport(order, report.wall_s, report.stopped_early, len(previous))
         summary = _summary(report, options, setup, fp, support)
         if pool is not None and fit.backend is not None:  # the turns ran in the workers
             fit.backend.times.merge(pool.times.state())

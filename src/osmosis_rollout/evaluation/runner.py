@@ -170,6 +170,8 @@ class BatchReport:
     rows: list[RowResult]
     wall_s: float
     stopped_early: str | None = None
+    #: How many of ``rows`` a ``--resume`` kept from the results file (not run in ``wall_s``).
+    resumed: int = 0
 
 
 def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = "") -> RowResult:
@@ -417,6 +419,9 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "mean_reward": round(sum(rewards) / len(rewards), 6) if rewards else None,
         "reward_components": _component_means(rows),
         "wall_s": round(report.wall_s, 3),
-        "rollouts_per_s": round(len(ran) / report.wall_s, 3) if report.wall_s > 0 else 0.0,
+        "rollouts_per_s": (
+            round((len(ran) - report.resumed) / report.wall_s, 3) if report.wall_s > 0 else 0.0
+        ),
+        "resumed": report.resumed,
         "stopped_early": report.stopped_early,
     }

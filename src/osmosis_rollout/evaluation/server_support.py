@@ -31,11 +31,12 @@ from ..testing.records import Finding
 if TYPE_CHECKING:
     from .runner import RowResult
 
-__all__ = ["ServerSupport"]
+__all__ = ["ServerSupport", "server_property"]
 
 
-def _unsupported(finding: Finding) -> str | None:
-    """The run-level code a row finding stands for, if it shows a missing feature."""
+def server_property(finding: Finding) -> str | None:
+    """The run-level code a row finding stands for, if it shows a property of the server (a
+    missing feature, a defect of its start answer) rather than of the rollout."""
     details = finding.details or {}
     if finding.code == STATUS_WRONG and details.get("status") == "unknown":
         return STATUS_UNSUPPORTED
@@ -61,7 +62,7 @@ class ServerSupport:
         self.rows += 1
         kept = []
         for finding in row.findings:
-            code = _unsupported(finding)
+            code = server_property(finding)
             if code is None:
                 kept.append(finding)
                 continue

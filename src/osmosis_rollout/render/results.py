@@ -167,10 +167,15 @@ def summary_table(summary: dict[str, Any]) -> Table:
     groups = summary.get("groups")
     if groups and (groups["samples"] > 1 or "by" in groups):
         _group_rows(table, groups)
-    table.add_row(
-        "throughput",
-        f"{summary['rollouts_per_s']:.1f} rollouts/s over {format_ms(summary['wall_s'] * 1000)}",
+    resumed = summary.get("resumed") or 0
+    throughput = (
+        f"{summary['rollouts_per_s']:.1f} rollouts/s over {format_ms(summary['wall_s'] * 1000)}"
     )
+    if resumed and resumed == summary.get("rows"):
+        throughput = f"none run: all {resumed} kept from the results file (--resume)"
+    elif resumed:
+        throughput += f" ({resumed} kept from the results file, not run)"
+    table.add_row("throughput", throughput)
     if summary.get("stopped_early"):
         table.add_row("stopped early", f"[red]{escape(summary['stopped_early'])}[/]")
     for finding in summary.get("run_findings") or []:

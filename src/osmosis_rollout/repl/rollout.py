@@ -8,6 +8,7 @@ the queue) so the prompt loop only decides what to run and what each command doe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from rich.rule import Rule
 from ..agent import RolloutContext
 from ..errors import OsmosisError
 from ..evaluation.runner import RowResult, result_from_outcome
+from ..evaluation.server_support import server_property
 from ..protocol import Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..testing.harness import Harness, RolloutOutcome
 from ..testing.records import RolloutRecord
@@ -193,10 +195,25 @@ class RolloutDriver:
             raise exc
         outcome = task.result()
         row = result_from_outcome(start.row or 0, outcome, gate_url=self.harness.gate.base_url)
+        # What the server is (no status route, no key), not what this rollout did: said apart.
+        server_notes = [
+            dataclasses.replace(f, code=code)
+            for f in row.findings
+            if (code := server_property(f)) is not None
+        ]
+        row.findings = [f for f in row.findings if server_property(f) is None]
+        seen = self.harness.rollout_server is None and _fill_untold_metrics(row, outcome)
         times = self.stepper.times.pop(active.rollout_id, TurnTimes())
         answered = len(outcome.record.replies)
         self.terminal.show(
-            outcome_view(row, paused_ms=times.paused_ms, model_ms=times.model_ms, answered=answered)
+            outcome_view(
+                row,
+                paused_ms=times.paused_ms,
+                model_ms=times.model_ms,
+                answered=answered,
+                server_notes=server_notes,
+                metrics_title="Metrics, as the mock TrainGate served them" if seen else "Metrics",
+            )
         )
         return Finished(row, list(outcome.record.tools), times, answered)
 
@@ -250,6 +267,22 @@ class RolloutDriver:
         server = self.harness.rollout_server
         entry = server.registry.by_id.get(rollout_id) if server is not None else None
         return entry.control.context if entry is not None else None
+
+
+def _fill_untold_metrics(row: RowResult, outcome: RolloutOutcome) -> bool:
+    """Give ``row.metrics`` the mock's figures for what a server in another process did not
+    report (the official SDK's server sends ``{}``); True when any came from the mock."""
+    result = outcome.result
+    reported = result.metrics if result is not None else None
+    told = reported.model_fields_set if reported is not None else set()
+    if "num_llm_calls" in told or not outcome.record.replies:
+        return False
+    seen = _metrics_from(outcome.record).model_dump()
+    seen.update(total_latency_ms=row.latency_ms, llm_latency_ms=row.llm_ms)
+    if reported is not None:
+        seen.update(reported.model_dump(include=told))
+    row.metrics = seen
+    return True
 
 
 def _metrics_from(record: RolloutRecord) -> RolloutMetrics:

@@ -51,6 +51,7 @@ async def run_repl(
     start_row: int | None = None,
     server_url: str | None = None,
     server_key: str | None = None,
+    protocol: str = "v1",
     completion_params: dict[str, Any] | None = None,
     max_turns: int = 10,
     debug_dir: str | Path | None = None,
@@ -58,7 +59,7 @@ async def run_repl(
     console: Console | None = None,
 ) -> int:
     """Step through rollouts of ``agent`` (or of the server at ``server_url``, authenticated
-    with ``server_key`` when it has one) turn by turn.
+    with ``server_key`` when it has one) turn by turn, over the wire named ``protocol``.
 
     ``session`` and ``console`` default to the terminal; tests pass a pipe-input session and a
     console writing to a ``StringIO``. Returns the exit code (0).
@@ -76,6 +77,7 @@ async def run_repl(
         backend=stepper,
         server_url=server_url,
         server_key=server_key,
+        protocol=protocol,
         rollout_timeout_s=FOREVER_S,
         debug_dir=debug_dir,
     ) as harness:

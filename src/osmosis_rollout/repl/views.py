@@ -21,6 +21,7 @@ from ..evaluation.runner import RowInput, RowResult, tool_wall_ms
 from ..grading import JUDGE_VERDICT, judge_failed
 from ..protocol import CompletionsResponse, Message, OpenAIFunctionToolSchema, RolloutMetrics
 from ..render import format_ms
+from ..testing.records import Finding
 from .commands import COMMANDS
 from .stepper import Turn
 
@@ -245,9 +246,16 @@ def metrics_table(
 
 
 def outcome_view(
-    row: RowResult, *, paused_ms: float, model_ms: float, answered: int | None = None
+    row: RowResult,
+    *,
+    paused_ms: float,
+    model_ms: float,
+    answered: int | None = None,
+    server_notes: Sequence[Finding] = (),
+    metrics_title: str = "Metrics",
 ) -> Group:
-    """How a rollout ended: status, finish reason, reward, findings, metrics."""
+    """How a rollout ended: status, finish reason, reward, findings, metrics. ``server_notes``
+    are findings about the server itself (a batch lifts them to run-level findings)."""
     ok = row.status == "COMPLETED"
     head = Text.assemble(
         ("rollout ", "bold"),
@@ -266,10 +274,18 @@ def outcome_view(
             parts.append(Text.assemble(("  " + finding.code, "yellow"), f": {finding.message}"))
     else:
         parts.append(Text("findings: none (the protocol checks passed)", style="green"))
+    for note in server_notes:
+        parts.append(Text.assemble(("server: " + note.code, "dim yellow"), f": {note.message}"))
     if row.metrics:
         metrics = RolloutMetrics.model_validate(row.metrics)
         parts.append(
-            metrics_table(metrics, paused_ms=paused_ms, model_ms=model_ms, answered=answered)
+            metrics_table(
+                metrics,
+                paused_ms=paused_ms,
+                model_ms=model_ms,
+                answered=answered,
+                title=metrics_title,
+            )
         )
     judged = verdict_view(row)
     if judged is not None:  # last: the verdict is what the stepped rollout led to

@@ -69,8 +69,6 @@ class MockWire:
     protocol: str
     #: The module defining its ``Controller`` and ``name_urls`` (loaded on first use).
     module: str
-    #: Whether ``osmosis test --interactive`` can step its rollouts (the REPL drives v1 inits).
-    steppable: bool = False
     #: Whether its init carries a turn budget (``--max-turns``); without one, the agent's own
     #: limit applies and the CLI says so.
     turn_budget: bool = False
@@ -88,7 +86,7 @@ class MockWire:
 
 
 #: Protocol v1 (``docs/protocol.md``) and protocol v2 (``docs/protocol-v2.md``).
-V1 = MockWire("v1", "osmosis_rollout.testing.wire.v1", steppable=True, turn_budget=True)
+V1 = MockWire("v1", "osmosis_rollout.testing.wire.v1", turn_budget=True)
 V2 = MockWire("v2", "osmosis_rollout.testing.wire.v2")
 #: The polling wire (``docs/protocol-polling.md``: osmosis-ai 0.3.3+'s controller).
 POLLING = MockWire("polling", "osmosis_rollout.testing.wire.polling")
