@@ -115,9 +115,36 @@ def test_the_command_exits_1_on_a_finding_and_0_without(tmp_path: Path) -> None:
         (["--reward", "-d", "x.jsonl", "--reward-range", "1"], "--reward-range '1': give MIN,MAX"),
         (["--reward", "-d", "x.jsonl", "--reward-range", "1,0"], "MIN is above MAX"),
         (["-d", "x.jsonl"], "--dataset is for --reward"),
+        (["--reward", "-d", "x.jsonl", "--launch", "python main.py"], "TARGET"),
+        (["--reward", "-d", "x.jsonl", "--server", "http://127.0.0.1:1"], "not both"),
     ],
 )
 def test_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["validate", f"{AGENTS}:SoundAgent", *args])
     assert result.exit_code == 2
     assert message in " ".join(result.stderr.split())
+
+
+def test_a_server_and_a_launch_command_together_are_refused() -> None:
+    args = ["validate", "--reward", "-d", "x.jsonl", "--server", "http://127.0.0.1:1"]
+    result = CliRunner().invoke(app, [*args, "--launch", "python main.py"])
+    assert result.exit_code == 2
+    assert "give either --server URL or --launch CMD, not both" in result.stderr
+
+
+def test_the_rewards_of_a_running_server(tmp_path: Path) -> None:
+    """``--server URL``: the policies run against a server already up (here ours, serving the
+    leaky agent over v2); the leak is found there as in process."""
+    from osmosis_rollout.loader import load_agent
+    from osmosis_rollout.server import create_app
+
+    from .support import serve_in_thread
+
+    rows = str(gold_rows(tmp_path))
+    app_ = create_app(load_agent(f"{AGENTS}:LeakyAgent"), shutdown_grace_s=0)
+    with serve_in_thread(app_, lifespan="on") as url:
+        result = CliRunner().invoke(
+            app, ["validate", "--reward", "-d", rows, "--server", url, "--protocol", "v2"]
+        )
+    assert result.exit_code == 1, result.output
+    assert "reward_leak" in result.stdout

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stdout_console
+from ._common import EXIT_OK, EXIT_PROBLEMS, fail, run_async, stderr_console, stdout_console
 
 
 def parse_range(text: str) -> tuple[float, float]:
@@ -22,14 +24,45 @@ def parse_range(text: str) -> tuple[float, float]:
     return low, high
 
 
+@dataclass(frozen=True)
+class Remote:
+    """The rollout server whose rewards are checked: a running one, or a command to start."""
+
+    server: str | None = None
+    launch: Any = None
+
+
+def reward_server(target: str | None, *, server: str | None, launch: str | None) -> Remote | None:
+    """``--server`` or ``--launch`` (else ``[tool.osmosis] launch`` when no TARGET is given),
+    or None for the agent in process; exits 2 when TARGET is given beside one of them."""
+    from ._target import launch_spec, project_launch
+
+    if server is not None and launch is not None:
+        fail("give either --server URL or --launch CMD, not both")
+    if target is not None and (server is not None or launch is not None):
+        flag = "--server URL" if server is not None else "--launch CMD"
+        fail(f"give either TARGET (check the agent in process) or {flag}, not both")
+    command, cwd = project_launch(target, server=server, launch=launch)
+    if server is None and command is None:
+        return None
+    if server is not None:
+        from ._test_flags import check_server_url
+
+        check_server_url(server)
+    return Remote(server=server, launch=launch_spec(command, cwd))
+
+
 def reward_checks(
-    target: str,
+    target: str | None,
     dataset: Path | None,
     *,
     reward_range: str,
     pass_threshold: float,
     json_output: bool,
     timeout: float,
+    remote: Remote | None = None,
+    protocol: str | None = "v1",
+    api_key: str | None = None,
 ) -> None:
     """Run the checks, print the policies and findings (or JSON), exit 0 or 1."""
     from ..errors import OsmosisError
@@ -46,9 +79,14 @@ def reward_checks(
         reward_range=parse_range(reward_range),
         pass_threshold=pass_threshold,
         timeout=timeout,
+        server=remote.server if remote is not None else None,
+        launch=remote.launch if remote is not None else None,
+        protocol=protocol,
+        api_key=api_key,
     )
+    err = stderr_console()
     try:
-        report = run_async(check_rewards(options))
+        report = run_async(check_rewards(options, lambda line: err.print(escape(line))))
     except OsmosisError as exc:
         fail(str(exc))
     if json_output:

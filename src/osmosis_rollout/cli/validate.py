@@ -15,6 +15,7 @@ from ._test_flags import DEFAULT_PROTOCOL, check_protocol, protocol_metavar
 
 @app.command("validate")
 def validate_command(
+    context: typer.Context,
     target: Annotated[
         str | None,
         typer.Argument(
@@ -58,9 +59,37 @@ def validate_command(
         typer.Option(
             "--protocol",
             metavar=protocol_metavar(),
-            help="The wire of the dry run: v1 or v2 (docs/protocol-v2.md).",
+            help="The wire of the dry run (docs/protocol-v2.md). With --server or --launch: "
+            "default, the wire the server's /health shows.",
         ),
     ] = DEFAULT_PROTOCOL,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="With --reward: check the rewards of an already running rollout server (its "
+            "URL) instead of TARGET.",
+            show_default=False,
+        ),
+    ] = None,
+    launch: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CMD",
+            help="With --reward: start this rollout server command (any server, as `osmosis "
+            "test --launch` does; also `launch` in [tool.osmosis]) and check its rewards.",
+            show_default=False,
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help="With --server: the key that server requires (also read from OSMOSIS_API_KEY).",
+            envvar="OSMOSIS_API_KEY",
+            show_envvar=False,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Check an agent statically, dynamically and with one dry rollout.
 
@@ -72,10 +101,16 @@ def validate_command(
     from ..validator import validate_agent_loop_async
 
     wire = check_protocol(protocol, command="validate").protocol
-    target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
     if reward:
-        from ._validate_reward import reward_checks
+        from ._validate_reward import reward_checks, reward_server
 
+        remote = reward_server(target, server=server, launch=launch)
+        if remote is None:
+            target = agent_target(
+                target, command="validate", example="osmosis validate agent.py:MyAgent"
+            )
+        source = context.get_parameter_source("protocol")
+        protocol_given = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
         reward_checks(
             target,
             dataset,
@@ -83,12 +118,24 @@ def validate_command(
             pass_threshold=pass_threshold,
             json_output=json_output,
             timeout=timeout,
+            remote=remote,
+            protocol=wire if remote is None or protocol_given else None,
+            api_key=api_key,
         )
-    elif dataset is not None:
+    if server is not None or launch is not None:
+        flag = "--server" if server is not None else "--launch"
+        fail(
+            f"{flag} is for --reward: the static checks and the dry run read the agent's code "
+            "(give TARGET); a server's rewards are checked with --reward -d rows.jsonl",
+            hint=f"osmosis validate --reward -d rows.jsonl {flag} "
+            + ("URL" if server is not None else "'python main.py'"),
+        )
+    if dataset is not None:
         fail(
             "--dataset is for --reward",
             hint="osmosis validate agent.py:MyAgent --reward -d rows.jsonl",
         )
+    target = agent_target(target, command="validate", example="osmosis validate agent.py:MyAgent")
     result = run_async(
         validate_agent_loop_async(target, dry_run=dry_run, timeout_s=timeout, protocol=wire)
     )

@@ -18,9 +18,11 @@ row is run with built-in policies of the mock LLM: ``none`` (answers nothing, ca
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..findings import (
     GOLD_FAILS,
@@ -30,6 +32,9 @@ from ..findings import (
     REWARD_OUT_OF_RANGE,
 )
 from ..testing.records import Finding
+
+if TYPE_CHECKING:
+    from .options import TestOptions
 
 __all__ = ["PolicyRun", "RewardCheckOptions", "RewardCheckReport", "check_rewards"]
 
@@ -44,9 +49,11 @@ _LISTED = 10
 
 @dataclass(frozen=True)
 class RewardCheckOptions:
-    """What to check: the agent, the rows, the rewards' range and what passes."""
+    """What to check: the agent (``target`` in process, or the server at ``server`` or started
+    from ``launch``, as ``osmosis test`` takes them), the rows, the rewards' range and what
+    passes. The policies are the mock's chat replies, so they work on any rollout server."""
 
-    target: str
+    target: str | None
     dataset: Path | str
     reward_range: tuple[float, float] = (0.0, 1.0)
     pass_threshold: float = 1.0
@@ -54,6 +61,12 @@ class RewardCheckOptions:
     limit: int | None = None
     concurrency: int = 8
     timeout: float = 60.0
+    server: str | None = None
+    #: A command (or ``LaunchSpec``), started once for the three policies and stopped after.
+    launch: Any = None
+    #: The wire; None asks a server's ``/health`` (``osmosis test``'s rule).
+    protocol: str | None = "v1"
+    api_key: str | None = None
 
 
 @dataclass
@@ -102,32 +115,46 @@ class RewardCheckReport:
         }
 
 
-async def check_rewards(options: RewardCheckOptions) -> RewardCheckReport:
-    """Run each reference policy over the rows and report what the rewards allow."""
+async def check_rewards(
+    options: RewardCheckOptions, say: Callable[[str], None] = lambda _: None
+) -> RewardCheckReport:
+    """Run each reference policy over the rows and report what the rewards allow; ``say``
+    hears which server was launched and which wire it speaks."""
     from .assembly import load_rows
+    from .options import TestOptions
+    from .served import served
 
     rows, _ = load_rows(Path(options.dataset), limit=options.limit, offset=0)
     gold_rows = {r.index for r in rows if r.replies is not None}
-    runs = [await _run(options, "none"), await _run(options, "random")]
-    if gold_rows:
-        gold = await _run(options, "gold")
-        gold.rewards = {i: r for i, r in gold.rewards.items() if i in gold_rows}
-        gold.errors = {i: e for i, e in gold.errors.items() if i in gold_rows}
-        runs.append(gold)
+    base = TestOptions(
+        target=options.target,
+        dataset=options.dataset,
+        limit=options.limit,
+        seed=options.seed,
+        concurrency=options.concurrency,
+        timeout=options.timeout,
+        server=options.server,
+        launch=options.launch,
+        protocol=options.protocol,
+        api_key=options.api_key,
+    )
+    async with served(base, say) as live:
+        live = dataclasses.replace(live, launch=None)  # started once, for every policy
+        runs = [await _run(live, "none"), await _run(live, "random")]
+        if gold_rows:
+            gold = await _run(live, "gold")
+            gold.rewards = {i: r for i, r in gold.rewards.items() if i in gold_rows}
+            gold.errors = {i: e for i, e in gold.errors.items() if i in gold_rows}
+            runs.append(gold)
     return RewardCheckReport(runs, findings(runs, options))
 
 
-async def _run(options: RewardCheckOptions, policy: str) -> PolicyRun:
-    from .run import TestOptions, run_test
+async def _run(base: TestOptions, policy: str) -> PolicyRun:
+    from .run import run_test
 
     report = await run_test(
-        TestOptions(
-            target=options.target,
-            dataset=options.dataset,
-            limit=options.limit,
-            seed=options.seed,
-            concurrency=options.concurrency,
-            timeout=options.timeout,
+        dataclasses.replace(
+            base,
             mock_policy="walk" if policy == "gold" else policy,
             mock_replies=policy == "gold",
         )

@@ -1,7 +1,9 @@
 """A rollout written with osmosis-ai 0.3's public API the way its scaffold writes one (``osmosis
 rollout init``'s main.py): a workflow that drives the LLM over raw HTTP and registers its sample,
 a grader that rewards an answer holding the row's label, served on $_OSMOSIS_ROLLOUT_PORT.
-``NO_GRADER=1`` serves the workflow alone. Run by tests/test_launch_sdk.py in the SDK's own venv.
+``NO_GRADER=1`` serves the workflow alone; ``LEAKY_GRADER=1`` a grader that rewards every answer
+(a leak for ``osmosis validate --reward`` to find). Run by tests/test_launch_sdk.py and
+tests/test_launch_bench.py in the SDK's own venv.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ class MyAgentWorkflow(AgentWorkflow):
             messages.append(reply.json()["choices"][0]["message"])
 
 
+class LeakyGrader(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        ctx.set_reward(1.0)
+
+
 class MyGrader(Grader):
     async def grade(self, ctx: GraderContext) -> None:
         last = ctx.sample.messages[-1] if ctx.sample and ctx.sample.messages else None
@@ -59,6 +66,8 @@ class MyGrader(Grader):
 
 def main() -> None:
     grader = None if os.environ.get("NO_GRADER") else MyGrader
+    if os.environ.get("LEAKY_GRADER"):
+        grader = LeakyGrader
     backend = LocalBackend(workflow=MyAgentWorkflow, grader=grader)
     app = create_rollout_server(backend=backend)
     uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("_OSMOSIS_ROLLOUT_PORT", "8000")))
