@@ -117,3 +117,29 @@ async def test_a_command_that_cannot_start_is_a_clear_error(
 
 def test_split_command_splits_like_a_shell() -> None:
     assert split_command("uv run python 'my main.py'") == ["uv", "run", "python", "my main.py"]
+
+
+ELSEWHERE = """
+import time
+
+print("INFO:     Uvicorn running on http://127.0.0.1:9000 (Press CTRL+C to quit)", flush=True)
+time.sleep(120)
+"""
+
+
+async def test_a_server_that_says_it_listens_on_another_port_is_named_early(
+    tmp_path: Path,
+) -> None:
+    """A command with its own ``--port`` (or a main that ignores the variable) says where it
+    listens: the error quotes that line and says what to change, long before the startup
+    bound (120 s by default)."""
+    script = tmp_path / "fixed_port.py"
+    script.write_text(ELSEWHERE)
+    spec = LaunchSpec(shlex.join([sys.executable, str(script)]), cwd=tmp_path)
+    with anyio.fail_after(60), pytest.raises(LaunchError) as caught:
+        async with launch(spec):
+            pytest.fail("a server on another port was yielded")
+    message = str(caught.value)
+    assert "listens on another port" in message
+    assert "Uvicorn running on http://127.0.0.1:9000" in message
+    assert "_OSMOSIS_ROLLOUT_PORT" in message

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import functools
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -147,10 +148,31 @@ def _collect(process: subprocess.Popen[bytes], output: collections.deque[str]) -
             output.append(line.decode("utf-8", "replace").rstrip("\r\n")[:500])
 
 
+#: A server's line saying where it listens ("Uvicorn running on http://127.0.0.1:9000").
+_LISTENING = re.compile(
+    r"\b(?:running|listening|serving)\s+(?:on|at)\s+(?:https?://)?[\w.\[\]:-]*?:(\d{1,5})\b",
+    re.IGNORECASE,
+)
+#: How long a server that said it listens on another port gets before that is the error.
+ELSEWHERE_GRACE_S = 5.0
+
+
+def listening_elsewhere(server: LaunchedServer) -> str | None:
+    """The line in which the server says it listens on a port other than the one it was
+    given, if it printed one (a ``--port`` in the command, or a main that ignores
+    ``_OSMOSIS_ROLLOUT_PORT``)."""
+    for line in server.output:
+        found = _LISTENING.search(line)
+        if found is not None and int(found.group(1)) != server.port:
+            return line.strip()
+    return None
+
+
 async def _wait_ready(server: LaunchedServer, spec: LaunchSpec) -> None:
-    """Until ``GET /health`` answers 2xx; a ``LaunchError`` if the server exits or the time
-    runs out."""
+    """Until ``GET /health`` answers 2xx; a ``LaunchError`` if the server exits, says it
+    listens on another port, or the time runs out."""
     deadline = time.monotonic() + spec.startup_timeout_s
+    elsewhere_since: float | None = None
     async with httpx2.AsyncClient(timeout=2.0) as http:
         while True:
             code = server.process.poll()
@@ -165,6 +187,16 @@ async def _wait_ready(server: LaunchedServer, spec: LaunchSpec) -> None:
                 reply = await http.get(f"{server.url}/health")
                 if 200 <= reply.status_code < 300:
                     return
+            said = listening_elsewhere(server)
+            if said is not None:
+                elsewhere_since = elsewhere_since or time.monotonic()
+                if time.monotonic() - elsewhere_since > ELSEWHERE_GRACE_S:
+                    raise LaunchError(
+                        f"the server started by --launch {spec.command!r} listens on another "
+                        f"port than the {server.port} it was given in _OSMOSIS_ROLLOUT_PORT: "
+                        f"{said!r}. Drop a fixed port from the command (a --port flag wins "
+                        "over the variable), or have the server read _OSMOSIS_ROLLOUT_PORT"
+                    )
             if time.monotonic() > deadline:
                 raise LaunchError(
                     f"the server started by --launch {spec.command!r} did not answer "
