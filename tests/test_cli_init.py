@@ -25,6 +25,8 @@ from typer.testing import CliRunner
 from osmosis_rollout.cli import app
 from osmosis_rollout.scaffold import list_templates
 
+from .processes import clean_env
+
 TEMPLATES = [info.name for info in list_templates()]
 #: Each template's project, and the default template in the platform's workspace layout.
 PROJECTS = [*TEMPLATES, "workspace"]
@@ -137,6 +139,27 @@ def test_the_workspace_layout_is_the_platforms(tmp_path: Path) -> None:
     assert "osmosis_rollout" in (project / "main.py").read_text()
     lines = result.stdout.splitlines()
     assert Path(shlex.split(lines[lines.index("Next:") + 1])[1]).absolute() == project
+    # the dataset the eval config names is in the workspace, as the platform keeps one
+    assert (dest / "data" / "calc.jsonl").read_text() == (project / "dataset.jsonl").read_text()
+
+
+def test_the_workspaces_eval_config_runs_as_it_is(tmp_path: Path) -> None:
+    """`osmosis test --config configs/eval/NAME.toml` from the workspace's root, as its README
+    says: the main.py is launched, the rows of data/NAME.jsonl run, and the run passes."""
+    dest = tmp_path / "ws"
+    made = runner.invoke(app, ["init", "calc", "--layout", "workspace", "-p", str(dest)])
+    assert made.exit_code == 0, made.output
+    assert (
+        "osmosis-rollout test --config configs/eval/calc.toml" in (dest / "README.md").read_text()
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "osmosis_rollout", "test", "--config", "configs/eval/calc.toml"],
+        cwd=dest, env=clean_env(NO_COLOR="1"), capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = len((dest / "data" / "calc.jsonl").read_text().splitlines())
+    assert f"{rows}/{rows}" in done.stdout
 
 
 def test_an_unknown_layout_is_a_usage_error(tmp_path: Path) -> None:

@@ -228,7 +228,9 @@ def workspace_project(names: ProjectNames) -> PurePosixPath:
 def _in_workspace(
     project: Mapping[PurePosixPath, str], names: ProjectNames, templates_dir: Path
 ) -> dict[PurePosixPath, str]:
-    """The template's files moved under ``rollouts/<name>/``, with the workspace's own."""
+    """The template's files moved under ``rollouts/<name>/``, with the workspace's own and
+    ``data/<name>.jsonl``: the rows of the dataset ``configs/eval/<name>.toml`` names (the
+    template's ``dataset.jsonl``), so ``osmosis test --config`` finds them as on the platform."""
     folder = templates_dir / WORKSPACE_FILES
     if not folder.is_dir():
         raise ConfigError(
@@ -243,6 +245,9 @@ def _in_workspace(
                 f"the template and the workspace layout both write {relative}; rename one"
             )
         rendered[relative] = text
+    rows = project.get(PurePosixPath("dataset.jsonl"))
+    if rows is not None:  # the platform dataset the eval config names, as a workspace keeps it
+        rendered[PurePosixPath("data", f"{names.project}.jsonl")] = rows
     return rendered
 
 
