@@ -681,6 +681,36 @@ async def test_interactive_steps_a_server_over_v2_and_polling(protocol: str) -> 
     assert re.search(r"reward 0\b", text), text  # the edited 41, not the scripted 42
 
 
+@pytest.mark.parametrize("protocol", ["v1", "v2", "polling"])
+async def test_leaving_a_paused_turn_of_a_server_cancels_it_there(protocol: str) -> None:
+    """`q` at a paused turn of a server in another process asks that server to cancel the
+    rollout (each wire's cancel route): it ends cancelled there, not as a refused LLM call."""
+    from osmosis_rollout.server import create_app
+
+    from .support import serve_in_thread
+
+    app = create_app(calculator(), shutdown_grace_s=0)
+    screen = Screen()
+    with serve_in_thread(app, lifespan="on") as url, create_pipe_input() as pipe:
+        session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
+        pipe.send_text("q\n")
+        pipe.close()
+        with anyio.fail_after(30):
+            await run_repl(
+                None,
+                backend=ScriptedBackend([add_call(12, 30), {"content": "42"}]),
+                rows=ROWS,
+                start_row=1,
+                server_url=url,
+                protocol=protocol,
+                session=session,
+                console=Console(file=screen, width=120),
+            )
+    text = screen.getvalue()
+    assert "The server cancelled it; its cancelled result follows." in text
+    assert "finish cancelled" in text, text
+
+
 # --------------------------------------------------------------------------------------------
 # long messages, and the metrics of a cancelled rollout
 # --------------------------------------------------------------------------------------------

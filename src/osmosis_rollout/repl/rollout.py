@@ -64,6 +64,8 @@ class Active:
     label: str
     task: asyncio.Task[RolloutOutcome]
     cancel_requested: bool = False
+    #: The cancel asked of a server in another process, while it is under way.
+    remote_cancel: asyncio.Future[None] | None = None
 
 
 @dataclass
@@ -136,6 +138,8 @@ class RolloutDriver:
             if not task.done():
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            if active.remote_cancel is not None:
+                await asyncio.gather(active.remote_cancel, return_exceptions=True)
         return self._report(active, start)
 
     async def _drive(self, active: Active, on_pause: OnPause, leaving: Callable[[], bool]) -> None:
@@ -238,12 +242,26 @@ class RolloutDriver:
                 "ERROR/cancelled callback."
             )
             return
-        self.stepper.abandon(active.rollout_id)
+        # In another process: ask its server to cancel it (so a server that can ends it as
+        # cancelled), then refuse its further turns, the paused one included.
+        active.remote_cancel = asyncio.ensure_future(self._cancel_remote(active))
         say(
-            f"[yellow]Rollout {active.rollout_id} runs on a remote server[/], which cannot be "
-            "cancelled from here: its LLM turns are now refused, so it ends with an error. "
+            f"[yellow]Cancelling rollout {active.rollout_id} on the server[/] (POST cancel). "
             "Ctrl-C again stops waiting."
         )
+
+    async def _cancel_remote(self, active: Active) -> None:
+        """The server's answer to the cancel, said: a server without a working cancel (as
+        osmosis-ai 0.3's ``LocalBackend``) ends the rollout with an error instead."""
+        cancelled = await self.harness.cancel_remote(active.rollout_id)
+        self.stepper.abandon(active.rollout_id)
+        if cancelled:
+            self.terminal.say("[yellow]The server cancelled it; its cancelled result follows.[/]")
+        else:
+            self.terminal.say(
+                "[yellow]The server did not cancel it[/] (no such disposition in its answer): "
+                "its LLM turns are refused now, so it ends with an error."
+            )
 
     def show_live_metrics(self, active: Active, turn: Turn) -> None:
         """The metrics of ``active`` so far, paused at ``turn``."""

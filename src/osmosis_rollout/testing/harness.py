@@ -44,6 +44,7 @@ from .wire import (
     MockWire,
     ServerCalls,
     ServerLink,
+    server_headers,
     wire_named,
 )
 
@@ -311,6 +312,28 @@ class Harness:
             return False
         entry.control.cancel(reason)
         return True
+
+    async def cancel_remote(self, rollout_id: str) -> bool:
+        """Ask a server in another process to cancel ``rollout_id`` (``POST /rollout/cancel``,
+        or v1's ``/v1/rollout/cancel`` extension); True when it answers that it cancelled it
+        (a server whose cancel cancels nothing, as osmosis-ai 0.3's, answers no disposition)."""
+        if self.rollout_server is not None or self._server_http is None:
+            return False
+        import json
+
+        path = "/v1/rollout/cancel" if self.wire is V1 else "/rollout/cancel"
+        body = json.dumps({"ids": [rollout_id]}).encode()
+        try:
+            reply = await HttpxCalls(self._server_http).post(
+                f"{self._server_base}{path}", body, server_headers(self.server_key)
+            )
+            answer: Any = reply.json()
+        except (httpx2.HTTPError, TransportFailure, ValueError):
+            return False
+        dispositions = answer.get("dispositions") if isinstance(answer, dict) else None
+        if reply.status_code != 200 or not isinstance(dispositions, dict):
+            return False
+        return dispositions.get(rollout_id) in ("cancelled_queued", "cancelled_running")
 
     async def run(
         self,
