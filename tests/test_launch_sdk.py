@@ -72,12 +72,16 @@ async def test_the_scaffolds_rollout_runs_unchanged_with_the_mocks_figures(
         assert row.latency_ms > 0
     summary: Any = report.summary
     assert summary["prompt_tokens"] == sum(r.prompt_tokens for r in report.rows)
-    # its LocalBackend keeps no status, its start needs no key and answers no id: one
-    # run-level finding each, and the rows pass
+    # its LocalBackend keeps no status, its start needs no key and answers no id, and the
+    # conformance probes (on by default with --launch) find D3, D4 and D6: one run-level
+    # finding each, and the rows pass
     assert [f["code"] for f in summary["run_findings"]] == [
         "status_unsupported",
         "init_without_key",
         "init_without_id",
+        "error_echoes_secrets",
+        "bad_input_server_error",
+        "duplicate_rollout_run_twice",
     ]
     assert all(row.passed for row in report.rows)
     assert report.exit_code == 0
@@ -119,3 +123,37 @@ async def test_the_scaffolds_rollout_on_osmosis_ai_038_runs_over_polling(tmp_pat
         assert row.turns == 1
         assert row.prompt_tokens > 0
     assert report.exit_code == 0, report.findings
+
+
+async def test_the_conformance_probes_find_what_osmosis_ai_032_does(
+    sdk_032: Path, tmp_path: Path
+) -> None:
+    said = _Said()
+    report = await run_test(_options(sdk_032, tmp_path), said)
+    found = {f["code"]: f for f in report.summary["run_findings"]}
+    # FastAPI's default 422 echoes the whole body of a start missing a field, both keys in it
+    assert found["error_echoes_secrets"]["details"] == {
+        "http": 422,
+        "echoed": ["llm_api_key", "controller_api_key"],
+    }
+    # the NaN timeout's 422 cannot be encoded (its input is NaN): a text 500; -1 is accepted
+    assert found["bad_input_server_error"]["details"] == {"answers": {"NaN": 500}}
+    # no deduplication: the repeated init is accepted and run again, callbacks and all
+    rerun = found["duplicate_rollout_run_twice"]["details"]
+    assert rerun["http"] == 202
+    assert rerun["chat_calls"] == 1
+    assert rerun["callbacks"] == 2
+    assert any(line.startswith("conformance: 3 probe(s)") for line in said.lines), said.lines
+
+
+async def test_the_conformance_probes_find_what_osmosis_ai_038_does(tmp_path: Path) -> None:
+    python = python_of(sdk_venv("0.3.8"))
+    report = await run_test(_options(python, tmp_path))
+    found = {f["code"]: f for f in report.summary["run_findings"]}
+    conformance = {"error_echoes_secrets", "bad_input_server_error", "duplicate_rollout_run_twice"}
+    # a repeated rollout_id is a 409 since 0.3.3; the 422's echo and the NaN's 500 remain
+    assert conformance & set(found) == {"error_echoes_secrets", "bad_input_server_error"}
+    assert found["error_echoes_secrets"]["details"] == {"http": 422, "echoed": ["llm_api_key"]}
+    assert found["bad_input_server_error"]["details"] == {"answers": {"NaN": 500}}
+    assert report.summary["conformance"]["notes"] == []  # the repeated id's rollout was judged
+    assert report.exit_code == 0

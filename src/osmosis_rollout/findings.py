@@ -75,6 +75,10 @@ STATUS_UNSUPPORTED: Final = "status_unsupported"
 CANCEL_UNSUPPORTED: Final = "cancel_unsupported"
 INIT_WITHOUT_KEY: Final = "init_without_key"
 INIT_WITHOUT_ID: Final = "init_without_id"
+# osmosis test's conformance probes of a server it did not write (``evaluation.conformance``).
+ERROR_ECHOES_SECRETS: Final = "error_echoes_secrets"
+BAD_INPUT_SERVER_ERROR: Final = "bad_input_server_error"
+DUPLICATE_ROLLOUT_RUN_TWICE: Final = "duplicate_rollout_run_twice"
 # The mock TrainGate, the polling wire.
 LEASE_IGNORED: Final = "lease_ignored"
 RESULT_CHANGED_AFTER_FINISH: Final = "result_changed_after_finish"
@@ -361,6 +365,33 @@ FINDINGS: Final[tuple[FindingKind, ...]] = (
         meaning="the `202` of `POST /rollout` carries no `rollout_id` (one finding for the run): "
         "a rollout whose id the server invents cannot be named for status or cancel",
         fix='answer `202 {"rollout_id": ...}` (docs/protocol-v2.md: an invented id)',
+    ),
+    _kind(
+        ERROR_ECHOES_SECRETS,
+        wires=(V2, POLLING),
+        reporter="test",
+        meaning="a conformance probe: a malformed `POST /rollout` was answered with a key it "
+        "carried (one finding for the run): the keys reach the controller's logs",
+        fix="answer a 4xx naming the wrong fields, never echoing a value (docs/protocol-v2.md: "
+        "D3); `--strict` fails the run",
+    ),
+    _kind(
+        BAD_INPUT_SERVER_ERROR,
+        wires=(V2, POLLING),
+        reporter="test",
+        meaning="a conformance probe: a `NaN` or negative timeout in `POST /rollout` was "
+        "answered 5xx (one finding for the run): a controller retries a hopeless body",
+        fix="refuse a bad field with a 4xx naming it, a non-finite number included "
+        "(docs/protocol-v2.md: D4); `--strict` fails the run",
+    ),
+    _kind(
+        DUPLICATE_ROLLOUT_RUN_TWICE,
+        wires=(V2, POLLING),
+        reporter="test",
+        meaning="a conformance probe: a repeated `POST /rollout` of a finished rollout's id was "
+        "accepted and run again (one finding for the run): a resent init runs twice",
+        fix="answer a known rollout_id with the first 202 (the same body) or a 409, and start "
+        "nothing (docs/protocol-v2.md: D6); `--strict` fails the run",
     ),
     # -- the mock TrainGate, the polling wire
     _kind(

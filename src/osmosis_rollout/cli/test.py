@@ -321,9 +321,21 @@ def command_test(
             "--strict",
             help="Fail the rows that show what the server does not support (a status route "
             "that answers unknown, a cancel that cancels nothing), not only report one "
-            "run-level finding (status_unsupported, cancel_unsupported) for each.",
+            "run-level finding (status_unsupported, cancel_unsupported) for each; and fail the "
+            "run on the conformance probes' findings.",
         ),
     ] = False,
+    conformance: Annotated[
+        bool | None,
+        typer.Option(
+            "--conformance/--no-conformance",
+            help="After the rows, probe the server's POST /rollout (v2, polling) with hostile "
+            "input: a 422 that echoes the body's keys, a NaN timeout answered 5xx, a repeated "
+            "rollout_id run twice; each a run finding. Default: on with --launch, off with "
+            "--server (the server may log the probes as errors). See docs/any-server.md.",
+            show_default=False,
+        ),
+    ] = None,
     token_check: Annotated[
         bool,
         typer.Option(
@@ -426,6 +438,12 @@ def command_test(
     if server is not None:
         check_server_url(server)
     check_server_debug_dir(remote, debug_dir)
+    if conformance and (remote is None or interactive):
+        fail(
+            "--conformance probes a rollout server you did not write, in batch mode: give "
+            "--launch CMD or --server URL (in process the server is ours), without --interactive",
+            hint="osmosis test --server http://127.0.0.1:9000 -d rows.jsonl --conformance",
+        )
     if auto_reason is not None and workers == 1 and not interactive and remote is None:
         say_auto_jobs(auto_reason)
     from ..errors import OsmosisError
@@ -472,6 +490,7 @@ def command_test(
         protocol=wire.protocol if remote is None or _given(context, "protocol") else None,
         launch=launch_spec(launch, launch_cwd, config_env),
         strict=strict,
+        conformance=conformance,
     )
     try:
         if interactive:

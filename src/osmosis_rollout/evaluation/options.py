@@ -89,6 +89,11 @@ class TestOptions:
     #: ``--strict``: what the server does not support (``status_unsupported``,
     #: ``cancel_unsupported``) fails the rows that showed it, not only one run-level finding.
     strict: bool = False
+    #: ``--conformance/--no-conformance``: send the active probes of ``evaluation.conformance``
+    #: to the server after the rows (and ``strict`` fails the run on their findings). None: on
+    #: with ``launch`` (a server started for this run only), off with ``server``; True without
+    #: either is a ``ConfigError`` (no server to probe).
+    conformance: bool | None = None
 
     @property
     def wire(self) -> MockWire:

@@ -66,8 +66,10 @@ class TestReport:
 
     @property
     def passed(self) -> bool:
-        """Every row completed without findings, and there was at least one."""
-        return bool(self.summary["failed"] == 0 and self.summary["rows"] > 0)
+        """Every row completed without findings, and there was at least one (and, with
+        ``strict``, the conformance probes found nothing)."""
+        failing = (self.summary.get("conformance") or {}).get("fails_run", False)
+        return bool(self.summary["failed"] == 0 and self.summary["rows"] > 0 and not failing)
 
     @property
     def exit_code(self) -> int:
@@ -108,6 +110,13 @@ async def run_test(options: TestOptions, observer: RunObserver | None = None) ->
     from .served import served
 
     observer = observer or RunObserver()
+    if options.conformance and not options.remote:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            "--conformance probes a rollout server's POST /rollout: give --launch CMD or "
+            "--server URL (in process the server is ours, and has no wire to probe)"
+        )
     async with served(options, observer.info) as options:
         setup = prepare(options, warn=observer.warn)
         try:
@@ -213,6 +222,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     # Judge calls go to the recording (kept per row), or are answered from the cassette.
     tape = recorder.judge_tape if recorder is not None else getattr(backend, "judge_tape", None)
+    conformance = None
     try:
         async with closing(backend), stalls, use_tape(tape):
             if pool is not None:
@@ -244,10 +254,14 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     with progress as show:
                         shown.append(show)
                         report = await run_batch(harness, todo, run_options, on_result=on_result)
+                    conformance = await _conformance(harness, options, observer, report.rows)
         if previous:
             order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
             report = BatchReport(order, report.wall_s, report.stopped_early, len(previous))
         summary = _summary(report, options, setup, fp, support)
+        if conformance is not None:
+            summary["run_findings"] += [f.as_dict() for f in conformance.findings]
+            summary["conformance"] = conformance.as_dict(strict=options.strict)
         if pool is not None and fit.backend is not None:  # the turns ran in the workers
             fit.backend.times.merge(pool.times.state())
         model_lines = fit.summary(report.rows, summary)
@@ -294,6 +308,27 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
         max_in_flight=pool.max_in_flight if pool else getattr(backend, "max_in_flight", 0),
         model_lines=model_lines,
     )
+
+
+async def _conformance(
+    harness: Any, options: TestOptions, observer: RunObserver, rows: list[RowResult]
+) -> Any:
+    """The conformance probes, when this run sends them (``TestOptions.conformance``), each
+    probe rollout bounded by the run's ``--timeout``."""
+    from .conformance import PROBED_WIRES, probe_server
+
+    wanted = options.launch is not None if options.conformance is None else options.conformance
+    if not wanted or not options.remote:
+        return None
+    if options.wire.protocol not in PROBED_WIRES:
+        if options.conformance:
+            observer.warn(
+                f"--conformance: protocol {options.wire.protocol} has no probes (they probe "
+                "POST /rollout of v2 and polling): none sent"
+            )
+        return None
+    ended = any(row.status in ("COMPLETED", "ERROR") for row in rows)
+    return await probe_server(harness, observer.info, timeout_s=options.timeout, rollouts_end=ended)
 
 
 def _summary(

@@ -194,7 +194,7 @@ def check_cancel(record: RolloutRecord, exchange: V2Exchange, code: int, body: A
 #: Where docs/protocol-v2.md explains each risk a server's start answer shows (checked by
 #: tests/test_server_support.py against the page).
 WHY_KEY = "docs/protocol-v2.md:18"
-WHY_ID = "docs/protocol-v2.md:179"
+WHY_ID = "docs/protocol-v2.md:183"
 
 
 def check_start(record: RolloutRecord, body: Any, *, keyed: bool) -> None:
