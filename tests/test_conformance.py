@@ -211,3 +211,17 @@ async def test_a_server_whose_rollouts_never_end_is_not_asked_to_repeat_one(
         "no row's rollout ended on this server, so a repeated rollout_id was not probed"
     ]
     assert done.findings == []
+
+
+async def test_asking_for_probes_on_protocol_v1_says_there_are_none(tmp_path: Path) -> None:
+    agent = f"{ASSETS / 'v2_interop_agent.py'}:InteropAgent"
+    command = [sys.executable, "-m", "osmosis_rollout", "serve", agent, "--no-validate"]
+    spec = LaunchSpec(shlex.join(command), cwd=tmp_path, env={"OSMOSIS_API_KEY": "s3cret"})
+    said = _Said()
+    options = TestOptions(
+        launch=spec, dataset=_rows(tmp_path), protocol=None, api_key="s3cret", conformance=True
+    )
+    report = await run_test(options, said)  # our /health names its agent_loop: v1
+    assert "conformance" not in report.summary
+    assert any("--conformance: protocol v1 has no probes" in line for line in said.lines)
+    assert report.exit_code == 0

@@ -254,7 +254,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
                     with progress as show:
                         shown.append(show)
                         report = await run_batch(harness, todo, run_options, on_result=on_result)
-                    conformance = await _conformance(harness, options, observer, report.rows)
+                    conformance = await _conformance(harness, options, observer, finished)
         if previous:
             order = sorted(previous + report.rows, key=lambda r: (r.index, r.sample))
             report = BatchReport(order, report.wall_s, report.stopped_early, len(previous))
