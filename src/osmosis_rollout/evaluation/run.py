@@ -26,7 +26,9 @@ from .options import TestOptions
 from .results_file import OrderedRows, open_output
 
 if TYPE_CHECKING:
+    from ..testing.harness import Harness
     from ..testing.records import Finding
+    from .conformance import Conformance
     from .runner import RowResult
 
 __all__ = ["RunObserver", "TestOptions", "TestReport", "run_test"]
@@ -222,7 +224,7 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
     # Judge calls go to the recording (kept per row), or are answered from the cassette.
     tape = recorder.judge_tape if recorder is not None else getattr(backend, "judge_tape", None)
-    conformance = None
+    conformance: Conformance | None = None
     try:
         async with closing(backend), stalls, use_tape(tape):
             if pool is not None:
@@ -311,8 +313,8 @@ async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> Tes
 
 
 async def _conformance(
-    harness: Any, options: TestOptions, observer: RunObserver, rows: list[RowResult]
-) -> Any:
+    harness: Harness, options: TestOptions, observer: RunObserver, rows: list[RowResult]
+) -> Conformance | None:
     """The conformance probes, when this run sends them (``TestOptions.conformance``), each
     probe rollout bounded by the run's ``--timeout``."""
     from .conformance import PROBED_WIRES, probe_server
