@@ -48,6 +48,9 @@ class TurnTrace:
     params: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     ts: float | None = None
+    #: The tools sent with the call (their names), when the trace says: a trace of the mock
+    #: TrainGate's side records them (``osmosis test --server --debug-dir``).
+    tools: list[str] | None = None
     tool_calls: list[ToolCallTrace] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
@@ -160,6 +163,7 @@ def _turn(record: dict[str, Any]) -> TurnTrace:
         params=record.get("params") or {},
         error=record.get("error"),
         ts=record.get("ts"),
+        tools=[str(t) for t in tools] if isinstance(tools := record.get("tools"), list) else None,
     )
 
 

@@ -150,18 +150,6 @@ def protocol_metavar() -> str:
     return "|".join(wire_names())
 
 
-def check_server_debug_dir(server: str | None, debug_dir: Path | None) -> None:
-    """``--debug-dir`` writes the traces of rollouts this process runs; with ``--server`` the
-    server runs them, so its traces are its own to write (refused rather than an empty dir)."""
-    if server is not None and debug_dir is not None:
-        fail(
-            "--debug-dir keeps the traces of rollouts run in this process; with --server the "
-            "server runs them and writes its own traces: start it with "
-            "`osmosis serve --debug-dir DIR` and drop --debug-dir here",
-            hint="osmosis serve agent.py:MyAgent --debug-dir traces/",
-        )
-
-
 def check_token_check(
     token_check: bool, *, interactive: bool, llm: str, llm_url: str | None
 ) -> None:

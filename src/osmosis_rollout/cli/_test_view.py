@@ -126,12 +126,15 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
             f"written: {escape(report.trajectory_error or '?')}",
             soft_wrap=True,
         )
+    if options.debug_dir is not None:
+        side = " (the mock TrainGate's side of each rollout)" if options.remote else ""
+        err.print(f"traces written to {options.debug_dir}{side}", soft_wrap=True)
     if report.summary["errors"] and not options.verbose:
-        # With --server the traces are the server's to write (`osmosis serve --debug-dir`).
+        # With --server the agent's own steps are the server's to trace (osmosis serve's).
         traces = (
-            "or start the server with `osmosis serve --debug-dir DIR` to keep a trace of every "
-            "rollout"
-            if options.server is not None
+            "or --debug-dir DIR to keep the mock TrainGate's side of every rollout (the "
+            "server's own steps: start it with `osmosis serve --debug-dir DIR`)"
+            if options.remote
             else "or --debug-dir DIR to keep a trace of every rollout"
         )
         err.print(f"[dim]Rerun with --verbose to see the agents' tracebacks, {traces}.[/]")

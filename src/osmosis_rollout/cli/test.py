@@ -21,7 +21,6 @@ from ._test_flags import (
     check_mode_flags,
     check_protocol,
     check_row,
-    check_server_debug_dir,
     check_server_url,
     check_token_check,
     jobs_count,
@@ -199,8 +198,8 @@ def command_test(
     debug_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Write per-rollout JSONL traces here. Not with --server: that server writes "
-            "them (osmosis serve --debug-dir)."
+            help="Write per-rollout JSONL traces here. With --server or --launch: the mock "
+            "TrainGate's side of each rollout (the server's own steps are its to trace)."
         ),
     ] = None,
     verbose: Annotated[
@@ -437,7 +436,6 @@ def command_test(
     check_token_check(token_check, interactive=interactive, llm=llm, llm_url=llm_url)
     if server is not None:
         check_server_url(server)
-    check_server_debug_dir(remote, debug_dir)
     if conformance and (remote is None or interactive):
         fail(
             "--conformance probes a rollout server you did not write, in batch mode: give "

@@ -50,6 +50,7 @@ from .wire import (
 
 if TYPE_CHECKING:
     from ..server import RolloutServer
+    from .gate_trace import GateTracer
 
 __all__ = ["MOCK_API_KEY", "MOCK_CALLBACK_KEY", "Harness", "RolloutOutcome", "ServerUnreachable"]
 
@@ -166,6 +167,8 @@ class Harness:
         self._server_base = _SERVER_BASE
         self._app: Any = None
         self.rollout_server: RolloutServer | None = None
+        #: With ``server_url`` and ``debug_dir``: the mock's side of each rollout as a trace.
+        self.gate_tracer: GateTracer | None = None
 
     @property
     def server_http(self) -> httpx2.AsyncClient | None:
@@ -249,8 +252,32 @@ class Harness:
         )
         self._server_http = http
         await self._probe_server(http)
+        if self.debug_dir is not None:
+            self._trace_gate(self.server_url)
         self._server_post = Httpx2Transport(http)
         self._server_base = self.server_url
+
+    def _trace_gate(self, server_url: str) -> None:
+        """Keep the mock's side of each rollout (``testing.gate_trace``): the server is
+        another process, so its own steps are its own to trace."""
+        from .gate_trace import GateTracer
+
+        assert self.debug_dir is not None
+        tracer = GateTracer(
+            self.debug_dir,
+            server_url=server_url,
+            protocol=self.protocol,
+            secrets=[*self.secrets, self.server_key],
+        )
+        tracer.agent = self.server_agent
+        self.gate_tracer = tracer
+        self.gate.wire_log = tracer.log
+
+        def stop() -> None:
+            self.gate.wire_log = None
+            tracer.close()
+
+        self._stack.callback(stop)
 
     async def _probe_server(self, http: httpx2.AsyncClient) -> None:
         """Fail fast, once, when ``--server`` points at nothing that speaks the protocol."""
@@ -296,7 +323,10 @@ class Harness:
         )
 
     def trace_path(self, rollout_id: str) -> Path | None:
-        """Where this harness's in-process server writes the trace of ``rollout_id``, if any."""
+        """Where the trace of ``rollout_id`` is written, if anywhere: by this harness's
+        in-process server, or, for a server given by URL, by the mock (its side)."""
+        if self.gate_tracer is not None:
+            return self.gate_tracer.path_for(rollout_id)
         server = self.rollout_server
         if server is None or server.tracer is None:
             return None
@@ -385,14 +415,22 @@ class Harness:
             slack_s=self.v2_slack_s,
         )
         grader_s = timeout_s if grader_timeout_s is None else grader_timeout_s
+        gate_tracer = self.gate_tracer
+        begun = time.time()
+        if gate_tracer is not None:
+            link = gate_tracer.link(link, rid)
         try:
             record, response = await self.gate.controller(self.wire).run(
                 link, request, timeout_s=timeout_s, grader_timeout_s=grader_s
             )
-        except TransportFailure as exc:
-            raise ServerUnreachable(
-                f"cannot reach the rollout server at {self.server_url}: {exc.kind}"
-            ) from None
+        except BaseException as exc:
+            if gate_tracer is not None:  # what was seen until then (Ctrl-C, a server gone)
+                gate_tracer.write(rid, self.gate.records.get(rid), started=begun)
+            if isinstance(exc, TransportFailure):
+                raise ServerUnreachable(
+                    f"cannot reach the rollout server at {self.server_url}: {exc.kind}"
+                ) from None
+            raise
         try:
             init_body: Any = response.json()
         except ValueError:
@@ -400,6 +438,8 @@ class Harness:
         remote = self.agent is None and self.start_checks
         if remote and response.status_code == 202 and self.wire is not V1:
             check_start(record, init_body, keyed=bool(self.server_key))
+        if gate_tracer is not None:
+            gate_tracer.write(rid, record, started=begun)
         tracer = self.rollout_server.tracer if self.rollout_server is not None else None
         if tracer is not None and record.findings:
             tracer.sink(rid, secrets=[MOCK_API_KEY, MOCK_CALLBACK_KEY])(

@@ -1,6 +1,7 @@
 """What the mock TrainGate records: each rollout's :class:`RolloutRecord` (on v2 with its
 :class:`V2Exchange`), the findings it reports (:class:`Finding`; their codes:
-:mod:`osmosis_rollout.findings`), and :class:`LLMBackend`, the interface its backends answer.
+:mod:`osmosis_rollout.findings`), :class:`LLMBackend`, the interface its backends answer, and,
+when a trace of its side is kept, each call that crossed the wire with its time (:class:`WireLog`).
 
 Kept apart from :mod:`.traingate` (the Starlette app) and the wires (:mod:`.wire`: the
 handlers) so the backends, the runner and the REPL can use them without the app.
@@ -9,6 +10,7 @@ handlers) so the backends, the runner and the REPL can use them without the app.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +32,8 @@ __all__ = [
     "LLMBackend",
     "RolloutRecord",
     "V2Exchange",
+    "WireCall",
+    "WireLog",
     "completion_from_message",
     "estimate_tokens",
 ]
@@ -146,6 +150,39 @@ class RolloutRecord:
         """Record a finding for this rollout, at ``turn`` (default: the last chat turn)."""
         turn = turn if turn is not None else len(self.chats) or None
         self.findings.append(Finding(code, message, self.rollout_id, turn, details))
+
+
+@dataclass(frozen=True)
+class WireCall:
+    """One call that crossed the wire for a rollout, as the mock TrainGate saw it: ``kind``
+    ``"chat"`` (a chat turn the server asked for), ``"callback"`` (a result the server sent) or
+    ``"server"`` (a call the mock made: the start, a status, a cancel, a result poll); ``ts``
+    the wall-clock time it was answered, ``latency_ms`` how long it took. ``data`` holds the
+    models as they were read (not copied: a call costs one small object until it is written)."""
+
+    kind: str
+    ts: float
+    latency_ms: float
+    data: dict[str, Any]
+
+
+class WireLog:
+    """The calls of each rollout, kept only while a trace of the mock's side is wanted
+    (``osmosis test --server/--launch --debug-dir``: ``testing.gate_trace``); the wires add to
+    it where the gate has one, the trace writer takes a rollout's calls once it ended."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, list[WireCall]] = {}
+
+    def add(self, rollout_id: str, kind: str, started: float, **data: Any) -> None:
+        """Record one call of ``rollout_id`` begun at ``started`` (``time.perf_counter()``)."""
+        latency = (time.perf_counter() - started) * 1000
+        call = WireCall(kind, time.time(), round(latency, 3), data)
+        self._calls.setdefault(rollout_id, []).append(call)
+
+    def take(self, rollout_id: str) -> list[WireCall]:
+        """The calls of ``rollout_id`` so far, in the order they were answered; forgotten here."""
+        return self._calls.pop(rollout_id, [])
 
 
 class LLMBackend(Protocol):

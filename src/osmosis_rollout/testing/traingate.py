@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from ..errors import LLMBackendError
 from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
 from ..transport import AsgiTransport, InvalidTarget, PostTransport, Reply
-from .records import Finding, LLMBackend, RolloutRecord
+from .records import Finding, LLMBackend, RolloutRecord, WireLog
 from .wire import V1, V2, WIRES, Controller, Handler, MockWire, wire_named
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ class MockTrainGate:
         self.stray_findings: list[Finding] = []
         #: Set when the LLM backend failed in a way every rollout would (bad key, unreachable).
         self.systemic_error: LLMBackendError | None = None
+        #: Set to keep each rollout's calls with their times (``testing.gate_trace``).
+        self.wire_log: WireLog | None = None
         #: Each wire's side of this gate, by its protocol name.
         self.controllers: dict[str, Controller] = {w.protocol: w.controller(self) for w in WIRES}
         self._own_app = Starlette(

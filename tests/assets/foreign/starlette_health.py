@@ -1,13 +1,19 @@
 """A rollout server written with nothing but Starlette (no part of osmosis-rollout): it reads
 the port the platform gives, answers /health, and prints what it was started with. In mode
 ``accept`` it also takes every ``POST /rollout`` (202) and never finishes one: a run against it
-waits until it is stopped."""
+waits until it is stopped. In mode ``rollout`` it runs each one as a v2 server would, with the
+standard library's HTTP client: one chat turn on the prompt, then the completion and grader
+callbacks (reward 1.0), each with its key."""
 
+import asyncio
+import json
 import os
 import sys
+import urllib.request
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
@@ -20,9 +26,35 @@ async def health(request):
     )
 
 
+def _post(url, body, key):
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {key}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+async def run_rollout(body):
+    messages = list(body["initial_messages"])
+    chat = {"model": "default", "messages": messages}
+    reply = await asyncio.to_thread(
+        _post, body["chat_completions_url"] + "/chat/completions", chat, body["llm_api_key"]
+    )
+    messages.append(reply["choices"][0]["message"])
+    done = {"rollout_id": body["rollout_id"], "status": "success"}
+    key = body["controller_api_key"]
+    await asyncio.to_thread(_post, body["completion_callback_url"], done, key)
+    graded = {**done, "sample": {"messages": messages, "reward": 1.0}}
+    await asyncio.to_thread(_post, body["grader_callback_url"], graded, key)
+
+
 async def accept(request):
     body = await request.json()
-    return JSONResponse({"rollout_id": body.get("rollout_id")}, status_code=202)
+    task = BackgroundTask(run_rollout, body) if MODE == "rollout" else None
+    return JSONResponse({"rollout_id": body.get("rollout_id")}, status_code=202, background=task)
 
 
 if MODE == "die":

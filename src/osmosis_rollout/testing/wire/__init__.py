@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ...errors import LLMBackendError
     from ...protocol import RolloutRequest
     from ...transport import PostTransport, Reply
-    from ..records import Finding, LLMBackend, RolloutRecord
+    from ..records import Finding, LLMBackend, RolloutRecord, WireLog
 
 __all__ = [
     "LEGACY_PROTOCOL",
@@ -126,6 +126,9 @@ class GateState(Protocol):
     records: dict[str, RolloutRecord]
     stray_findings: list[Finding]
     systemic_error: LLMBackendError | None
+    #: Where each chat turn and callback is noted with its time, when the mock's side of each
+    #: rollout is traced (None otherwise: nothing is kept).
+    wire_log: WireLog | None
 
 
 class ServerCalls(Protocol):

@@ -279,13 +279,18 @@ class V1Controller:
             # Systemic failures get a status the server will not retry (424); others a 503,
             # which a real trainer would also answer with when its model server hiccups.
             status = 424 if exc.systemic else 503
+            if gate.wire_log is not None:
+                gate.wire_log.add(body.rollout_id, "chat", started, request=body, error=exc)
             return json_reply(status, {"detail": f"LLM backend error: {exc}"})
         record.replies.append(reply)
         record.served_ms.append((time.perf_counter() - started) * 1000)
+        if gate.wire_log is not None:
+            gate.wire_log.add(body.rollout_id, "chat", started, request=body, reply=reply)
         return Reply(200, _JSON_HEADERS, reply.model_dump_json(exclude_none=True).encode())
 
     async def handle_completed(self, headers: Mapping[str, str], content: bytes) -> Reply:
         """``POST /v1/rollout/completed``: check and record the rollout's result."""
+        started = time.perf_counter()
         received = await self._receive(headers, content, RolloutResponse, "completion callback")
         if isinstance(received, Reply):
             return received
@@ -300,6 +305,9 @@ class V1Controller:
         observe = getattr(self.gate.backend, "rollout_completed", None)
         if observe is not None and len(record.completions) == 1:
             observe(record, body)  # e.g. a replay compares the result with its recording
+        log = self.gate.wire_log
+        if log is not None:
+            log.add(body.rollout_id, "callback", started, name="completed", body=body)
         record.done.set()
         return json_reply(200, {"ok": True})
 

@@ -344,18 +344,36 @@ class V2Controller:
             if exc.systemic and self.gate.systemic_error is None:
                 self.gate.systemic_error = exc
             status = 424 if exc.systemic else 503
+            self._note_chat(record, started, body, tools_wire, stream, error=exc)
             return json_reply(status, {"detail": f"LLM backend error: {exc}"})
         record.replies.append(reply)
         record.served_ms.append((time.perf_counter() - started) * 1000)
+        self._note_chat(record, started, body, tools_wire, stream, reply=reply)
         if stream:
             return Reply(200, {"content-type": "text/event-stream"}, sse_reply(reply))
         return Reply(200, _JSON, reply.model_dump_json(exclude_none=True).encode())
+
+    def _note_chat(
+        self,
+        record: RolloutRecord,
+        started: float,
+        body: CompletionsRequest,
+        tools: Any,
+        stream: bool,
+        **answer: Any,
+    ) -> None:
+        """One chat turn in the gate's wire log, when it keeps one."""
+        log = self.gate.wire_log
+        if log is not None:
+            rid = record.rollout_id
+            log.add(rid, "chat", started, request=body, tools=tools, stream=stream, **answer)
 
     async def handle_callback(
         self, kind: str, rollout_id: str, headers: Mapping[str, str], content: bytes
     ) -> Reply:
         """``POST /v1/rollouts/{id}/completion`` or ``.../grader`` (spec §11.3-4): the
         callback key, the body, its id; acknowledged with ``{"ok": true}``."""
+        started = time.perf_counter()
         what = f"{kind} callback"
         found = self._find(rollout_id, what)
         if isinstance(found, Reply):
@@ -381,6 +399,8 @@ class V2Controller:
             exchange.graders.append(body)
             if len(exchange.graders) == 1:
                 self._finish(record, exchange)
+        if self.gate.wire_log is not None:
+            self.gate.wire_log.add(rollout_id, "callback", started, name=kind, body=body)
         return json_reply(200, {"ok": True})
 
     def _finish(self, record: RolloutRecord, exchange: V2Exchange) -> None:

@@ -315,15 +315,34 @@ function timeline(trajectory, summary) {
     <div class="tl-row"><span class="tl-label dim">total</span><div class="tl-scale">${ms(total)}</div></div></div>`;
 }
 
-function turnView(turn) {
+// A trace written by the mock TrainGate (osmosis test --server/--launch --debug-dir) sees the
+// wire only: its calls (the start, callbacks, status, cancel, polls) fold open to their bodies.
+const fromGate = (trajectory) => Boolean(trajectory && trajectory.start && trajectory.start.side === "traingate");
+
+function wireEventView(e) {
+  const what = e.event === "callback" ? `${e.name || "?"} callback` : `${e.event} ${e.method || ""} ${e.path || ""}`;
+  const payload = Object.fromEntries(["body", "answer"].filter((k) => e[k] !== undefined).map((k) => [k, e[k]]));
+  return html`<details class="event wire" data-event="${e.event}"><summary><span class="label">${what}</span>
+      ${e.status_code !== undefined ? html` → ${e.status_code}` : ""} <span class="dim">${ms(e.latency_ms)}</span>
+      ${e.error ? html` <span class="error-text">${e.error}</span>` : ""}</summary>
+      <pre>${JSON.stringify(payload, null, 2)}</pre></details>`;
+}
+
+function eventView(e, wire) {
+  if (wire) return wireEventView(e);
+  return html`<div class="event"><span class="label">${e.event}</span> <code>${JSON.stringify(Object.fromEntries(Object.entries(e).filter(([k]) => !["v", "ts", "event", "rollout_id"].includes(k))))}</code></div>`;
+}
+
+function turnView(turn, wire) {
   const traced = new Map(turn.tool_calls.map((c) => [c.tool_call_id, c]));
   const usage = turn.usage || {};
   const reply = turn.reply ? messageView(turn.reply, traced) : "";
   const error = turn.error ? html`<p class="error-text">LLM call failed: ${turn.error}</p>` : "";
-  const events = turn.events.map((e) => html`<div class="event"><span class="label">${e.event}</span> <code>${JSON.stringify(Object.fromEntries(Object.entries(e).filter(([k]) => !["v", "ts", "event", "rollout_id"].includes(k))))}</code></div>`);
+  const events = turn.events.map((e) => eventView(e, wire));
+  const tools = Array.isArray(turn.tools) ? html` · tools: ${turn.tools.length ? turn.tools.join(", ") : "none"}` : "";
   return html`<section class="turn" id="turn-${turn.number}" data-turn="${turn.number}">
       <h3>Turn ${turn.number}
-        <span class="dim">${turn.finish_reason || ""} · ${usage.prompt_tokens ?? "?"} in / ${usage.completion_tokens ?? "?"} out tokens · ${ms(turn.latency_ms)}</span>
+        <span class="dim">${turn.finish_reason || ""} · ${usage.prompt_tokens ?? "?"} in / ${usage.completion_tokens ?? "?"} out tokens · ${ms(turn.latency_ms)}${tools}</span>
         ${findingBadges(turn.findings)}</h3>
       ${turn.new_messages.map((m) => messageView(m))}
       ${reply}${error}${events}
@@ -355,12 +374,17 @@ function rolloutView(data) {
     const endFindings = t.findings.filter((f) => !f.turn);
     const final = t.end && t.end.final_messages && t.end.final_messages.length
       ? html`<section class="turn final"><h3>Final messages</h3>${t.end.final_messages.map((m) => messageView(m))}</section>` : "";
-    body = html`${timeline(t, s)}${t.turns.map(turnView)}${final}
+    const wire = fromGate(t);
+    const side = wire
+      ? html`<p class="side-note">Seen from the mock TrainGate: every call that crossed the wire to and from ${t.start.server || "the server"} (protocol ${t.start.protocol || "?"}); the server's own steps, such as its tool calls, are its own to trace.</p>
+        ${t.events.length ? html`<section class="turn wire-start"><h3>Before the first turn</h3>${t.events.map((e) => eventView(e, true))}</section>` : ""}`
+      : "";
+    body = html`${side}${timeline(t, s)}${t.turns.map((turn) => turnView(turn, wire))}${final}
       ${endFindings.length ? html`<section class="turn final"><h3>Findings ${findingBadges(endFindings)}</h3></section>` : ""}
       ${t.bad_lines ? html`<p class="warn-text">${t.bad_lines} broken line(s) in the trace were skipped</p>` : ""}`;
   } else {
     const findings = (row.findings || []).map((f) => ({ code: f.code, message: f.message }));
-    body = html`<p class="dim">No trace for this rollout: run <code>osmosis test</code> with <code>--debug-dir</code> for turns, timing and tool results (with <code>--server</code>, start the server with <code>osmosis serve --debug-dir</code> and give its folder here too).</p>
+    body = html`<p class="dim">No trace for this rollout: run <code>osmosis test</code> with <code>--debug-dir</code> for turns, timing and tool results (with <code>--server</code> or <code>--launch</code> it keeps the mock TrainGate's side of each rollout; a server started with <code>osmosis serve --debug-dir</code> keeps its own, and its folder can be given here too).</p>
       ${findings.length ? html`<p>${findingBadges(findings)}</p>` : ""}
       <section class="turn">${(Array.isArray(row.final_messages) ? row.final_messages : []).map((m) => messageView(m))}</section>`;
   }
