@@ -157,17 +157,22 @@ def test_server_url_typo_is_a_usage_error(url: str) -> None:
     assert "http://127.0.0.1:9000" in result.stderr
 
 
-@pytest.mark.parametrize("mode", [[], ["--interactive"]])
-def test_debug_dir_with_server_is_refused_naming_serve(mode: list[str], tmp_path: Path) -> None:
-    """With --server the server runs the rollouts, so --debug-dir here used to write nothing
-    and say nothing; it is refused, pointing at `osmosis serve --debug-dir`."""
-    traces = tmp_path / "traces"
-    args = ["--server", "http://127.0.0.1:9", "-d", DATASET, "--debug-dir", str(traces), *mode]
-    result = run_cli("test", *args)
-    assert_one_clear_error(result, "with --server the server runs them and writes its own")
-    assert "`osmosis serve --debug-dir DIR`" in result.stderr
-    assert "osmosis serve agent.py:MyAgent --debug-dir traces/" in result.stderr
-    assert not traces.exists()
+def test_debug_dir_with_server_keeps_the_mock_traingates_side(tmp_path: Path) -> None:
+    """--debug-dir with --server used to be refused (the server runs the rollouts, so there was
+    nothing of this process's to trace); the mock TrainGate now writes its side of each
+    rollout there, the rows link them, and the closing lines say where they are."""
+    agent = load_asset("rev_agents").OpaqueMessageAgent()
+    traces, results = tmp_path / "traces", tmp_path / "results.jsonl"
+    with serve_in_thread(create_app(agent), lifespan="on") as url:
+        args = ["--server", url, "-d", DATASET, "--limit", "2", "--debug-dir", str(traces)]
+        result = invoke(*args, "-o", str(results))
+    closing = " ".join(result.stderr.split())
+    assert f"traces written to {traces} (the mock TrainGate's side of each rollout)" in closing
+    rows = [json.loads(line) for line in results.read_text().splitlines()[:2]]
+    assert sorted(p.name for p in traces.iterdir()) == sorted(
+        f"{row['rollout_id']}.jsonl" for row in rows
+    )
+    assert all(row["trace"] == f"traces/{row['rollout_id']}.jsonl" for row in rows)
 
 
 def test_row_without_interactive_is_refused_with_the_batch_equivalent() -> None:
@@ -438,9 +443,9 @@ def test_agent_tracebacks_only_with_verbose() -> None:
     assert "Traceback" in loud.stderr
 
 
-def test_the_closing_hint_with_server_points_at_the_servers_traces() -> None:
-    """With --server the closing hint used to suggest --debug-dir, which that combination
-    cannot honour; it names the server's own `osmosis serve --debug-dir` instead."""
+def test_the_closing_hint_with_server_points_at_both_sides_traces() -> None:
+    """With --server the closing hint names both traces: --debug-dir here keeps the mock
+    TrainGate's side, and the agent's own steps are the server's `osmosis serve --debug-dir`."""
     agent = load_asset("rev_agents").OpaqueMessageAgent()
     with serve_in_thread(create_app(agent), lifespan="on") as url:
         result = invoke("--server", url, "-d", DATASET, "--limit", "1")
@@ -448,7 +453,7 @@ def test_the_closing_hint_with_server_points_at_the_servers_traces() -> None:
     hint = " ".join(result.stderr.split())
     assert "Rerun with --verbose to see the agents' tracebacks" in hint
     assert "start the server with `osmosis serve --debug-dir DIR`" in hint
-    assert "or --debug-dir DIR" not in hint
+    assert "or --debug-dir DIR to keep the mock TrainGate's side of every rollout" in hint
 
 
 SLOW_AGENT = """

@@ -17,6 +17,8 @@ import pytest
 from osmosis_rollout.evaluation import TestOptions, run_test
 from osmosis_rollout.evaluation.launch import LaunchSpec
 from osmosis_rollout.evaluation.run import RunObserver
+from osmosis_rollout.testing.harness import MOCK_API_KEY, MOCK_CALLBACK_KEY
+from osmosis_rollout.trajectory import read_trace
 
 from .peer_sdk import python_of, sdk_venv
 from .support import ASSETS
@@ -85,6 +87,45 @@ async def test_the_scaffolds_rollout_runs_unchanged_with_the_mocks_figures(
     ]
     assert all(row.passed for row in report.rows)
     assert report.exit_code == 0
+
+
+async def test_the_official_servers_rollouts_are_traced_from_the_mocks_side(
+    sdk_032: Path, tmp_path: Path
+) -> None:
+    """--debug-dir with the official server: the mock TrainGate writes its side of each rollout
+    (the start and its 202, the chat turn with the mock's reply and token counts, both
+    callbacks, the status answer), linked from the results rows, with none of its keys."""
+    traces, results = tmp_path / "traces", tmp_path / "results.jsonl"
+    options = dataclasses.replace(_options(sdk_032, tmp_path), debug_dir=traces, output=results)
+    report = await run_test(options)
+    assert [row.status for row in report.rows] == ["COMPLETED", "COMPLETED"]
+    rows = [json.loads(line) for line in results.read_text().splitlines()[:2]]
+    for row, wanted in zip(rows, ROWS, strict=True):
+        assert row["trace"] == f"traces/{row['rollout_id']}.jsonl"
+        trace = traces / f"{row['rollout_id']}.jsonl"
+        records = [json.loads(line) for line in trace.read_text().splitlines()]
+        assert [r["event"] for r in records] == [
+            "rollout_start", "start", "turn", "callback", "callback", "status", "rollout_end",
+            "findings",
+        ]  # fmt: skip
+        start, turn, completion, grader, status = records[1:6]
+        assert records[0]["side"] == "traingate"
+        # its 202 carries no rollout_id (init_without_id): an empty object
+        assert (start["path"], start["status_code"], start["answer"]) == ("/rollout", 202, {})
+        assert turn["messages"] == [{"role": "user", "content": wanted["user_prompt"]}]
+        assert turn["reply"]["content"] == wanted["mock_replies"][0]["content"]
+        assert turn["finish_reason"] == "stop"
+        assert turn["usage"]["prompt_tokens"] == row["prompt_tokens"] > 0
+        assert completion["body"]["status"] == "success"
+        assert grader["body"]["sample"]["reward"] == 1.0
+        assert (status["status_code"], status["answer"]["status"]) == (200, "unknown")
+        assert records[6]["status"] == "COMPLETED"
+        assert records[6]["reward"] == 1.0
+        trajectory = read_trace(trace)
+        assert trajectory.messages() == row["final_messages"]
+        text = trace.read_text()
+        assert MOCK_API_KEY not in text
+        assert MOCK_CALLBACK_KEY not in text
 
 
 async def test_strict_fails_the_rows_of_a_server_without_status(

@@ -58,6 +58,37 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
+@pytest.fixture(scope="module")
+def gate_run(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same rows through `osmosis test --server URL --debug-dir` over v2: the traces are the
+    mock TrainGate's side of each rollout (testing/gate_trace.py)."""
+    from osmosis_rollout.server import create_app
+
+    from .support import load_asset
+
+    base = tmp_path_factory.mktemp("view-gate-run")
+    agent = load_asset("trajectory_agents").MixedAgent()
+    with serve_in_thread(create_app(agent), lifespan="on") as url:
+        result = CliRunner().invoke(
+            app,
+            [
+                "test",
+                "--server",
+                url,
+                "--protocol",
+                "v2",
+                "-d",
+                str(runs / "rows.jsonl"),
+                "-o",
+                str(base / "results.jsonl"),
+                "--debug-dir",
+                str(base / "traces"),
+            ],
+        )
+    assert result.exit_code == 1, result.stdout + result.stderr  # the error row
+    return base
+
+
 # -- the index -------------------------------------------------------------------------------
 
 
@@ -139,6 +170,41 @@ def test_results_of_a_server_run_join_the_servers_traces_by_rollout_id(
         assert full["row"]["rollout_id"] == summary.rollout_id
         assert full["trajectory"]["rollout_id"] == summary.rollout_id
     assert (alone.rollout_id, alone.source, alone.status) == ("row-9-extra", str(traces), "RUNNING")
+
+
+def test_a_server_runs_traces_of_the_mocks_side_pair_with_its_rows(gate_run: Path) -> None:
+    """`osmosis test --server --debug-dir`: each results row links the mock's trace of it, which
+    reads as a trace of its own (marked as the TrainGate's side, its wire calls kept as events);
+    the folder alone gives the same summaries, and the two given together are one rollout each."""
+    results, traces = gate_run / "results.jsonl", gate_run / "traces"
+    index = build_index([results])
+    assert [r.row for r in index.rollouts] == [1, 2, 3, 4, 5, 6]
+    for summary in index.rollouts:
+        assert summary.trace_path is not None
+        assert Path(summary.trace_path).parent == traces.resolve()
+        assert summary.public()["has_trace"] is True
+        full = index.load(summary)
+        trajectory = full["trajectory"]
+        assert trajectory["start"]["side"] == "traingate"
+        assert len(trajectory["turns"]) == summary.turns > 0
+        assert all(t["tools"] == ["add"] for t in trajectory["turns"])
+        assert full["messages"] == full["row"]["final_messages"]
+        assert [e["event"] for e in trajectory["events"]] == ["start"]  # before the first turn
+        last = [e["event"] for e in trajectory["turns"][-1]["events"]]
+        assert last[:2] == ["callback", "callback"]
+        assert last[-1] == "status"
+    alone = {r.rollout_id: r for r in build_index([traces]).rollouts}
+    for expected in index.rollouts:
+        got = alone[expected.rollout_id]
+        assert (got.row, got.status, got.reward, got.turns, got.prompt_tokens) == (
+            expected.row,
+            expected.status,
+            expected.reward,
+            expected.turns,
+            expected.prompt_tokens,
+        )
+    both = build_index([results, traces])
+    assert [r.source for r in both.rollouts] == [str(results)] * 6
 
 
 def test_two_results_files_label_each_rollout_by_its_path(runs: Path) -> None:
@@ -298,6 +364,48 @@ def test_viewer_in_chromium(runs: Path, browser: Chromium, tmp_path: Path) -> No
         browser.screenshot(shots / "view-compare.png")
     for name in ("view-list.png", "view-rollout.png", "view-compare.png"):
         assert (shots / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_trace_of_the_mocks_side_in_chromium(
+    gate_run: Path, browser: Chromium, tmp_path: Path
+) -> None:
+    """A rollout of a --server run shows what crossed the wire, said to be seen from the mock
+    TrainGate: the start before the first turn, each turn with the tools it was sent and its
+    bar on the timeline, the callbacks and status answer after the last, each opening to its
+    body."""
+    index = build_index([gate_run / "results.jsonl"])
+    first = index.rollouts[0]
+    with serve_in_thread(create_view_app(index)) as url:
+        browser.open(url + "/")
+        assert len(table(browser)) == 6
+        browser.go(f"#/rollout/{first.id}")
+        note = browser.evaluate("document.querySelector('.side-note')?.textContent || ''")
+        assert note.startswith("Seen from the mock TrainGate")
+        assert "protocol v2" in note
+        wire = browser.evaluate(
+            "[...document.querySelectorAll('details.event.wire')].map(d => ({ event:"
+            " d.dataset.event, label: d.querySelector('summary').textContent.trim(),"
+            " turn: d.closest('.turn').dataset.turn || null,"
+            " body: d.querySelector('pre').textContent }))"
+        )
+        assert wire[0]["label"].split()[:4] == ["start", "POST", "/rollout", "→"]
+        assert wire[0]["turn"] is None  # before the first turn
+        assert json.loads(wire[0]["body"])["answer"]["rollout_id"] == first.rollout_id
+        after = [w for w in wire if w["turn"] == str(first.turns)]
+        assert [w["label"].split()[:2] for w in after[:2]] == [
+            ["completion", "callback"],
+            ["grader", "callback"],
+        ]
+        status = f"/rollout/{first.rollout_id}/status"
+        assert after[-1]["label"].split()[:5] == ["status", "GET", status, "→", "200"]
+        heads = browser.evaluate(
+            "[...document.querySelectorAll('.turn[data-turn] h3')].map(h => h.textContent)"
+        )
+        assert len(heads) == first.turns
+        assert all("tools: add" in head for head in heads)
+        bars = browser.evaluate("document.querySelectorAll('.timeline .tl-row .bar.llm').length")
+        assert bars == first.turns
+        browser.screenshot(screenshots_dir(tmp_path) / "view-gate-trace.png")
 
 
 def test_chromium_is_found_where_ci_installs_it() -> None:

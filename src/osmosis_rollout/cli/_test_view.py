@@ -132,8 +132,8 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
     if report.summary["errors"] and not options.verbose:
         # With --server the agent's own steps are the server's to trace (osmosis serve's).
         traces = (
-            "or --debug-dir DIR to keep the mock TrainGate's side of every rollout (the "
-            "server's own steps: start it with `osmosis serve --debug-dir DIR`)"
+            "or --debug-dir DIR to keep the mock TrainGate's side of every rollout (for the "
+            "agent's own steps, start the server with `osmosis serve --debug-dir DIR`)"
             if options.remote
             else "or --debug-dir DIR to keep a trace of every rollout"
         )

@@ -320,10 +320,10 @@ function timeline(trajectory, summary) {
 const fromGate = (trajectory) => Boolean(trajectory && trajectory.start && trajectory.start.side === "traingate");
 
 function wireEventView(e) {
-  const what = e.event === "callback" ? `${e.name || "?"} callback` : `${e.event} ${e.method || ""} ${e.path || ""}`;
+  const what = e.event === "callback" ? `${e.name || "?"} callback` : e.event;
   const payload = Object.fromEntries(["body", "answer"].filter((k) => e[k] !== undefined).map((k) => [k, e[k]]));
   return html`<details class="event wire" data-event="${e.event}"><summary><span class="label">${what}</span>
-      ${e.status_code !== undefined ? html` → ${e.status_code}` : ""} <span class="dim">${ms(e.latency_ms)}</span>
+      ${e.path ? html` <code>${e.method || ""} ${e.path}</code>` : ""}${e.status_code !== undefined ? html` → ${e.status_code}` : ""} <span class="dim">${ms(e.latency_ms)}</span>
       ${e.error ? html` <span class="error-text">${e.error}</span>` : ""}</summary>
       <pre>${JSON.stringify(payload, null, 2)}</pre></details>`;
 }
