@@ -175,6 +175,15 @@ def test_debug_dir_with_server_keeps_the_mock_traingates_side(tmp_path: Path) ->
     assert all(row["trace"] == f"traces/{row['rollout_id']}.jsonl" for row in rows)
 
 
+@pytest.mark.parametrize("mode", [[CALCULATOR], ["--server", "http://127.0.0.1:9"]])
+def test_debug_dir_on_a_file_is_a_usage_error(mode: list[str], tmp_path: Path) -> None:
+    """A --debug-dir that is a file used to end the run in a FileExistsError traceback."""
+    taken = tmp_path / "traces"
+    taken.write_text("not a folder")
+    result = run_cli("test", *mode, "-d", DATASET, "--debug-dir", str(taken))
+    assert_one_clear_error(result, "a file is there; give a folder")
+
+
 def test_row_without_interactive_is_refused_with_the_batch_equivalent() -> None:
     """--row is an --interactive flag; in a batch it used to be ignored and every row ran."""
     result = run_cli("test", CALCULATOR, "-d", DATASET, "--row", "3")

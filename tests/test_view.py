@@ -68,7 +68,8 @@ def gate_run(runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     base = tmp_path_factory.mktemp("view-gate-run")
     agent = load_asset("trajectory_agents").MixedAgent()
-    with serve_in_thread(create_app(agent), lifespan="on") as url:
+    server = create_app(agent, debug_dir=base / "server-traces")  # the server's own traces
+    with serve_in_thread(server, lifespan="on") as url:
         result = CliRunner().invoke(
             app,
             [
@@ -205,6 +206,15 @@ def test_a_server_runs_traces_of_the_mocks_side_pair_with_its_rows(gate_run: Pat
         )
     both = build_index([results, traces])
     assert [r.source for r in both.rollouts] == [str(results)] * 6
+    # the server's own traces too: listed from their folder beside the rows, one per rollout,
+    # so each row's "compare with" (its row's other rollouts) is its server-side trace
+    server = gate_run / "server-traces"
+    sides = build_index([results, server])
+    assert [r.source for r in sides.rollouts] == [str(results)] * 6 + [str(server)] * 6
+    for row, other in zip(sides.rollouts[:6], sides.rollouts[6:], strict=True):
+        assert (other.rollout_id, other.row) == (row.rollout_id, row.row)
+        assert sides.load(row)["trajectory"]["start"]["side"] == "traingate"
+        assert "side" not in sides.load(other)["trajectory"]["start"]
 
 
 def test_two_results_files_label_each_rollout_by_its_path(runs: Path) -> None:

@@ -424,6 +424,8 @@ def command_test(
         fail("--trajectories works only in batch mode, not with --interactive")
     if trajectories is not None and trajectories.exists() and not trajectories.is_dir():
         fail(f"--trajectories {trajectories}: a file is there; give a folder (made if missing)")
+    if debug_dir is not None and debug_dir.exists() and not debug_dir.is_dir():
+        fail(f"--debug-dir {debug_dir}: a file is there; give a folder (made if missing)")
     workers = check_jobs(
         jobs,
         count,
