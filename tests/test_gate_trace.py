@@ -171,14 +171,15 @@ def rows_carrying_keys(tmp_path: Path) -> Path:
     return rows
 
 
-@pytest.mark.parametrize("protocol", ["v2", "polling"])
+@pytest.mark.parametrize("protocol", ["v1", "v2", "polling"])
 async def test_osmosis_serve_driven_by_the_mock_gets_a_trace_of_each_rollout(
     protocol: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Our own server in its own process, keyed, over each wire the official SDK speaks: the
-    chat turns with the tools sent on each, the result as that wire delivers it (v2: two
-    callbacks and a status answer; polling: the long polls' answers and the re-reads), and no
-    key of any side in the files, not even one a dataset row carries."""
+    """Our own server in its own process, keyed, over each wire: the chat turns (on v2 and
+    polling with the tools sent on each; v1 declares them in its 202), the result as that wire
+    delivers it (v1: one callback; v2: two and a status answer; polling: the long polls'
+    answers and the re-reads), and no key of any side in the files, not even one a dataset row
+    carries."""
     monkeypatch.setenv("OPENAI_API_KEY", LLM_KEY)
     rows = rows_carrying_keys(tmp_path)
     traces, results = tmp_path / "traces", tmp_path / "results.jsonl"
@@ -206,14 +207,26 @@ async def test_osmosis_serve_driven_by_the_mock_gets_a_trace_of_each_rollout(
         assert_gate_side(trajectory, row, protocol)
         assert trajectory.start["agent"] == "calculator"
         assert trajectory.start["tools"] == ["add", "subtract", "multiply", "divide"]
-        assert all(t.tools == ["add", "subtract", "multiply", "divide"] for t in trajectory.turns)
         assert [t.delta_from for t in trajectory.turns] == [0, 3, 5, 7, 9]  # deltas, not copies
         records = trace_lines(traces)[trace.name]
+        start = events(records, "start")[0]
+        assert start["status_code"] == 202
+        if protocol == "v1":
+            assert start["path"] == "/v1/rollout/init"
+            assert [t["function"]["name"] for t in start["answer"]["tools"]] == trajectory.start[
+                "tools"
+            ]
+            assert all(t.tools is None for t in trajectory.turns)  # none sent with a call
+            [completed] = events(records, "callback")
+            assert completed["name"] == "completed"
+            assert completed["body"]["final_messages"] == row["final_messages"]
+            assert events(records, "status") == []
+            continue
+        tools = ["add", "subtract", "multiply", "divide"]
+        assert all(t.tools == tools for t in trajectory.turns)
         schemas = [r for r in records if "tool_schemas" in r]
         assert len(schemas) == 1
         assert schemas[0]["turn"] == 1
-        start = events(records, "start")[0]
-        assert start["status_code"] == 202
         if protocol == "v2":
             assert [c["name"] for c in events(records, "callback")] == ["completion", "grader"]
             assert events(records, "status")[-1]["answer"]["status"] == "success"
