@@ -5,6 +5,7 @@ and polling. The official osmosis-ai 0.3.2 server's run is in ``test_launch_sdk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import subprocess
@@ -286,3 +287,52 @@ async def test_interactive_with_server_traces_the_stepped_rollout(tmp_path: Path
     assert trajectory.end is not None
     assert trajectory.end["status"] == "COMPLETED"
     assert_no_secrets(traces, SERVER_KEY)
+
+
+async def test_a_refused_start_and_a_server_gone_are_traced_too(tmp_path: Path) -> None:
+    """A start answered 503 leaves a trace saying REFUSED with the answer; a server that went
+    away between two rows leaves the start that failed in transit and NO_RESULT."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from osmosis_rollout.testing.harness import Harness, ServerUnreachable
+
+    from .support import serve_in_thread
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def busy(request: Request) -> JSONResponse:
+        return JSONResponse({"detail": "no slot free"}, status_code=503)
+
+    server = Starlette(routes=[Route("/health", health), Route("/rollout", busy, methods=["POST"])])
+    hi = [{"role": "user", "content": "hi"}]
+    with serve_in_thread(server) as url:
+        async with Harness(
+            server_url=url, debug_dir=tmp_path, protocol="v2", server_key=SERVER_KEY
+        ) as harness:
+            outcome = await harness.run(hi, rollout_id="refused")
+            assert outcome.init_status == 503
+    [start, end] = [
+        r for r in trace_lines(tmp_path)["refused.jsonl"] if r["event"] != "rollout_start"
+    ]
+    assert (start["event"], start["status_code"], start["answer"]) == (
+        "start",
+        503,
+        {"detail": "no slot free"},
+    )
+    assert (end["status"], end["error_message"]) == ("REFUSED", "the start was answered HTTP 503")
+
+    async with contextlib.AsyncExitStack() as stack:
+        with serve_in_thread(server) as url:  # up for the harness's probe of /health
+            gate = Harness(server_url=url, debug_dir=tmp_path, protocol="v2")
+            harness = await stack.enter_async_context(gate)
+        with pytest.raises(ServerUnreachable):  # and gone by the first row
+            await harness.run(hi, rollout_id="gone")
+    records = trace_lines(tmp_path)["gone.jsonl"]
+    assert [r["event"] for r in records] == ["rollout_start", "start", "rollout_end"]
+    assert records[1]["error"].startswith("TransportFailure")
+    assert records[2]["status"] == "NO_RESULT"
+    assert_no_secrets(tmp_path, SERVER_KEY)

@@ -66,12 +66,6 @@ class GateTracer:
         self.protocol = protocol
         #: The server's agent when its ``/health`` names one (ours: ``agent_loop``).
         self.agent: str | None = None
-        self.written = 0
-
-    @property
-    def directory(self) -> Path:
-        """The folder the traces go to."""
-        return self.tracer.directory
 
     def path_for(self, rollout_id: str) -> Path:
         """Where the trace of ``rollout_id`` goes."""
@@ -101,7 +95,6 @@ class GateTracer:
         emit = self.tracer.sink(rollout_id)
         for event in events:
             emit(event)
-        self.written += 1
 
     def close(self) -> None:
         """Write everything queued."""
