@@ -336,3 +336,54 @@ async def test_a_refused_start_and_a_server_gone_are_traced_too(tmp_path: Path) 
     assert records[1]["error"].startswith("TransportFailure")
     assert records[2]["status"] == "NO_RESULT"
     assert_no_secrets(tmp_path, SERVER_KEY)
+
+
+async def test_a_cancel_asked_while_the_rollout_runs_is_in_its_trace(tmp_path: Path) -> None:
+    """The REPL's Ctrl-C on a server in another process (``Harness.cancel_remote``) is one of
+    the rollout's calls: its answer is in the trace beside the controller's own cancel at the
+    deadline, for a server that takes a rollout and never ends it."""
+    import anyio
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from osmosis_rollout.testing.harness import Harness
+
+    from .support import serve_in_thread
+
+    started = anyio.Event()
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def accept(request: Request) -> JSONResponse:
+        started.set()
+        return JSONResponse({"rollout_id": "stuck"}, status_code=202)
+
+    async def cancel(request: Request) -> JSONResponse:
+        return JSONResponse({"dispositions": {"stuck": "cancelled_running"}})
+
+    routes = [
+        Route("/health", health),
+        Route("/rollout", accept, methods=["POST"]),
+        Route("/rollout/cancel", cancel, methods=["POST"]),
+    ]
+    hi = [{"role": "user", "content": "hi"}]
+    with serve_in_thread(Starlette(routes=routes)) as url:
+        gate = Harness(server_url=url, debug_dir=tmp_path, protocol="v2", v2_slack_s=0.2)
+        async with gate as harness, anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: harness.run(hi, rollout_id="stuck", timeout_s=0.2))
+            await started.wait()
+            assert await harness.cancel_remote("stuck") is True
+    records = trace_lines(tmp_path)["stuck.jsonl"]
+    cancels = events(records, "cancel")
+    assert len(cancels) == 2  # the one asked, then the controller's at the deadline
+    for answer in cancels:
+        assert (answer["method"], answer["path"], answer["status_code"]) == (
+            "POST",
+            "/rollout/cancel",
+            200,
+        )
+        assert answer["body"] == {"ids": ["stuck"]}
+    assert records[-2]["status"] == "NO_RESULT"

@@ -76,8 +76,12 @@ class GateTracer:
         return dataclasses.replace(
             link,
             post=_NotedPost(link.post, self.log, rollout_id),
-            calls=_NotedCalls(link.calls, self.log, rollout_id),
+            calls=self.noted(link.calls, rollout_id),
         )
+
+    def noted(self, calls: ServerCalls, rollout_id: str) -> ServerCalls:
+        """``calls`` with each one noted for ``rollout_id`` (a cancel asked from the REPL)."""
+        return _NotedCalls(calls, self.log, rollout_id)
 
     def write(self, rollout_id: str, record: RolloutRecord | None, *, started: float) -> None:
         """Queue the trace of a rollout that ended (or was given up): its calls so far, its

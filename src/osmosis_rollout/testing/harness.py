@@ -353,8 +353,11 @@ class Harness:
 
         path = "/v1/rollout/cancel" if self.wire is V1 else "/rollout/cancel"
         body = json.dumps({"ids": [rollout_id]}).encode()
+        calls: ServerCalls = HttpxCalls(self._server_http)
+        if self.gate_tracer is not None:  # a call of the rollout's, in its trace
+            calls = self.gate_tracer.noted(calls, rollout_id)
         try:
-            reply = await HttpxCalls(self._server_http).post(
+            reply = await calls.post(
                 f"{self._server_base}{path}", body, server_headers(self.server_key)
             )
             answer: Any = reply.json()
