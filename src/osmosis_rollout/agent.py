@@ -45,6 +45,7 @@ __all__ = [
     "RolloutContext",
     "TurnObserver",
     "close_endpoint",
+    "declared_tool",
     "record_tool_cut",
     "tool_batch",
     "tool_cut_since",
@@ -255,6 +256,8 @@ class RolloutContext:
         self._llm_calls = 0
         self._num_tool_calls = 0
         self._tool_counts: dict[str, list[int]] = {}  # name: [calls, errors, timeouts]
+        # name: the errors among them that were the agent's schema, not the model (``"schema"``)
+        self._tool_schema_errors: dict[str, int] = {}
         self._prompt_tokens = 0
         self._response_tokens = 0
         self._max_context = 0
@@ -409,8 +412,10 @@ class RolloutContext:
         self, latency_ms: float = 0.0, *, tool: str | None = None, error: str | None = None
     ) -> None:
         """Count one tool call and add its latency (``tools.execute_tool_calls`` does this);
-        ``tool`` and how it failed (``error``: ``"raised"``, ``"timeout"``) go to the metrics'
-        ``tool_counts``, so a failing tool shows in ``osmosis test``, not only to the model."""
+        ``tool`` and how it failed (``error``: ``"raised"``, ``"timeout"``, or ``"schema"``: its
+        function refused arguments that the schema ``get_tools`` declared allows) go to the
+        metrics' ``tool_counts`` (and ``tool_schema_errors``), so a failing tool shows in
+        ``osmosis test``, not only to the model."""
         self._num_tool_calls += 1
         if tool is not None:
             counts = self._tool_counts.setdefault(tool, [0, 0, 0])
@@ -418,6 +423,8 @@ class RolloutContext:
             if error is not None:
                 counts[1] += 1
                 counts[2] += error == "timeout"
+                if error == "schema":
+                    self._tool_schema_errors[tool] = self._tool_schema_errors.get(tool, 0) + 1
         self._tool_latency_ms += max(0.0, float(latency_ms))
         if not self._tool_batches:  # alone, one call's latency is also wall time
             self._tool_wall_ms += max(0.0, float(latency_ms))
@@ -532,6 +539,8 @@ class RolloutContext:
             self._door.add_findings(extra)
         if self._tool_counts:
             extra["tool_counts"] = {name: list(c) for name, c in self._tool_counts.items()}
+        if self._tool_schema_errors:
+            extra["tool_schema_errors"] = dict(self._tool_schema_errors)
         if self._tools_from_history:
             extra["tool_calls_from_history"] = self._tools_from_history
         total = 0.0 if self._started is None else round((end - self._started) * 1000, 3)
@@ -570,6 +579,17 @@ def close_endpoint(ctx: RolloutContext) -> None:
     """The rollout ended: its endpoint refuses further calls, its loopback token is void."""
     if ctx._door is not None:
         ctx._door.close()
+
+
+def declared_tool(ctx: RolloutContext, name: str) -> OpenAIFunctionToolSchema | None:
+    """The tool named ``name`` as this rollout declared it (``get_tools``, or what the agent set
+    ``ctx.tools`` to), read without the copy ``ctx.tools`` makes; None when none is."""
+    own = getattr(ctx, "_tools", None)  # a context of another kind (a test's stub): none
+    tools = own if own is not None else getattr(ctx, "_shared_tools", ())
+    for tool in tools or ():
+        if isinstance(tool, OpenAIFunctionToolSchema) and tool.function.name == name:
+            return tool
+    return None
 
 
 @contextlib.contextmanager

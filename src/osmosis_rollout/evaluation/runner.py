@@ -106,6 +106,16 @@ class RowResult:
         return {name: c[1] for name, c in self.tool_counts.items() if c[1]}
 
     @property
+    def tool_schema_errors(self) -> dict[str, int]:
+        """Per tool, the failed calls whose arguments the schema ``get_tools`` declared allows
+        but the function refused (the metrics' ``tool_schema_errors``): the agent's schema and
+        function disagree."""
+        counts = self.metrics.get("tool_schema_errors")
+        if not isinstance(counts, dict):
+            return {}
+        return {str(k): v for k, v in counts.items() if isinstance(v, int) and v > 0}
+
+    @property
     def tool_error_count(self) -> int:
         """How many tool calls of this rollout raised or timed out."""
         return sum(c[1] for c in self.tool_counts.values())

@@ -2,10 +2,13 @@
 
 A tool that raises or times out hands the model an ``"Error: ..."`` message and the rollout
 goes on, so a run whose every tool call failed could pass. The context counts each tool's
-calls, errors and timeouts (``tool_counts`` in the metrics); here they are added up per tool
-for the summary, and turned into run findings: ``tool_always_fails`` (every call of a tool
-failed) and ``tool_error_share`` (more than ``share`` of its calls did). With ``--fail-on
-tool_errors`` each row with a failed tool call also gets a ``tool_errors`` finding, so it fails.
+calls, errors and timeouts (``tool_counts`` in the metrics), and among the errors the calls
+whose function refused arguments the declared schema allows (``tool_schema_errors``: the
+agent's schema and function disagree; a model's own bad arguments are not errors of the tool);
+here they are added up per tool for the summary, and turned into run findings:
+``tool_always_fails`` (every call of a tool failed) and ``tool_error_share`` (more than
+``share`` of its calls did). With ``--fail-on tool_errors`` each row with a failed tool call
+also gets a ``tool_errors`` finding, so it fails.
 """
 
 from __future__ import annotations
@@ -31,14 +34,19 @@ DEFAULT_SHARE = 0.2
 
 
 def by_tool(rows: Iterable[RowResult]) -> dict[str, dict[str, int]]:
-    """``{tool: {"calls", "errors", "timeouts"}}`` over ``rows``, in the order tools appeared."""
+    """``{tool: {"calls", "errors", "timeouts", "schema_errors"}}`` over ``rows``, in the order
+    tools appeared."""
     totals: dict[str, dict[str, int]] = {}
     for row in rows:
+        schema_errors = row.tool_schema_errors
         for name, (calls, errors, timeouts) in row.tool_counts.items():
-            total = totals.setdefault(name, {"calls": 0, "errors": 0, "timeouts": 0})
+            total = totals.setdefault(
+                name, {"calls": 0, "errors": 0, "timeouts": 0, "schema_errors": 0}
+            )
             total["calls"] += calls
             total["errors"] += errors
             total["timeouts"] += timeouts
+            total["schema_errors"] += min(schema_errors.get(name, 0), errors)
     return totals
 
 
@@ -47,17 +55,23 @@ def run_findings(totals: dict[str, dict[str, int]], share: float = DEFAULT_SHARE
     findings = []
     for name, t in totals.items():
         calls, errors, timeouts = t["calls"], t["errors"], t["timeouts"]
+        schema = t.get("schema_errors", 0)
         if not calls or not errors:
             continue
-        how = _how(errors, timeouts)
+        how = _how(errors, timeouts, schema)
         details = {"tool": name, "calls": calls, "errors": errors, "timeouts": timeouts}
+        if schema:
+            details["schema_errors"] = schema
+        fix = _SCHEMA_FIX if schema else ""
         if errors == calls:
             findings.append(
                 Finding(
                     TOOL_ALWAYS_FAILS,
                     f"tool {name!r} failed in every one of its {calls} call(s) ({how}): the "
-                    "model only ever saw its error message; see the rows' tool_errors and "
-                    "rerun with --debug-dir DIR to read each error",
+                    "model only ever saw its error message; "
+                    + (fix or "see the rows' tool_errors and ")
+                    + ("; " if fix else "")
+                    + "rerun with --debug-dir DIR to read each error",
                     details=details,
                 )
             )
@@ -66,11 +80,20 @@ def run_findings(totals: dict[str, dict[str, int]], share: float = DEFAULT_SHARE
                 Finding(
                     TOOL_ERROR_SHARE,
                     f"tool {name!r} failed in {errors} of its {calls} calls "
-                    f"({errors / calls:.0%}, over {share:.0%}; {how})",
+                    f"({errors / calls:.0%}, over {share:.0%}; {how})"
+                    + (f"; {fix}" if fix else ""),
                     details=details,
                 )
             )
     return findings
+
+
+#: What to do about calls whose function refused arguments its declared schema allows.
+_SCHEMA_FIX = (
+    "the schema get_tools() declares for it and the function that runs it disagree on its "
+    "parameters, so no model can call it right: return toolbox.schemas from get_tools() (or "
+    "make the function take the declared parameters); osmosis validate names each one"
+)
 
 
 def fail_on_tool_errors(row: RowResult) -> None:
@@ -79,10 +102,16 @@ def fail_on_tool_errors(row: RowResult) -> None:
     if not errors:
         return
     listed = ", ".join(f"{name} x{count}" for name, count in errors.items())
+    schema = sum(row.tool_schema_errors.values())
+    refused = (
+        f" ({schema} of them refused by a function that disagrees with its declared schema)"
+        if schema
+        else ""
+    )
     row.findings.append(
         Finding(
             TOOL_ERRORS,
-            f"{sum(errors.values())} tool call(s) raised or timed out: {listed}",
+            f"{sum(errors.values())} tool call(s) raised or timed out{refused}: {listed}",
             row.rollout_id,
             details={"tool_errors": errors},
         )
@@ -98,9 +127,20 @@ def summary_part(rows: Sequence[RowResult], share: float) -> dict[str, Any]:
     }
 
 
-def _how(errors: int, timeouts: int) -> str:
+def _how(errors: int, timeouts: int, schema: int = 0) -> str:
+    if schema == errors:
+        return "its function refused arguments its declared schema allows"
     if timeouts == errors:
         return "timed out"
-    if not timeouts:
+    if not timeouts and not schema:
         return "raised"
-    return f"{errors - timeouts} raised, {timeouts} timed out"
+    parts = [
+        f"{count} {what}"
+        for count, what in (
+            (errors - timeouts - schema, "raised"),
+            (timeouts, "timed out"),
+            (schema, "refused by its function though its declared schema allows them"),
+        )
+        if count
+    ]
+    return ", ".join(parts)

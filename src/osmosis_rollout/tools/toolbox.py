@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from .. import telemetry
-from ..agent import RolloutContext, record_tool_cut, tool_batch
+from ..agent import RolloutContext, declared_tool, record_tool_cut, tool_batch
 from ..errors import ToolError
 from ..protocol import Message, OpenAIFunctionToolSchema, describe_validation_error
 from ..tracing import clip_text
@@ -44,8 +44,9 @@ def _encode(result: Any) -> str:
 
 
 class _ToolFailed(ToolError):
-    """The tool itself failed (``kind``: it ``"raised"``, or hit its ``"timeout"``), as opposed
-    to a call the model got wrong: what a result's ``tool_errors`` counts."""
+    """The tool itself failed (``kind``: it ``"raised"``, hit its ``"timeout"``, or its
+    function refused arguments that its declared schema allows: ``"schema"``), as opposed to a
+    call the model got wrong: what a result's ``tool_errors`` counts."""
 
     def __init__(self, message: str, *, tool_name: str, kind: str) -> None:
         super().__init__(message, tool_name=tool_name)
@@ -264,8 +265,14 @@ class Toolbox:
             raise ToolError(f"unknown tool {shown}; available: {available}", tool_name=None)
         args = parse_arguments(raw_args, tool_name=spec.name)
         quick = self._quick[spec.name]
-        if quick is None or not quick(args):  # the full check, for its messages
-            _check(spec.name, self._validators[spec.name], args)
+        try:
+            if quick is None or not quick(args):  # the full check, for its messages
+                _check(spec.name, self._validators[spec.name], args)
+            self._check_names(spec, args)
+        except ToolError as exc:
+            if _declared_allows(ctx, spec, args):  # the agent's bug, not the model's
+                raise _ToolFailed(str(exc), tool_name=spec.name, kind="schema") from None
+            raise
         positional, keywords = self._bind(ctx, spec, args)
         if time_limit is None:  # no cancel scope to pay for
             return _encode(await self._invoke(spec, positional, keywords))
@@ -315,10 +322,9 @@ class Toolbox:
         return await self._threads.run(call)
 
     @staticmethod
-    def _bind(
-        ctx: RolloutContext, spec: _ToolSpec, args: dict[str, Any]
-    ) -> tuple[list[Any], dict[str, Any]]:
-        # A model cannot fill the ctx parameter, even through **kwargs.
+    def _check_names(spec: _ToolSpec, args: dict[str, Any]) -> None:
+        """Every argument names a parameter of the function (a model cannot fill the ctx
+        parameter, even through ``**kwargs``)."""
         unexpected = [
             key
             for key in args
@@ -331,6 +337,11 @@ class Toolbox:
                 f"{', '.join(map(repr, unexpected))}; expected: {expected}",
                 tool_name=spec.name,
             )
+
+    @staticmethod
+    def _bind(
+        ctx: RolloutContext, spec: _ToolSpec, args: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
         keywords: dict[str, Any] = dict.fromkeys(spec.context_params, ctx)
         for key, value in args.items():
             param = spec.params.get(key)
@@ -348,6 +359,32 @@ class Toolbox:
             keywords.pop(p.name, p.default) for p in spec.params.values() if p.positional_only
         ]
         return positional, keywords
+
+
+def _declared_allows(ctx: RolloutContext, spec: _ToolSpec, args: dict[str, Any]) -> bool:
+    """Whether arguments this toolbox refused are ones the schema the model was shown allows.
+
+    A model's bad arguments are its own mistake, the training signal a tool error message is
+    for, and not counted against the tool. But when ``get_tools`` declared a schema of its own
+    for the tool (not ``toolbox.schemas``), a call that schema accepts, naming only the
+    properties it declares, was refused because the schema and the function disagree: every
+    such call fails whatever the model learns, so it is counted as the tool's failure. Only
+    run on a refused call, so it costs the calls that succeed nothing.
+    """
+    declared = declared_tool(ctx, spec.name)
+    if declared is None:
+        return False
+    parameters = declared.function.parameters
+    if parameters == spec.schema.function.parameters:
+        return False  # the toolbox's own schema: the model saw what the function takes
+    properties = parameters.get("properties", {})
+    if not isinstance(properties, Mapping) or not set(args) <= set(properties):
+        return False
+    try:
+        _check(spec.name, _validator(spec.name, parameters), args)
+    except ToolError:  # refused by what the model saw too, or a schema we cannot check
+        return False
+    return True
 
 
 async def execute_tool_calls(

@@ -2,24 +2,36 @@
 
 The tools are judged by ``tools.checks``, as the server judges them, with every problem of every
 tool reported (the server raises the first) and the advice the server does not enforce: each
-``parameters`` against the JSON Schema metaschema, which TrainGate and the model rely on.
+``parameters`` against the JSON Schema metaschema, which TrainGate and the model rely on. A
+declared tool that a ``Toolbox`` of the agent runs (an attribute of the agent or its class, or a
+global of its module, holding a tool of that name) is also held against the function:
+``TOOL_SCHEMA_MISMATCH`` when they name other parameters (``tools.agreement``).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
 
 from ..agent import RolloutAgentLoop
 from ..loader import error_location
-from ..protocol import RolloutRequest
+from ..protocol import OpenAIFunctionToolSchema, RolloutRequest
+from ..tools.agreement import disagreements, find_spec
 from ..tools.checks import tool_problems
+from ..tools.toolbox import Toolbox
 from .result import Problem, Severity
 
-__all__ = ["check_instance", "check_tool_list", "check_tools", "sample_request"]
+__all__ = [
+    "check_agreement",
+    "check_instance",
+    "check_tool_list",
+    "check_tools",
+    "sample_request",
+]
 
 
 def _problem(
@@ -111,7 +123,7 @@ async def check_tools(
                 f"get_tools() returned {type(raw).__name__}; it must return a list of tools",
             )
         ], None
-    return check_tool_list(raw), len(raw)
+    return check_tool_list(raw) + check_agreement(agent, raw), len(raw)
 
 
 def check_tool_list(raw: Sequence[Any]) -> list[Problem]:
@@ -120,3 +132,49 @@ def check_tool_list(raw: Sequence[Any]) -> list[Problem]:
     return [
         _problem(p.code, p.location, p.message, p.severity) for p in tool_problems(raw).problems
     ]
+
+
+def check_agreement(agent: RolloutAgentLoop, raw: Sequence[Any]) -> list[Problem]:
+    """``TOOL_SCHEMA_MISMATCH`` for each parameter on which a declared tool and the function
+    of a ``Toolbox`` the agent holds under the same name disagree (``tools.agreement``)."""
+    toolboxes = list(_toolboxes(agent))
+    if not toolboxes:
+        return []
+    problems: list[Problem] = []
+    for i, item in enumerate(raw):
+        try:
+            tool = OpenAIFunctionToolSchema.model_validate(item)
+        except Exception:  # reported by the tool checks
+            continue
+        spec = find_spec(toolboxes, tool.function.name)
+        if spec is None:
+            continue
+        for found in disagreements(tool, spec):
+            problems.append(
+                _problem(
+                    "TOOL_SCHEMA_MISMATCH",
+                    f"tools[{i}].function.parameters{found.path}",
+                    found.message,
+                    found.severity,
+                )
+            )
+    return problems
+
+
+def _toolboxes(agent: RolloutAgentLoop) -> Iterator[Toolbox]:
+    """The toolboxes an agent can reach by name: its attributes, its class's (and bases'),
+    its module's globals; one level into lists, tuples and dicts. Each once, in that order."""
+    seen: set[int] = set()
+    places: list[Any] = [getattr(agent, "__dict__", {})]
+    places.extend(vars(cls) for cls in type(agent).__mro__ if cls not in (object, RolloutAgentLoop))
+    module = sys.modules.get(type(agent).__module__)
+    if module is not None:
+        places.append(vars(module))
+    for place in places:
+        for value in list(place.values()):
+            inner = value.values() if isinstance(value, dict) else value
+            items = inner if isinstance(value, list | tuple | dict) else (value,)
+            for item in items:
+                if isinstance(item, Toolbox) and id(item) not in seen:
+                    seen.add(id(item))
+                    yield item

@@ -62,6 +62,7 @@ PROBLEM_CODES = frozenset(
         "TOOL_NOT_SERIALIZABLE",
         "TOOL_PARAMETERS_NOT_OBJECT",
         "TOOL_SCHEMA_INVALID",
+        "TOOL_SCHEMA_MISMATCH",
     }
 )
 
