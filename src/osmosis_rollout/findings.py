@@ -489,8 +489,10 @@ FINDINGS: Final[tuple[FindingKind, ...]] = (
         TOOL_ALWAYS_FAILS,
         reporter="test",
         doc=_EVALUATING,
-        meaning="every call of a tool in the run failed (a run finding)",
-        fix="rerun with --debug-dir and read the tool's errors in the traces",
+        meaning="every call of a tool in the run failed (a run finding): it raised, timed out, "
+        "or its function refused arguments its declared schema allows",
+        fix="read the tool's errors in the traces (--debug-dir); a schema its function refuses: "
+        "return toolbox.schemas from get_tools",
     ),
     _kind(
         TOOL_ERROR_SHARE,
