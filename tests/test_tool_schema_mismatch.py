@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from osmosis_rollout.agent import RolloutContext
 from osmosis_rollout.cli import app
 from osmosis_rollout.evaluation.tool_errors import run_findings
 from osmosis_rollout.protocol import OpenAIFunctionToolSchema, RolloutRequest
+from osmosis_rollout.scaffold import create_project, list_templates
 from osmosis_rollout.tools import Toolbox
 from osmosis_rollout.validator import validate_agent_loop_async
 
@@ -81,6 +84,19 @@ def test_an_optional_declared_parameter_the_function_lacks_is_a_warning() -> Non
 def test_a_schema_that_agrees_with_its_function_is_no_problem(agent: str) -> None:
     result = asyncio.run(validate_agent_loop_async(agent, dry_run=False))
     assert mismatches(result) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", [t.name for t in list_templates()])
+def test_no_template_has_a_schema_mismatch(template: str, tmp_path: Path) -> None:
+    """Every template's agent, as ``osmosis init`` writes it, validates without one."""
+    project = tmp_path / "demo"
+    create_project(project, name="demo", template=template)
+    validate = [sys.executable, "-m", "osmosis_rollout", "validate", "--no-dry-run", "--json"]
+    done = subprocess.run(validate, cwd=project, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    codes = [p["code"] for p in json.loads(done.stdout)["problems"]]
+    assert "TOOL_SCHEMA_MISMATCH" not in codes
 
 
 def test_type_and_required_disagreements_are_named() -> None:
