@@ -63,6 +63,17 @@ def test_validate_exits_1_naming_the_tool_the_parameter_and_the_fix() -> None:
     assert all(p["severity"] == "error" for p in found)
 
 
+def test_the_dry_run_finds_a_toolbox_the_dynamic_checks_cannot_see() -> None:
+    """A toolbox built in ``run``: the dry run's refused calls name the tool."""
+    result = asyncio.run(validate_agent_loop_async(target("BuiltInRun")))
+    assert not result.valid
+    (found,) = mismatches(result)
+    assert found.check == "dry_run"
+    assert found.location == "get_tools()"
+    assert "tool 'add'" in found.message
+    assert "return toolbox.schemas from get_tools()" in found.message
+
+
 def test_an_optional_declared_parameter_the_function_lacks_is_a_warning() -> None:
     result = asyncio.run(validate_agent_loop_async(target("Optional"), dry_run=False))
     assert result.valid

@@ -1,7 +1,8 @@
 """Agents whose ``get_tools`` writes a tool's schema by hand while a ``Toolbox`` runs it.
 
 ``Mismatched`` declares ``add(x, y)`` for a function ``add(a, b)``: the model sends ``x`` and
-``y``, the toolbox refuses every call, and nothing is wrong with the model. ``Optional`` has a
+``y``, the toolbox refuses every call, and nothing is wrong with the model. ``BuiltInRun`` does
+the same with a toolbox it builds in ``run`` (which only running it shows). ``Optional`` has a
 declared optional ``note`` its function does not take (some calls fail), ``Agreeing`` a
 hand-written schema that names the function's parameters (no problem at all).
 """
@@ -68,3 +69,18 @@ class Agreeing(_Calls):
             "b": {"type": "number", "description": "The second addend."},
         }
         return declared(properties, ["a", "b"])
+
+
+class BuiltInRun(RolloutAgentLoop):
+    name = "schema_mismatch_in_run"
+
+    def get_tools(self, request: RolloutRequest) -> list[dict[str, Any]]:
+        return declared({"x": NUMBER, "y": NUMBER}, ["x", "y"])
+
+    async def run(self, ctx: RolloutContext) -> RolloutResult:
+        toolbox = Toolbox([add])
+        messages = list(ctx.request.messages)
+        result = await ctx.chat(messages)
+        messages.append(result.message)
+        messages.extend(await toolbox.execute(ctx, result.tool_calls))
+        return ctx.complete(messages, reward=1.0)

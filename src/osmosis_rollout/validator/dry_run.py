@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..agent import RolloutAgentLoop
 from ..findings import NO_COMPLETION, FindingKind, kind_of
@@ -116,7 +116,31 @@ def problems_from_outcome(
         problems.append(
             problem("DRY_RUN_REWARD_INVALID", f"reward is {result.reward!r}; use a finite number")
         )
+    if result is not None and result.metrics is not None:
+        problems.extend(_schema_refusals(result.metrics.model_extra or {}, problem))
     return problems
+
+
+def _schema_refusals(extra: dict[str, Any], problem: Callable[..., Problem]) -> list[Problem]:
+    """``TOOL_SCHEMA_MISMATCH`` for each tool whose function refused calls its declared schema
+    allows (``tool_schema_errors``): found running, where the dynamic checks saw no toolbox
+    (one built in ``run``, say)."""
+    counts = extra.get("tool_schema_errors")
+    if not isinstance(counts, dict):
+        return []
+    return [
+        problem(
+            "TOOL_SCHEMA_MISMATCH",
+            f"tool {name!r}: its function refused {count} call(s) of the dry run whose "
+            "arguments match the schema get_tools() declares for it, so every such call fails "
+            "with 'invalid arguments': the schema and the function disagree on its parameters; "
+            "return toolbox.schemas from get_tools() (or make the function take the declared "
+            "parameters)",
+            "get_tools()",
+        )
+        for name, count in counts.items()
+        if isinstance(count, int) and count > 0
+    ]
 
 
 def _problem_of(code: str) -> tuple[str, str]:

@@ -11,6 +11,7 @@ global of its module, holding a tool of that name) is also held against the func
 from __future__ import annotations
 
 import inspect
+import itertools
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -161,6 +162,10 @@ def check_agreement(agent: RolloutAgentLoop, raw: Sequence[Any]) -> list[Problem
     return problems
 
 
+#: At most this many items of one list, tuple or dict are looked at (a module may hold data).
+_MAX_ITEMS = 1000
+
+
 def _toolboxes(agent: RolloutAgentLoop) -> Iterator[Toolbox]:
     """The toolboxes an agent can reach by name: its attributes, its class's (and bases'),
     its module's globals; one level into lists, tuples and dicts. Each once, in that order."""
@@ -174,7 +179,7 @@ def _toolboxes(agent: RolloutAgentLoop) -> Iterator[Toolbox]:
         for value in list(place.values()):
             inner = value.values() if isinstance(value, dict) else value
             items = inner if isinstance(value, list | tuple | dict) else (value,)
-            for item in items:
+            for item in itertools.islice(items, _MAX_ITEMS):
                 if isinstance(item, Toolbox) and id(item) not in seen:
                     seen.add(id(item))
                     yield item
