@@ -352,7 +352,7 @@ FINDINGS: Final[tuple[FindingKind, ...]] = (
     ),
     _kind(
         INIT_WITHOUT_KEY,
-        wires=(V2,),
+        wires=(V2, POLLING),
         reporter="test",
         meaning="the server started a rollout for a `POST /rollout` without a key (one finding "
         "for the run): whoever reaches its port can start rollouts and spend the model",
@@ -360,7 +360,7 @@ FINDINGS: Final[tuple[FindingKind, ...]] = (
     ),
     _kind(
         INIT_WITHOUT_ID,
-        wires=(V2,),
+        wires=(V2, POLLING),
         reporter="test",
         meaning="the `202` of `POST /rollout` carries no `rollout_id` (one finding for the run): "
         "a rollout whose id the server invents cannot be named for status or cancel",
