@@ -81,14 +81,21 @@ def main() -> None:
         )  # fmt: skip
         ways: dict[str, TestOptions] = {
             "in process": TestOptions(target=str(REPO / TARGET), dataset=dataset, protocol="v2"),
+            # the conformance probes (on by default with --launch) are not the rows' cost
             "--launch osmosis serve": TestOptions(
-                launch=LaunchSpec(serve, cwd=REPO), dataset=dataset, protocol="v2"
+                launch=LaunchSpec(serve, cwd=REPO),
+                dataset=dataset,
+                protocol="v2",
+                conformance=False,
             ),
         }
         if sdk is not None:
             command = shlex.join([str(sdk), "main.py"])
             ways["--launch osmosis-ai 0.3.2 (1 turn)"] = TestOptions(
-                launch=LaunchSpec(command, cwd=SDK_ROLLOUT), dataset=one_turn, protocol="v2"
+                launch=LaunchSpec(command, cwd=SDK_ROLLOUT),
+                dataset=one_turn,
+                protocol="v2",
+                conformance=False,
             )
         rounds: dict[str, list[dict[str, Any]]] = {way: [] for way in ways}
         for _ in range(args.repeats):
