@@ -130,7 +130,9 @@ def test_resume_refuses_a_file_made_otherwise(tmp_path: Path) -> None:
     assert "0/0" in same.stderr  # nothing left to run
     seeded = run("--resume", "--seed", "4")
     assert seeded.exit_code == 2
-    assert "--resume: the run's options differ from those" in " ".join(seeded.stderr.split())
+    assert "--resume: the run's options (--seed) differ from those" in " ".join(
+        seeded.stderr.split()
+    )
     rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS[1:4]))
     other_rows = run("--resume")
     assert other_rows.exit_code == 2
@@ -214,3 +216,43 @@ def test_a_run_that_resumes_everything_says_so_instead_of_a_throughput(tmp_path:
     assert summary["rollouts_per_s"] == 0
     shown = CliRunner().invoke(app, [*args, "--resume"], env={"COLUMNS": "200"})
     assert f"none run: all {rows} kept from the results file (--resume)" in shown.output
+
+
+@pytest.mark.anyio
+async def test_resume_of_a_launched_server_checks_its_folders_source(tmp_path: Path) -> None:
+    """With --launch the bench has no agent object: the server's code is the source files
+    where it runs. The same command resumes; an edited source file, or a command spelled
+    otherwise, is refused, naming which (it said "the run's options" only, or nothing)."""
+    import dataclasses
+    import shlex
+
+    from osmosis_rollout.errors import ConfigError
+    from osmosis_rollout.evaluation import TestOptions, run_test
+    from osmosis_rollout.evaluation.launch import LaunchSpec
+
+    folder = tmp_path / "server"
+    folder.mkdir()
+    server = folder / "main.py"
+    shutil.copy(ASSETS / "foreign" / "starlette_health.py", server)
+    (folder / ".venv").mkdir()  # an environment beside it is not its code
+    (folder / ".venv" / "pyvenv.cfg").write_text("home = /usr\n")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"user_prompt": f"Say {w}.", "ground_truth": w}) + "\n"
+                            for w in ("yes", "no")))  # fmt: skip
+    out = tmp_path / "results.jsonl"
+    spec = LaunchSpec(shlex.join([sys.executable, "main.py", "rollout"]), cwd=folder)
+    options = TestOptions(
+        launch=spec, dataset=rows, protocol="v2", output=out, timeout=30, conformance=False
+    )
+    first = await run_test(options)
+    assert [r.status for r in first.rows] == ["COMPLETED", "COMPLETED"]
+    (folder / ".venv" / "changed.py").write_text("x = 1\n")
+    again = await run_test(dataclasses.replace(options, resume=True))
+    assert again.summary["resumed"] == 2
+    server.write_text(server.read_text() + "\n# changed\n")
+    with pytest.raises(ConfigError, match=r"the server's code \(the source files where"):
+        await run_test(dataclasses.replace(options, resume=True))
+    server.write_text(server.read_text().removesuffix("\n# changed\n"))
+    spelled = LaunchSpec(shlex.join([sys.executable, "./main.py", "rollout"]), cwd=folder)
+    with pytest.raises(ConfigError, match=r"the run's options \(--launch\) differ"):
+        await run_test(dataclasses.replace(options, launch=spelled, resume=True))

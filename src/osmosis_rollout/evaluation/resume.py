@@ -33,9 +33,21 @@ _SHAPING = (
 )  # fmt: skip
 
 
-def fingerprint(options: TestOptions, agent: Any, rows: list[RowInput]) -> dict[str, str]:
-    """Digests of the agent's code, the rows and the shaping options, each apart so a refusal
-    can say which one changed."""
+#: A launched server's code is the source files under the folder it runs in, as far as this:
+#: a folder past it (a checkout with its data) is fingerprinted by its file names and sizes.
+_MAX_SOURCE_FILES = 2_000
+_MAX_SOURCE_BYTES = 32 * 1024 * 1024
+_SOURCE_SUFFIXES = frozenset(
+    {".py", ".toml", ".cfg", ".ini", ".yaml", ".yml", ".json", ".js", ".ts", ".go", ".rs",
+     ".java", ".rb", ".sh", ".txt", ".md"}
+)  # fmt: skip
+_SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "dist", "build"})
+
+
+def fingerprint(options: TestOptions, agent: Any, rows: list[RowInput]) -> dict[str, Any]:
+    """Digests of the agent's code (a launched server's: its folder's source files), the rows
+    and the shaping options, each apart so a refusal can say which one changed, and each
+    option's own (``options_each``) so it can name the option."""
     code = b""
     if agent is not None:
         try:
@@ -43,15 +55,71 @@ def fingerprint(options: TestOptions, agent: Any, rows: list[RowInput]) -> dict[
             code = Path(source).read_bytes() if source else b""
         except (OSError, TypeError):
             code = type(agent).__qualname__.encode()
+    elif options.launch is not None:
+        code = launched_code(options.launch)
     data = [[r.index, r.messages, r.metadata, r.replies] for r in rows]
     shaping = {name: getattr(options, name) for name in _SHAPING}
     if options.launch is not None:
         shaping["server"] = None  # a launched server's URL is a new free port each run
+        shaping["launch"] = _launch_command(options.launch)
     return {
         "agent": _digest(code),
+        "launched": agent is None and options.launch is not None,
         "rows": _digest(json.dumps(data, sort_keys=True, default=str).encode()),
         "options": _digest(json.dumps(shaping, sort_keys=True, default=str).encode()),
+        "options_each": {
+            name: _digest(json.dumps(value, sort_keys=True, default=str).encode())
+            for name, value in shaping.items()
+        },
     }
+
+
+def _launch_command(launch: Any) -> list[str]:
+    """``--launch``'s command as its words (so the folder it runs in does not count twice)."""
+    import shlex
+
+    command = getattr(launch, "command", launch)
+    try:
+        return shlex.split(str(command))
+    except ValueError:
+        return [str(command)]
+
+
+def launched_code(launch: Any) -> bytes:
+    """What stands for a launched server's code: each source file under the folder it is
+    started in (its path and bytes), skipping virtual environments, hidden and build folders;
+    past the bounds, the files' names and sizes only. Any language: the suffixes are a list."""
+    root = Path(getattr(launch, "cwd", None) or Path.cwd())
+    found: list[Path] = []
+    stack = [root]
+    while stack and len(found) <= _MAX_SOURCE_FILES:
+        folder = stack.pop()
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        if folder != root and (folder / "pyvenv.cfg").exists():
+            continue  # a virtual environment: installed packages, not the server's code
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in _SKIPPED_DIRS:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                stack.append(entry)
+            elif entry.suffix in _SOURCE_SUFFIXES and entry.is_file():
+                found.append(entry)
+    digest = hashlib.sha256()
+    total = 0
+    whole = len(found) <= _MAX_SOURCE_FILES
+    for path in sorted(found)[:_MAX_SOURCE_FILES]:
+        try:
+            size = path.stat().st_size
+            digest.update(f"{path.relative_to(root)}\0{size}\0".encode())
+            total += size
+            if whole and total <= _MAX_SOURCE_BYTES:
+                digest.update(path.read_bytes())
+        except OSError:
+            continue
+    return digest.digest()
 
 
 def read_previous(path: Path, expected: dict[str, str]) -> list[RowResult]:
@@ -69,14 +137,19 @@ def read_previous(path: Path, expected: dict[str, str]) -> list[RowResult]:
             "killed rather than interrupted?): its rows cannot be checked, so rerun without "
             "--resume"
         )
+    recorded = summary["fingerprint"]
     changed = [
-        part for part, digest in expected.items() if summary["fingerprint"].get(part) != digest
+        part
+        for part in ("agent", "rows", "options")
+        if part in expected and recorded.get(part) != expected[part]
     ]
     if changed:
         what = {
-            "agent": "the agent's code",
+            "agent": "the server's code (the source files where --launch runs it)"
+            if expected.get("launched")
+            else "the agent's code",
             "rows": "the dataset rows",
-            "options": "the run's options",
+            "options": "the run's options" + _options_named(recorded, expected),
         }
         named = " and ".join(what[part] for part in changed)
         raise ConfigError(
@@ -88,6 +161,16 @@ def read_previous(path: Path, expected: dict[str, str]) -> list[RowResult]:
         if row.trace is not None and not Path(row.trace).is_absolute():
             row.trace = str(path.resolve().parent / row.trace)
     return kept
+
+
+def _options_named(recorded: dict[str, Any], expected: dict[str, Any]) -> str:
+    """`` (--seed, --launch)``: the options that differ, where the file names each (files
+    written before ``options_each`` say only that some option differs)."""
+    before, now = recorded.get("options_each"), expected.get("options_each")
+    if not isinstance(before, dict) or not isinstance(now, dict):
+        return ""
+    differ = [name for name in now if before.get(name) != now[name]]
+    return f" ({', '.join('--' + name.replace('_', '-') for name in differ)})" if differ else ""
 
 
 def recorded_rows(cassette: Path, rows: set[int]) -> list[str]:
