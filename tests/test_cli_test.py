@@ -871,3 +871,21 @@ def test_max_turns_on_v2_says_it_cannot_reach_the_agent() -> None:
     assert "--max-turns: protocol v2 has no turn budget" in result.stderr
     quiet = invoke(CALCULATOR, "-d", DATASET, "--limit", "1", "--protocol", "v2")
     assert "--max-turns" not in quiet.stderr
+
+
+def test_zero_rewards_on_an_unscripted_mock_say_why_and_what_to_do(tmp_path: Path) -> None:
+    """Every reward 0 with no row scripting the mock: the run says the mock does not know the
+    task's answers and names mock_replies; a row that scripts the right answer gets reward 1
+    and no such note."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"user_prompt": "What is 12 + 30?", "ground_truth": "42"}) + "\n")
+    unscripted = invoke(CALCULATOR, "-d", str(rows), env={"COLUMNS": "200"})
+    assert unscripted.exit_code == 0, unscripted.output
+    assert "Every reward is 0, and no row scripts the mock LLM" in unscripted.stderr
+    assert "mock_replies" in unscripted.stderr
+    scripted_row = {"user_prompt": "What is 12 + 30?", "ground_truth": "42",
+                    "mock_replies": ["42"]}  # fmt: skip
+    rows.write_text(json.dumps(scripted_row) + "\n")
+    scripted = invoke(CALCULATOR, "-d", str(rows), "--json")
+    assert json.loads(scripted.stdout)["mean_reward"] == 1
+    assert "Every reward is 0" not in scripted.stderr

@@ -7,7 +7,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -140,6 +140,14 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
         err.print(f"[dim]Rerun with --verbose to see the agents' tracebacks, {traces}.[/]")
     for line in [*report.token_check_lines, *report.model_lines]:
         err.print(line, markup=False, highlight=False)
+    if _unscripted_zero_rewards(report.summary, options):
+        err.print(
+            "[dim]Every reward is 0, and no row scripts the mock LLM: its replies are not your "
+            "task's answers (it calls each tool once, then reports what they returned). Give "
+            "rows a mock_replies column with the right answer to check that the reward pays "
+            "for it (docs/evaluating.md, 'Scripting the mock'), or use a real model "
+            "(--llm-url).[/]"
+        )
     slots = (report.summary.get("concurrency") or {}).get("server_slots")
     if report.max_in_flight > max(1, slots or 1):
         err.print(
@@ -152,6 +160,18 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
     if json_output:
         typer.echo(json.dumps(report.summary, indent=2))
     return EXIT_OK if report.passed else EXIT_PROBLEMS
+
+
+def _unscripted_zero_rewards(summary: dict[str, Any], options: TestOptions) -> bool:
+    """Whether the run scored 0 everywhere on the mock LLM with no row scripting it."""
+    groups = summary.get("groups") or {}
+    on_mock = options.llm_url is None and options.llm == "mock" and options.replay is None
+    return (
+        on_mock
+        and summary.get("scripted_rows") == 0
+        and summary.get("mean_reward") == 0
+        and groups.get("max_reward") == 0
+    )
 
 
 def interactive_run(options: TestOptions, *, start_row: int | None) -> int:

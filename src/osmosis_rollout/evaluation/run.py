@@ -352,6 +352,9 @@ def _summary(
     )
     if options.skip_bad_rows:
         summary["bad_rows_skipped"] = setup.bad_rows_skipped
+    # Rows whose mock_replies script the mock (when the mock answers): without any, a reward
+    # of 0 everywhere says little about the agent (the mock does not know the task's answers).
+    summary["scripted_rows"] = sum(1 for r in setup.rows if r.replies is not None)
     summary["fingerprint"] = fp
     return summary
 
