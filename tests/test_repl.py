@@ -839,3 +839,25 @@ async def test_a_judged_rollout_ends_with_the_judges_verdict_last() -> None:
     assert "judge 1 call(s)" in sound
     assert "none: the judge failed" in failing
     assert failing.index("judge verdict") > failing.index("end of rollout")
+
+
+def test_items_without_a_role_are_shown_by_their_type() -> None:
+    """A foreign server's conversation may hold Responses API items (osmosis-ai's
+    openai-agents sample keeps ``function_call`` and ``function_call_output``): `m` shows
+    each by its type with its call or output, not as an empty ``?:`` message."""
+    from osmosis_rollout.repl.views import messages_view
+
+    items = [
+        {"role": "user", "content": "What is 6*7?"},
+        {"type": "function_call", "name": "multiply", "arguments": '{"a": 6, "b": 7}',
+         "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"type": "reasoning", "summary": []},
+    ]  # fmt: skip
+    screen = io.StringIO()
+    Console(file=screen, width=120).print(messages_view(items))
+    text = screen.getvalue()
+    assert 'function_call: multiply({"a": 6, "b": 7})' in text
+    assert "function_call_output: 42" in text
+    assert 'reasoning: {"type": "reasoning", "summary": []}' in text
+    assert "?:" not in text

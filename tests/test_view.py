@@ -561,3 +561,32 @@ def test_viewer_shows_a_groups_samples_and_tool_errors(sampled: Path, browser: C
         assert group == ["0: 1", "1: 1", "2: 1"]
         facts = browser.evaluate("document.querySelector('.facts').textContent")
         assert "format 0.2, correctness 1" in " ".join(facts.split())
+
+
+def test_items_without_a_role_show_by_their_type_in_chromium(
+    tmp_path: Path, browser: Chromium
+) -> None:
+    """A foreign server's final messages may hold Responses API items (osmosis-ai's
+    openai-agents sample keeps ``function_call`` / ``function_call_output``): the transcript
+    shows each by its type with its call or output (they were empty ``?`` messages), escaped."""
+    markup = "<img src=x onerror=alert(1)>"
+    row = {"type": "row", "row": 1, "rollout_id": "row-1-items", "status": "COMPLETED"}
+    row["final_messages"] = [
+        {"role": "user", "content": "What is 6*7?"},
+        {"type": "function_call", "name": "multiply", "arguments": '{"a": 6, "b": 7}'},
+        {"type": "function_call_output", "call_id": "c1", "output": f"42 {markup}"},
+    ]
+    (tmp_path / "results.jsonl").write_text(json.dumps(row) + "\n")
+    index = build_index([tmp_path / "results.jsonl"])
+    with serve_in_thread(create_view_app(index)) as url:
+        browser.open(url + "/")
+        browser.go(f"#/rollout/{index.rollouts[0].id}")
+        shown = browser.evaluate(
+            "[...document.querySelectorAll('.msg')].map(m => [...m.children].map(c => "
+            "c.textContent.trim()).join(' '))"
+        )
+        images = browser.evaluate("document.querySelectorAll('.msg img').length")
+    text = " | ".join(shown)
+    assert 'function_call multiply({"a": 6, "b": 7})' in text, text
+    assert f"function_call_output 42 {markup}" in text, text
+    assert images == 0

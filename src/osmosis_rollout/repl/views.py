@@ -99,7 +99,11 @@ def message_view(
     message: Message, *, limit: int | None = None, full: bool = False
 ) -> RenderableType:
     """One chat message: a role label, its text, and each tool call with its arguments
-    (``full``: long argument lines fold instead of ending in an ellipsis)."""
+    (``full``: long argument lines fold instead of ending in an ellipsis). An item without a
+    role, as a server we did not write may send (the OpenAI Responses API's ``function_call``
+    and ``function_call_output``), is shown by its ``type``."""
+    if "role" not in message:
+        return _item_view(message, limit)
     role = str(message.get("role", "?"))
     label = role
     if role == "tool":
@@ -112,6 +116,21 @@ def message_view(
     for call in message.get("tool_calls") or []:
         parts.extend(_tool_call_view(call, full=full))
     return Group(*parts)
+
+
+def _item_view(item: Message, limit: int | None) -> Text:
+    """A conversation item that is not a chat message: its type, then its call (name and
+    arguments), its output, or the item as JSON."""
+    label = str(item.get("type") or "item")
+    if "name" in item and "arguments" in item:
+        body = f"{item['name']}({_content_text(item['arguments'])})"
+    elif "output" in item:
+        body = _content_text(item["output"])
+    else:
+        body = json.dumps(item, ensure_ascii=False, default=str)
+    text = Text.assemble((f"{label}: ", "bold magenta"))
+    text.append(_shorten(body, limit))
+    return text
 
 
 def messages_view(messages: Sequence[Message], *, pending: Message | None = None) -> Group:

@@ -273,7 +273,17 @@ function toolCallView(call, traced) {
     </details>`;
 }
 
+function itemView(item) {
+  // An item that is not a chat message (a server we did not write may send the Responses
+  // API's function_call / function_call_output): its type, then its call, output or JSON.
+  const body = item.name !== undefined && item.arguments !== undefined
+    ? `${item.name}(${contentText(item.arguments)})`
+    : item.output !== undefined ? String(contentText(item.output)) : JSON.stringify(item);
+  return html`<div class="msg item"><span class="role">${item.type || "item"}</span><div class="content">${body}</div></div>`;
+}
+
 function messageView(message, traced) {
+  if (message && message.role === undefined) return itemView(message);
   const role = message.role || "?";
   const calls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).map((c) => toolCallView(c, traced && traced.get(c.id)));
   const text = String(contentText(message.content));
