@@ -158,7 +158,7 @@ def parse_reply(text: str, tools: Sequence[OpenAIFunctionToolSchema], *, turn: i
             declared = ", ".join(sorted(by_name)) or "none"
             warnings.append(
                 f"tool {name!r} is not declared (declared: {declared}); the agent may reject it "
-                "and the mock TrainGate will report unknown_tool"
+                "(a result whose messages keep the call is an unknown_tool finding)"
             )
         else:
             try:
