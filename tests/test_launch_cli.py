@@ -113,3 +113,29 @@ def test_launch_and_a_target_together_are_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "--launch" in err
     assert "not both" in err
+
+
+def test_bad_rows_and_a_refused_resume_are_found_before_the_server_starts(
+    tmp_path: Path,
+) -> None:
+    """What needs no server is refused before one is launched (a launch can take minutes):
+    a command that cannot even start shows it is never tried."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"user_prompt": "hi"}\n{"user_prompt": \n')
+    proc = _osmosis("test", "--launch", "/no/such/server", "-d", str(rows), cwd=tmp_path)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "row 2" in err or "line 2" in err, err
+    assert "could not start" not in err
+    rows.write_text('{"user_prompt": "hi"}\n')
+    out = tmp_path / "results.jsonl"
+    summary = {"type": "summary", "fingerprint": {"agent": "x", "rows": "y", "options": "z"}}
+    out.write_text(json.dumps(summary) + "\n")
+    proc = _osmosis(
+        "test", "--launch", "/no/such/server", "-d", str(rows), "-o", str(out), "--resume",
+        cwd=tmp_path,
+    )  # fmt: skip
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "--resume:" in err
+    assert "could not start" not in err

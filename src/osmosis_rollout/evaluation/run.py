@@ -119,6 +119,8 @@ async def run_test(options: TestOptions, observer: RunObserver | None = None) ->
             "--conformance probes a rollout server's POST /rollout: give --launch CMD or "
             "--server URL (in process the server is ours, and has no wire to probe)"
         )
+    if options.launch is not None:
+        _check_before_launch(options)
     async with served(options, observer.info) as options:
         setup = prepare(options, warn=observer.warn)
         try:
@@ -127,6 +129,25 @@ async def run_test(options: TestOptions, observer: RunObserver | None = None) ->
         finally:
             if setup.pool is not None:
                 setup.pool.close()
+
+
+def _check_before_launch(options: TestOptions) -> None:
+    """What can be refused without the server, refused before it is started (a launch can
+    take a while): bad dataset rows, and a ``--resume`` of a file made otherwise. The run
+    reads both again once the server answers; what it refuses then is the same."""
+    from .assembly import load_rows
+    from .resume import fingerprint, read_previous
+
+    if options.dataset is None or options.replay is not None:
+        return
+    rows, _ = load_rows(
+        Path(options.dataset),
+        limit=options.limit,
+        offset=options.offset,
+        skip_bad_rows=options.skip_bad_rows,
+    )
+    if options.resume and options.output is not None:
+        read_previous(options.output, fingerprint(options, None, rows))
 
 
 async def _run(options: TestOptions, setup: Setup, observer: RunObserver) -> TestReport:
