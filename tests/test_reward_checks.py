@@ -148,3 +148,17 @@ def test_the_rewards_of_a_running_server(tmp_path: Path) -> None:
         )
     assert result.exit_code == 1, result.output
     assert "reward_leak" in result.stdout
+
+
+def test_without_gold_rows_the_pass_says_what_was_not_checked(tmp_path: Path) -> None:
+    """No gold replies: the checks pass a sound reward, and say that a reward always 0 would
+    have passed too (nothing checked that it pays for a right answer); with gold, no note."""
+    rows = tmp_path / "plain.jsonl"
+    rows.write_text(json.dumps({"user_prompt": "What is 1 + 1?", "ground_truth": "2"}) + "\n")
+    args = ["validate", f"{AGENTS}:SoundAgent", "--reward", "-d"]
+    plain = CliRunner().invoke(app, [*args, str(rows)], env={"COLUMNS": "200"})
+    assert plain.exit_code == 0, plain.output
+    assert "a reward that is always 0 passes too" in plain.stdout
+    gold = CliRunner().invoke(app, [*args, str(gold_rows(tmp_path))], env={"COLUMNS": "200"})
+    assert gold.exit_code == 0, gold.output
+    assert "always 0 passes too" not in gold.stdout

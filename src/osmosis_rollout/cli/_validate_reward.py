@@ -110,4 +110,9 @@ def reward_checks(
             console.print(f"[red]{escape(finding.code)}[/]: {escape(finding.message)}")
         if report.passed:
             console.print("[green]no findings[/]: the reference policies cannot collect the reward")
+        if not any(run.policy == "gold" for run in report.runs):
+            console.print(
+                "[dim]No row has gold replies (a mock_replies column), so nothing checked that "
+                "the reward pays for a right answer: a reward that is always 0 passes too.[/]"
+            )
     raise typer.Exit(EXIT_OK if report.passed else EXIT_PROBLEMS)
