@@ -889,3 +889,23 @@ def test_zero_rewards_on_an_unscripted_mock_say_why_and_what_to_do(tmp_path: Pat
     scripted = invoke(CALCULATOR, "-d", str(rows), "--json")
     assert json.loads(scripted.stdout)["mean_reward"] == 1
     assert "Every reward is 0" not in scripted.stderr
+
+
+def test_a_run_where_no_rollout_completed_is_not_trainable(tmp_path: Path) -> None:
+    """Every rollout an error leaves no trajectory: the verdict is no, and says why (it said
+    yes, for want of a finding)."""
+    broken = tmp_path / "broken.py"
+    broken.write_text(
+        "from osmosis_rollout import RolloutAgentLoop\n\n\n"
+        "class Broken(RolloutAgentLoop):\n"
+        "    name = 'broken'\n\n"
+        "    def get_tools(self, request):\n"
+        "        return []\n\n"
+        "    async def run(self, ctx):\n"
+        "        raise RuntimeError('boom')\n"
+    )
+    result = invoke(f"{broken}:Broken", "-d", DATASET, "--limit", "2", env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "no: no rollout completed" in result.stdout
+    as_json = invoke(f"{broken}:Broken", "-d", DATASET, "--limit", "2", "--json")
+    assert json.loads(as_json.stdout)["trainable"] is False

@@ -415,8 +415,9 @@ def summarise(report: BatchReport) -> dict[str, Any]:
         "skipped": len(rows) - len(ran),
         "findings": findings,
         "llm_errors": llm_errors,
-        # The verdict: no finding that breaks a trajectory for training (evaluation.trainability).
-        "trainable": not blocking,
+        # The verdict: no finding that breaks a trajectory for training (evaluation.trainability),
+        # and some trajectory at all (a run whose every rollout failed has none to train on).
+        "trainable": not blocking and (not ran or any(r.status == "COMPLETED" for r in ran)),
         "untrainable_findings": blocking,
         "latency_ms_p50": round(_percentile(latencies, 0.50), 3),
         "latency_ms_p95": round(_percentile(latencies, 0.95), 3),

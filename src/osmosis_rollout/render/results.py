@@ -143,11 +143,14 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_row("findings", listed or "none")
     if "trainable" in summary:
         blocking = summary.get("untrainable_findings") or []
-        verdict = (
-            "[green]yes[/]"
-            if summary["trainable"]
-            else f"[red]no: {escape(', '.join(blocking))}[/] (see docs/bring-your-own-agent.md)"
-        )
+        if summary["trainable"]:
+            verdict = "[green]yes[/]"
+        elif blocking:
+            verdict = (
+                f"[red]no: {escape(', '.join(blocking))}[/] (see docs/bring-your-own-agent.md)"
+            )
+        else:
+            verdict = "[red]no: no rollout completed[/], so there is no trajectory to train on"
         table.add_row("trainable", verdict)
     table.add_row(
         "latency",
