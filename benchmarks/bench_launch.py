@@ -5,9 +5,9 @@ The calculator example (two LLM turns, tool calls) runs over generated rows on p
 the mock LLM three ways: in process (the server's work is in the same process: the baseline),
 launched (``--launch "python -m osmosis_rollout serve ..."``: the same server in its own
 process, told its port as the platform tells it), and one-turn rows through the official SDK's
-quickstart rollout (osmosis-ai 0.3.2 in its cached venv, ``tests/peer_sdk.py``) when that venv
-exists. The bench's CPU is this process's (``process_time``); the launched server's is
-reported beside it (``RUSAGE_CHILDREN``, read once it is stopped and reaped).
+quickstart rollout (osmosis-ai 0.3.2 in its cached venv, ``tests/peer_sdk.py``; 0.3.8 over the
+polling wire) when that venv can be had. The bench's CPU is this process's (``process_time``);
+the launched server's is reported beside it (``RUSAGE_CHILDREN``, read once it is reaped).
 
     python benchmarks/bench_launch.py [--rows 200] [--repeats 2]
 """
@@ -53,12 +53,17 @@ async def _timed(options: TestOptions, rows: int) -> dict[str, Any]:
     }
 
 
-def _sdk_python() -> Path | None:
+def _sdk_python(version: str) -> Path | None:
+    """osmosis-ai ``version``'s interpreter in the tests' cached venv (made if missing, as the
+    tests make it), or None where it cannot be had."""
     sys.path.insert(0, str(REPO))
-    from tests.peer_sdk import cache_dir
+    import pytest
+    from tests.peer_sdk import python_of, sdk_venv
 
-    found = sorted(cache_dir().glob("osmosis-ai-0.3.2-*/bin/python"))
-    return found[0] if found else None
+    try:
+        return python_of(sdk_venv(version))
+    except pytest.skip.Exception:
+        return None
 
 
 def main() -> None:
@@ -67,7 +72,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="rounds of each")
     args = parser.parse_args()
     serve = shlex.join([sys.executable, "-m", "osmosis_rollout", "serve", str(REPO / TARGET)])
-    sdk = _sdk_python()
+    sdk, polling_sdk = _sdk_python("0.3.2"), _sdk_python("0.3.8")
     with tempfile.TemporaryDirectory() as tmp:
         dataset = Path(tmp) / "rows.jsonl"
         write_dataset(dataset, args.rows)
@@ -97,6 +102,14 @@ def main() -> None:
                 protocol="v2",
                 conformance=False,
             )
+        if polling_sdk is not None:  # the same rollout on 0.3.8: the polling wire
+            command = shlex.join([str(polling_sdk), "main.py"])
+            ways["--launch osmosis-ai 0.3.8 (1 turn, polling)"] = TestOptions(
+                launch=LaunchSpec(command, cwd=SDK_ROLLOUT),
+                dataset=one_turn,
+                protocol="polling",
+                conformance=False,
+            )
         rounds: dict[str, list[dict[str, Any]]] = {way: [] for way in ways}
         for _ in range(args.repeats):
             for way, options in ways.items():
@@ -104,7 +117,7 @@ def main() -> None:
     best = {way: min(runs, key=lambda r: r["cpu_ms_per_rollout"]) for way, runs in rounds.items()}
     base = best["in process"]["cpu_ms_per_rollout"]
     print_table(
-        f"{args.rows} rows, protocol v2, mock LLM (lowest CPU round of {args.repeats})",
+        f"{args.rows} rows, protocol v2 (0.3.8: polling), mock LLM (lowest CPU of {args.repeats})",
         ["", "bench CPU ms/rollout", "vs in process", "server CPU ms/rollout", "wall s", "passed"],
         [
             [way, r["cpu_ms_per_rollout"], ratio(r["cpu_ms_per_rollout"], base),

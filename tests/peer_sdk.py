@@ -89,8 +89,8 @@ def _pyenv_pythons() -> list[str]:
 def find_python() -> str | None:
     """The first Python 3.12+ that runs here (see the module docstring), or None."""
     candidates = [os.environ.get("OSMOSIS_ROLLOUT_TEST_PYTHON", "")]
-    if sys.version_info >= MINIMUM:
-        candidates.append(sys.executable)
+    if sys.version_info >= MINIMUM:  # this one's own interpreter, not a (throwaway) venv's
+        candidates.append(getattr(sys, "_base_executable", sys.executable))
     candidates += _pyenv_pythons()
     candidates += [shutil.which(f"python3.{minor}") or "" for minor in (12, 13, 14)]
     for candidate in candidates:
@@ -124,7 +124,10 @@ def sdk_venv(version: str, *, extras: Sequence[str] = ("server",)) -> Path:
         raise AssertionError("unreachable")  # skip_or_fail raises
     wanted = f"[{','.join(extras)}]" if extras else ""
     requirement = f"osmosis-ai{wanted}=={version}"
-    tag = hashlib.sha256(f"{requirement} {python}".encode()).hexdigest()[:10]
+    # Keyed by the interpreter itself (symlinks resolved), so each CI run's fresh venv and
+    # pyenv's python3 share one cached SDK venv instead of building one each.
+    real = os.path.realpath(python)
+    tag = hashlib.sha256(f"{requirement} {real}".encode()).hexdigest()[:10]
     venv = cache_dir() / f"osmosis-ai-{version}-{tag}"
     ready = venv / ".ready"
     with _locked(cache_dir() / f"{venv.name}.lock"):
