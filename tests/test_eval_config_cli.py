@@ -98,3 +98,13 @@ def test_a_platform_dataset_without_a_file_asks_for_dataset(workspace: Path) -> 
     )  # fmt: skip
     assert done.returncode == 2
     assert "--dataset" in done.stderr
+
+
+def test_a_launch_beside_the_config_runs_in_the_rollouts_folder(workspace: Path) -> None:
+    # run from the workspace root, as the config's own entrypoint is: main.py is the rollout's
+    python = python_of(sdk_venv("0.3.2"))
+    done = _test(workspace, "--launch", f"{python} main.py", "--samples", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["rows"] == 1
+    assert summary["mean_reward"] == 1.0

@@ -33,7 +33,8 @@ def from_config(
 ) -> FromConfig:
     """What ``path`` sets of the options ``given`` says were not given on the command line.
     ``in_process``: TARGET or ``--server`` is given, so the config's entrypoint is not
-    launched; ``real_model``: a real model is asked for, so ``model_path`` is used."""
+    launched (a ``--launch`` given instead runs in the rollout's folder); ``real_model``: a
+    real model is asked for, so ``model_path`` is used."""
     from ..errors import OsmosisError
     from ..evaluation.eval_config import read_eval_config
 
@@ -73,6 +74,8 @@ def from_config(
                 "entrypoint): give --launch CMD, --server URL or TARGET"
             )
         chosen.launch, chosen.launch_cwd = command, config.rollout_dir
+    elif not in_process:  # a --launch beside --config runs where the config's entrypoint does
+        chosen.launch_cwd = config.rollout_dir
     chosen.env = dict(config.env)
     if in_process and config.env:
         chosen.notes.append("[env]: set only for a server it launches (not with TARGET/--server)")

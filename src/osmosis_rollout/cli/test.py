@@ -108,7 +108,8 @@ def command_test(
         typer.Option(
             metavar="CMD",
             help="Start this server command for the run instead of TARGET (split like a "
-            "shell line, run in the current folder, e.g. 'python main.py'), any Osmosis rollout "
+            "shell line, run in the current folder, or with --config in its rollout's folder "
+            "rollouts/<rollout>/, e.g. 'python main.py'), any Osmosis rollout "
             "server whatever wrote it: it is told a free 127.0.0.1 port in "
             "_OSMOSIS_ROLLOUT_PORT (and ROLLOUT_PORT) as the platform does, and always "
             "stopped. Also `launch` in [tool.osmosis]. See docs/any-server.md.",
