@@ -6,6 +6,7 @@ the server, the keys it does not use named; a flag given on the command line win
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -108,3 +109,20 @@ def test_a_launch_beside_the_config_runs_in_the_rollouts_folder(workspace: Path)
     summary = json.loads(done.stdout)
     assert summary["rows"] == 1
     assert summary["mean_reward"] == 1.0
+
+
+def test_a_rollout_without_its_venv_is_told_where_its_dependencies_go(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # the same workspace without rollouts/multiply/.venv: the entrypoint runs with our Python,
+    # which has not the rollout's dependencies (httpx, osmosis_ai)
+    bare = tmp_path / "bare"
+    shutil.copytree(workspace, bare, ignore=shutil.ignore_patterns(".venv"))
+    done = _test(bare)
+    assert done.returncode == 2, done.stdout + done.stderr
+    message = json.loads(done.stdout)["error"]["message"]
+    module = re.search(r"ModuleNotFoundError: No module named '(\w+)'", message)
+    assert module is not None, message
+    hint = message.split("\nHint: ", 1)[1]
+    assert hint.startswith(f"the Python {sys.executable} has no module {module[1]!r}")
+    assert "or create rollouts/multiply/.venv with the rollout's dependencies" in hint
