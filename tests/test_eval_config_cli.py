@@ -6,6 +6,7 @@ the server, the keys it does not use named; a flag given on the command line win
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -98,3 +99,30 @@ def test_a_platform_dataset_without_a_file_asks_for_dataset(workspace: Path) -> 
     )  # fmt: skip
     assert done.returncode == 2
     assert "--dataset" in done.stderr
+
+
+def test_a_launch_beside_the_config_runs_in_the_rollouts_folder(workspace: Path) -> None:
+    # run from the workspace root, as the config's own entrypoint is: main.py is the rollout's
+    python = python_of(sdk_venv("0.3.2"))
+    done = _test(workspace, "--launch", f"{python} main.py", "--samples", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["rows"] == 1
+    assert summary["mean_reward"] == 1.0
+
+
+def test_a_rollout_without_its_venv_is_told_where_its_dependencies_go(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # the same workspace without rollouts/multiply/.venv: the entrypoint runs with our Python,
+    # which has not the rollout's dependencies (httpx, osmosis_ai)
+    bare = tmp_path / "bare"
+    shutil.copytree(workspace, bare, ignore=shutil.ignore_patterns(".venv"))
+    done = _test(bare)
+    assert done.returncode == 2, done.stdout + done.stderr
+    message = json.loads(done.stdout)["error"]["message"]
+    module = re.search(r"ModuleNotFoundError: No module named '(\w+)'", message)
+    assert module is not None, message
+    hint = message.split("\nHint: ", 1)[1]
+    assert hint.startswith(f"the Python {sys.executable} has no module {module[1]!r}")
+    assert "or create rollouts/multiply/.venv with the rollout's dependencies" in hint

@@ -63,6 +63,32 @@ async def test_a_server_that_dies_is_an_error_naming_the_command_code_and_output
     assert "RuntimeError: the dataset is missing" in message
 
 
+async def test_a_server_missing_a_module_is_told_which_python_ran_it(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("import osmosis_test_no_such_module\n")
+    command = shlex.join([sys.executable, "main.py"])
+    spec = LaunchSpec(command, cwd=tmp_path, environment_hint="or make a venv where it lives")
+    with pytest.raises(LaunchError) as caught:
+        async with launch(spec):
+            pytest.fail("a dead server was yielded")
+    message = str(caught.value)
+    assert "No module named 'osmosis_test_no_such_module'" in message  # its own last lines
+    hint = message.split("\nHint: ", 1)[1]
+    assert hint.startswith(
+        f"the Python {sys.executable} has no module 'osmosis_test_no_such_module': run the "
+        "server in the rollout's own environment"
+    )
+    assert '--launch "<its venv>/bin/python main.py"' in hint
+    assert '--launch "uv run python main.py"' in hint
+    assert hint.endswith("; or make a venv where it lives")
+
+
+async def test_a_server_that_dies_otherwise_gets_no_module_hint(tmp_path: Path) -> None:
+    with pytest.raises(LaunchError) as caught:
+        async with launch(LaunchSpec(_command("die"), cwd=tmp_path, environment_hint="venv")):
+            pytest.fail("a dead server was yielded")
+    assert "Hint" not in str(caught.value)
+
+
 async def test_a_server_that_never_answers_times_out_with_its_output(tmp_path: Path) -> None:
     spec = LaunchSpec(_command("silent"), cwd=tmp_path, startup_timeout_s=3)
     with pytest.raises(LaunchError) as caught:

@@ -198,3 +198,30 @@ async def test_the_conformance_probes_find_what_osmosis_ai_038_does(tmp_path: Pa
     assert found["bad_input_server_error"]["details"] == {"answers": {"NaN": 500}}
     assert report.summary["conformance"]["notes"] == []  # the repeated id's rollout was judged
     assert report.exit_code == 0
+
+
+async def test_osmosis_ai_038_forced_onto_v2_is_warned_of_before_any_row(tmp_path: Path) -> None:
+    from osmosis_rollout.evaluation.served import served
+
+    python = python_of(sdk_venv("0.3.8"))
+    warned: list[str] = []
+    options = dataclasses.replace(_options(python, tmp_path), protocol="v2")
+    async with served(options, lambda line: None, warned.append) as live:
+        assert live.wire.protocol == "v2"  # kept: the user may mean it
+    assert warned == [
+        "--protocol v2 given, but /health shows the polling wire (osmosis-ai 0.3.3 or later): "
+        "rollouts will likely never end (it sends no callback); drop --protocol to use polling"
+    ]
+
+
+async def test_a_polling_start_to_osmosis_ai_032_names_the_wire_it_speaks(
+    sdk_032: Path, tmp_path: Path
+) -> None:
+    options = dataclasses.replace(_options(sdk_032, tmp_path), protocol="polling")
+    report = await run_test(dataclasses.replace(options, conformance=False))
+    for row in report.rows:
+        assert row.status == "REFUSED"
+        message: Any = row.error_message
+        assert "HTTP 422: completion_callback_url: Field required" in message, message
+        assert "try --protocol v2" in message
+        assert MOCK_API_KEY not in message  # the 422's echoed body is not shown

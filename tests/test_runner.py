@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -101,6 +104,47 @@ async def test_a_server_that_never_calls_back_gets_no_completion() -> None:
     for row in report.rows:
         assert row.status == "NO_RESULT"
         assert {f.code for f in row.findings} == {"no_completion"}
+
+
+async def test_a_row_without_a_result_shows_the_turns_the_mock_served() -> None:
+    """A server that asks for two turns and never calls back: NO_RESULT, with the turns and
+    tokens the mock served (docs/any-server.md: a row's figures are what the mock served)."""
+
+    async def two_turns(body: dict[str, Any]) -> None:
+        headers = {"authorization": f"Bearer {body['api_key']}"}
+        messages = list(body["messages"])
+        async with httpx2.AsyncClient() as http:
+            for _ in range(2):
+                chat = {"rollout_id": body["rollout_id"], "messages": messages}
+                reply = await http.post(
+                    f"{body['server_url']}/v1/chat/completions", json=chat, headers=headers
+                )
+                messages.append(reply.json()["choices"][0]["message"])
+                messages.append({"role": "user", "content": "and again"})
+
+    async def init(request: Request) -> JSONResponse:
+        body = await request.json()
+        answer = {"rollout_id": body["rollout_id"], "tools": []}
+        return JSONResponse(answer, status_code=202, background=BackgroundTask(two_turns, body))
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "healthy", "agent_loop": "forgetful"})
+
+    forgetful = Starlette(
+        routes=[
+            Route("/v1/rollout/init", init, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
+    with serve_in_thread(forgetful) as url:
+        async with Harness(server_url=url, backend=MockLLMBackend()) as harness:
+            report = await run_batch(harness, ROWS[:1], RunOptions(timeout_s=5))
+    row = report.rows[0]
+    assert row.status == "NO_RESULT"
+    assert row.turns == 2
+    assert row.prompt_tokens > 0
+    assert row.response_tokens > 0
+    assert len(row.turn_finish_reasons) == 2
 
 
 async def test_a_row_that_cannot_be_sent_is_refused_and_the_rest_run() -> None:

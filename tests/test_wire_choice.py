@@ -93,3 +93,52 @@ async def test_a_v1_init_answered_404_names_the_other_wires(tmp_path: Path) -> N
     assert "HTTP 404" in message
     assert "--protocol v2" in message
     assert "--protocol polling" in message
+
+
+def _strict_v2() -> Starlette:
+    """A server like osmosis-ai 0.3.2's: its ``POST /rollout`` refuses a start without
+    ``completion_callback_url`` with FastAPI's 422, which echoes the whole body as ``input``."""
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def start(request: Request) -> Response:
+        body = json.loads(await request.body())
+        if "completion_callback_url" in body:
+            return JSONResponse({"detail": "no such rollout"}, status_code=404)
+        error = {"type": "missing", "loc": ["body", "completion_callback_url"]}
+        error |= {"msg": "Field required", "input": body}
+        return JSONResponse({"detail": [error]}, status_code=422)
+
+    async def anything(request: Request) -> Response:  # FastAPI's 404 is JSON
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
+
+    routes = [Route("/health", health), Route("/rollout", start, methods=["POST"])]
+    return Starlette(routes=[*routes, Route("/{path:path}", anything, methods=["GET", "POST"])])
+
+
+class _Warned(_Said):
+    def __init__(self) -> None:
+        super().__init__()
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+async def test_a_start_on_the_wrong_wire_names_the_cause_and_the_flag(tmp_path: Path) -> None:
+    said = _Warned()
+    with serve_in_thread(_strict_v2()) as url:
+        options = TestOptions(server=url, dataset=_rows(tmp_path), protocol="polling", timeout=5)
+        report = await run_test(options, said)
+    # warned before the first row: /health shows the callback wire
+    assert len(said.warnings) == 1, said.warnings
+    assert said.warnings[0].startswith("--protocol polling given, but /health shows the v2 wire")
+    row = report.rows[0]
+    assert row.status == "REFUSED"
+    message: Any = row.error_message
+    assert message.startswith("init refused with HTTP 422: completion_callback_url: Field required")
+    assert "speaks another wire" in message
+    assert "try --protocol v2" in message
+    assert "initial_messages" not in message  # no echoed body
+    assert "'input'" not in message

@@ -23,6 +23,8 @@ class FromConfig:
     model: str | None = None
     launch: str | None = None
     launch_cwd: Path | None = None
+    #: What a launched server that lacks a module is told of the rollout's ``.venv``.
+    environment_hint: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     #: What the run says of the config: the keys it does not use, and why.
     notes: list[str] = field(default_factory=list)
@@ -33,7 +35,8 @@ def from_config(
 ) -> FromConfig:
     """What ``path`` sets of the options ``given`` says were not given on the command line.
     ``in_process``: TARGET or ``--server`` is given, so the config's entrypoint is not
-    launched; ``real_model``: a real model is asked for, so ``model_path`` is used."""
+    launched (a ``--launch`` given instead runs in the rollout's folder); ``real_model``: a
+    real model is asked for, so ``model_path`` is used."""
     from ..errors import OsmosisError
     from ..evaluation.eval_config import read_eval_config
 
@@ -73,12 +76,30 @@ def from_config(
                 "entrypoint): give --launch CMD, --server URL or TARGET"
             )
         chosen.launch, chosen.launch_cwd = command, config.rollout_dir
+    elif not in_process:  # a --launch beside --config runs where the config's entrypoint does
+        chosen.launch_cwd = config.rollout_dir
+    if not in_process and config.rollout_dir is not None:
+        chosen.environment_hint = _venv_hint(config.rollout_dir, f"rollouts/{config.rollout}")
     chosen.env = dict(config.env)
     if in_process and config.env:
         chosen.notes.append("[env]: set only for a server it launches (not with TARGET/--server)")
     if config.unused:
         chosen.notes.append(f"not used: {', '.join(config.unused)}")
     return chosen
+
+
+def _venv_hint(rollout_dir: Path, shown: str) -> str:
+    """Where ``--config`` looks for the rollout's dependencies: its own ``.venv``."""
+    if (rollout_dir / ".venv" / "bin" / "python").exists():
+        return (
+            f"{shown}/.venv, which --config runs the entrypoint with, lacks it: install the "
+            "rollout's dependencies there"
+        )
+    return (
+        f"or create {shown}/.venv with the rollout's dependencies (osmosis-ai among them): "
+        "--config runs the entrypoint with it (without one: uv run when the rollout has a "
+        "pyproject.toml, else this osmosis's own Python)"
+    )
 
 
 def say_config(path: Path, chosen: FromConfig) -> None:

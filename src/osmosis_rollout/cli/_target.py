@@ -63,11 +63,19 @@ def project_launch(
     return project.launch, project.root
 
 
-def launch_spec(command: str | None, cwd: Path | None, env: dict[str, str] | None = None) -> Any:
+def launch_spec(
+    command: str | None,
+    cwd: Path | None,
+    env: dict[str, str] | None = None,
+    environment_hint: str | None = None,
+) -> Any:
     """``--launch``'s command as ``TestOptions.launch`` takes it: run in ``cwd`` (default: the
-    current folder) with ``env`` (an eval config's ``[env]``) added to the environment."""
-    if command is None or (cwd is None and not env):
+    current folder) with ``env`` (an eval config's ``[env]``) added to the environment;
+    ``environment_hint`` is said when the server dies of a missing module."""
+    if command is None or (cwd is None and not env and not environment_hint):
         return command
     from ..evaluation.launch import LaunchSpec
 
-    return LaunchSpec(command, cwd=cwd or Path.cwd(), env=dict(env or {}))
+    return LaunchSpec(
+        command, cwd=cwd or Path.cwd(), env=dict(env or {}), environment_hint=environment_hint
+    )

@@ -182,7 +182,7 @@ def interactive_run(options: TestOptions, *, start_row: int | None) -> int:
     from ..repl import run_repl
 
     async def repl() -> int:
-        async with served(options, info) as live:
+        async with served(options, info, warn) as live:
             setup = prepare(live, warn=warn, start_row=start_row)
             async with closing(setup.backend):
                 return await run_repl(

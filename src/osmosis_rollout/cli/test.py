@@ -108,7 +108,8 @@ def command_test(
         typer.Option(
             metavar="CMD",
             help="Start this server command for the run instead of TARGET (split like a "
-            "shell line, run in the current folder, e.g. 'python main.py'), any Osmosis rollout "
+            "shell line, run in the current folder, or with --config in its rollout's folder "
+            "rollouts/<rollout>/, e.g. 'python main.py'), any Osmosis rollout "
             "server whatever wrote it: it is told a free 127.0.0.1 port in "
             "_OSMOSIS_ROLLOUT_PORT (and ROLLOUT_PORT) as the platform does, and always "
             "stopped. Also `launch` in [tool.osmosis]. See docs/any-server.md.",
@@ -352,6 +353,7 @@ def command_test(
     """
     config_env: dict[str, str] = {}
     config_cwd = None
+    config_hint = None
     if config is not None:
         from ._eval_config import from_config, pick, say_config
 
@@ -366,6 +368,7 @@ def command_test(
         pass_threshold = pick(pass_threshold, chosen.pass_threshold)
         model, launch = pick(model, chosen.model), pick(launch, chosen.launch)
         config_env, config_cwd = chosen.env, chosen.launch_cwd
+        config_hint = chosen.environment_hint
         say_config(config, chosen)
     count, auto_reason = jobs_count(
         jobs, rows=run_rows(dataset, replay, offset=offset, limit=limit)
@@ -488,7 +491,7 @@ def command_test(
         by=by,
         tool_error_share=tool_error_share,
         protocol=wire.protocol if remote is None or _given(context, "protocol") else None,
-        launch=launch_spec(launch, launch_cwd, config_env),
+        launch=launch_spec(launch, launch_cwd, config_env, config_hint),
         strict=strict,
         conformance=conformance,
     )

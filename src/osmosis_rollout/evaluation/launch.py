@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -54,6 +55,9 @@ class LaunchSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 120.0
     stop_timeout_s: float = 10.0
+    #: Where the caller would have the server's dependencies, said when it dies of a missing
+    #: module (``--config``: the rollout's ``.venv``); the generic advice stands without it.
+    environment_hint: str | None = None
 
 
 @dataclass
@@ -168,6 +172,38 @@ def listening_elsewhere(server: LaunchedServer) -> str | None:
     return None
 
 
+#: A Python server's last words when its environment lacks a dependency.
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+
+
+def missing_module_hint(server: LaunchedServer, spec: LaunchSpec) -> str:
+    """For a server that died of a ``ModuleNotFoundError``: which Python ran it, and how to run
+    it in the rollout's own environment instead (a workspace's rollout is often started with
+    a Python that lacks its SDK); ``""`` otherwise."""
+    module = None
+    for line in reversed(server.output):
+        found = _MISSING_MODULE.search(line)
+        if found is not None:
+            module = found.group(1)
+            break
+    if module is None:
+        return ""
+    argv = split_command(spec.command)
+    program = shutil.which(argv[0], path=os.environ.get("PATH")) or argv[0]
+    if not Path(argv[0]).name.startswith("python"):
+        ran = f"the command {program!r}"
+        script = "main.py"
+    else:
+        ran = f"the Python {program}"
+        script = shlex.join(argv[1:]) or "main.py"
+    hint = (
+        f"\nHint: {ran} has no module {module!r}: run the server in the rollout's own "
+        f'environment, e.g. --launch "<its venv>/bin/python {script}" or --launch '
+        f'"uv run python {script}"'
+    )
+    return hint + (f"; {spec.environment_hint}" if spec.environment_hint else "")
+
+
 async def _wait_ready(server: LaunchedServer, spec: LaunchSpec) -> None:
     """Until ``GET /health`` answers 2xx; a ``LaunchError`` if the server exits, says it
     listens on another port, or the time runs out."""
@@ -181,7 +217,7 @@ async def _wait_ready(server: LaunchedServer, spec: LaunchSpec) -> None:
                 raise LaunchError(
                     f"the server started by --launch {spec.command!r} exited with code "
                     f"{code} before it answered /health; its last lines:\n"
-                    f"{server.last_lines()}"
+                    f"{server.last_lines()}" + missing_module_hint(server, spec)
                 )
             with contextlib.suppress(httpx2.HTTPError):
                 reply = await http.get(f"{server.url}/health")

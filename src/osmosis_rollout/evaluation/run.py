@@ -121,7 +121,7 @@ async def run_test(options: TestOptions, observer: RunObserver | None = None) ->
         )
     if options.launch is not None:
         _check_before_launch(options)
-    async with served(options, observer.info) as options:
+    async with served(options, observer.info, observer.warn) as options:
         setup = prepare(options, warn=observer.warn)
         try:
             with _library_log_level(options.verbose):

@@ -200,8 +200,9 @@ def result_from_outcome(index: int, outcome: RolloutOutcome, *, gate_url: str = 
         row.status, row.error_message = "REFUSED", outcome.init_error
         return row
     result = outcome.result
-    if result is None:
+    if result is None:  # the turns it asked for were served all the same
         row.error_message = "the server sent no completion callback"
+        served_figures(row, outcome)
         return row
     row.status = result.status.value
     row.finish_reason = result.finish_reason

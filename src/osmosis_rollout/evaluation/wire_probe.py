@@ -11,7 +11,11 @@ logged by the official one as a 404 and a 422). What each answers:
   original SDK: protocol v1, which every osmosis-rollout server speaks;
 - ``{"status": "ok"}`` with no ``lifecycle``: osmosis-ai 0.3.0-0.3.2, the callback wire (v2).
 
-An answer that is none of these keeps the default (v1) and says so.
+An answer that is none of these keeps the default (v1) and says so. A run given ``--protocol``
+still reads it once, and warns when it shows another wire (``wire_conflict``): forced onto the
+wrong wire, an official server fails slowly (polling driven as v2 sends no callback, so each
+row waits out its timeouts) or with a bare 422. It warns and does not refuse: a server with an
+unusual ``/health`` may need the flag.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 import httpx2
 
-__all__ = ["ProbedWire", "probe_wire", "wire_of_health"]
+__all__ = ["ProbedWire", "probe_wire", "wire_conflict", "wire_of_health"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +67,23 @@ async def probe_wire(
     except httpx2.HTTPError as exc:
         return ProbedWire("v1", f"/health could not be read ({type(exc).__name__}); using v1")
     return wire_of_health(reply.status_code, reply.content[:65536], polling=polling)
+
+
+def wire_conflict(given: str, probed: ProbedWire, *, polling: str = "polling") -> str | None:
+    """The warning for ``--protocol given`` when ``/health`` shows another wire; ``None`` when
+    it agrees or does not tell (our own server speaks every wire, an unknown answer none)."""
+    shown = {
+        "v2": "the v2 wire (osmosis-ai 0.3.0-0.3.2)",
+        polling: f"the {polling} wire (osmosis-ai 0.3.3 or later)",
+    }
+    if probed.protocol not in shown or given == probed.protocol:
+        return None
+    likely = {
+        "v1": "its v1 init will likely be refused with HTTP 404",
+        "v2": "rollouts will likely never end (it sends no callback)",
+        polling: "its starts will likely be refused with HTTP 422",
+    }.get(given, "rollouts will likely fail")
+    return (
+        f"--protocol {given} given, but /health shows {shown[probed.protocol]}: {likely}; "
+        f"drop --protocol to use {probed.protocol}"
+    )

@@ -90,8 +90,26 @@ class RolloutOutcome:
         if self.accepted:
             return None
         detail = self.init_body.get("detail") if isinstance(self.init_body, dict) else None
-        reason = f"init refused with HTTP {self.init_status}" + (f": {detail}" if detail else "")
+        shown = _shown_detail(detail)
+        reason = f"init refused with HTTP {self.init_status}" + (f": {shown}" if shown else "")
         return f"{reason}; {self.init_hint}" if self.init_hint else reason
+
+
+def _shown_detail(detail: Any, *, limit: int = 3) -> Any:
+    """A refusal's ``detail`` as the user reads it: a FastAPI 422's list of errors as
+    ``field: msg; ...``, without the ``input`` each echoes (the whole start, keys and all)."""
+    if not isinstance(detail, list) or not all(
+        isinstance(e, dict) and "loc" in e and "msg" in e for e in detail
+    ):
+        return detail
+    parts = []
+    for error in detail[:limit]:
+        loc = error["loc"] if isinstance(error["loc"], list) else [error["loc"]]
+        if loc[:1] == ["body"] and len(loc) > 1:
+            loc = loc[1:]
+        parts.append(f"{'.'.join(str(p) for p in loc)}: {error['msg']}")
+    more = len(detail) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
 def _background_server(app: Any) -> Any:
@@ -461,10 +479,26 @@ class Harness:
 
     def _wire_hint(self, status: int) -> str | None:
         """For a v1 init answered 404: the server speaks another wire, so name the flags that
-        choose them (an osmosis-ai 0.3 server has no ``/v1/rollout/init``)."""
+        choose them (an osmosis-ai 0.3 server has no ``/v1/rollout/init``). For a v2 or polling
+        start answered 422: most likely the other of the two (their starts differ in required
+        fields: v2's ``completion_callback_url``), so name its flag."""
+        from ..server.wire.polling import Polling
+
+        if status == 422 and self.wire is not V1 and self.agent is None:
+            v2 = wire_named("v2").protocol
+            other, release = (
+                (Polling.protocol, "0.3.3 or later")
+                if self.wire.protocol == v2
+                else (v2, "0.3.0-0.3.2")
+            )
+            return (
+                f"a {self.wire.protocol} start refused as invalid most often means the server "
+                f"speaks another wire: an osmosis-ai {release} server speaks {other}, try "
+                f"--protocol {other} (or drop --protocol: the wire is then asked of the "
+                "server's /health)"
+            )
         if status != 404 or self.wire is not V1:
             return None
-        from ..server.wire.polling import Polling
         from .wire.v1 import INIT_PATH
 
         others = [w.protocol for w in WIRES if w is not self.wire]
