@@ -486,14 +486,26 @@ class Slow(RolloutAgentLoop):
 """
 
 
+def _ignore_sigint() -> None:
+    """What a shell without job control does to a background job (``cmd &`` in a script)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.usefixtures("no_inherited_settings")
 @pytest.mark.parametrize(
-    ("signum", "name"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")]
+    ("signum", "name", "sigint_ignored"),
+    [
+        pytest.param(signal.SIGTERM, "SIGTERM", False, id="sigterm"),
+        pytest.param(signal.SIGINT, "Ctrl-C", False, id="ctrl-c"),
+        # `cmd & ...; kill -TERM $!` in a CI script: the job starts with SIGINT ignored.
+        pytest.param(signal.SIGTERM, "SIGTERM", True, id="sigterm-background-job"),
+    ],
 )
 def test_an_interrupted_json_run_prints_its_partial_summary(
-    tmp_path: Path, signum: int, name: str
+    tmp_path: Path, signum: int, name: str, sigint_ignored: bool
 ) -> None:
-    """SIGTERM is handled like Ctrl-C; both leave the partial summary on stdout and in -o."""
+    """SIGTERM is handled like Ctrl-C; both leave the partial summary on stdout and in -o.
+    SIGTERM does so even when SIGINT is ignored, as it is in a script's background job."""
     marks = tmp_path / "marks"
     marks.mkdir()
     (tmp_path / "slow.py").write_text(f"MARKS = {str(marks)!r}\n{SLOW_AGENT}")
@@ -503,7 +515,12 @@ def test_an_interrupted_json_run_prints_its_partial_summary(
     args += ["--concurrency", "1", "--json", "-o", str(out)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )
     try:
         deadline = time.monotonic() + 60

@@ -39,7 +39,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _osmosis(*args: str, cwd: Path) -> subprocess.Popen[str]:
+def _ignore_sigint() -> None:
+    """What a shell without job control does to a background job (``cmd &`` in a script)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _osmosis(*args: str, cwd: Path, sigint_ignored: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "osmosis_rollout", *args],
         cwd=cwd,
@@ -48,6 +53,7 @@ def _osmosis(*args: str, cwd: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )
 
 
@@ -81,6 +87,34 @@ def test_ctrl_c_stops_the_launched_server(tmp_path: Path) -> None:
     finally:
         stop_process(proc)  # type: ignore[arg-type]
     assert proc.returncode == 130, "".join(seen) + err
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the launched server outlived osmosis test"
+
+
+def test_sigterm_in_a_background_job_stops_the_run_and_the_launched_server(
+    tmp_path: Path,
+) -> None:
+    """`osmosis test --launch CMD & ... kill -TERM $!` in a script (SIGINT ignored): exit 130,
+    the results file ends with the partial summary, and the launched server is stopped."""
+    out = tmp_path / "results.jsonl"
+    proc = _osmosis(
+        "test", "--launch", _command(), "-d", str(_rows(tmp_path)), "--protocol", "v2",
+        "--timeout", "120", "--no-conformance", "-o", str(out), cwd=tmp_path,
+        sigint_ignored=True,
+    )  # fmt: skip
+    try:
+        seen: list[str] = []
+        pid = _launched_pid(proc, seen)
+        time.sleep(1.0)  # the rollout is started and waits on a server that never ends it
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)  # type: ignore[arg-type]
+    assert proc.returncode == 130, "".join(seen) + err
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["stopped_early"] == "interrupted (SIGTERM)"
     deadline = time.monotonic() + 5
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)

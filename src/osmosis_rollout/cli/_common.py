@@ -6,11 +6,14 @@ import contextlib
 import io
 import sys
 from collections.abc import Coroutine, Iterator
-from typing import Any, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 
@@ -103,8 +106,8 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     from ..errors import OsmosisError
 
     try:
-        with _sigterm_as_ctrl_c():
-            return asyncio.run(coro)
+        with _sigterm_as_ctrl_c() as stop:
+            return asyncio.run(stop.guard(coro))
     except KeyboardInterrupt:
         stderr_console().print("[yellow]Interrupted.[/]")
         sys.stderr.flush()
@@ -126,24 +129,60 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 INTERRUPTED_BY = {"signal": "Ctrl-C"}
 
 
-@contextlib.contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
+class _SigtermStop:
     """SIGTERM (``kill``, a CI timeout, a container stop) ends the run the way Ctrl-C does: the
-    rows that finished are kept and summarised, instead of the process dying mid-write."""
+    rows that finished are kept and summarised, instead of the process dying mid-write.
+
+    It cancels the run's main task itself, as ``asyncio.run`` does on a first Ctrl-C, rather
+    than re-raising SIGINT: a shell without job control (a script's or a CI job's ``cmd &``)
+    starts background jobs with SIGINT ignored, and then a re-raised SIGINT does nothing. That
+    ignored SIGINT is left alone on purpose: the shell ignores it so that a Ctrl-C meant for the
+    foreground does not also stop the background jobs, and ``kill -TERM`` is how a script stops
+    one. A second SIGTERM stops at once (``KeyboardInterrupt``), as a second Ctrl-C does.
+    """
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.requested = False
+
+    async def guard(self, coro: Coroutine[Any, Any, T]) -> T:
+        """``coro``, run as the task a SIGTERM cancels."""
+        import asyncio
+
+        self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
+        return await coro
+
+    def on_sigterm(self, signum: int, frame: object) -> None:
+        INTERRUPTED_BY["signal"] = "SIGTERM"
+        first, self.requested = not self.requested, True
+        if not first or self.task is None or self.task.done() or self.loop is None:
+            raise KeyboardInterrupt  # a second SIGTERM, or no run to cancel (yet or any more)
+        self.task.cancel()
+        self.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it sleeps in select()
+
+
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[_SigtermStop]:
+    """SIGTERM handled by a :class:`_SigtermStop` while the run lasts; a cancelled run that
+    SIGTERM asked for ends as ``KeyboardInterrupt`` (exit 130), as after Ctrl-C."""
+    import asyncio
     import signal
 
     INTERRUPTED_BY["signal"] = "Ctrl-C"  # this run's, not a previous run's in this process
-
-    def on_sigterm(signum: int, frame: object) -> None:
-        INTERRUPTED_BY["signal"] = "SIGTERM"
-        signal.raise_signal(signal.SIGINT)  # asyncio.run cancels the main task on SIGINT
-
+    stop = _SigtermStop()
     try:
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        previous = signal.signal(signal.SIGTERM, stop.on_sigterm)
     except ValueError:  # not the main thread: leave signals alone
-        yield
+        yield stop
         return
     try:
-        yield
+        yield stop
+    except asyncio.CancelledError:
+        if not stop.requested:
+            raise
+        raise KeyboardInterrupt from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if stop.requested:  # the run swallowed the cancel and returned: still an interrupt
+        raise KeyboardInterrupt
