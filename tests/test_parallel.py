@@ -466,6 +466,10 @@ def test_workers_exit_on_their_own_when_the_command_is_killed(tmp_path: Path, st
             "--jobs runs TARGET in worker processes; with --server",
         ),
         (
+            ["--launch", "python server.py", "-d", "rows.jsonl"],
+            "--jobs runs TARGET in worker processes; with --launch that server runs",
+        ),
+        (
             ["WordAgent", "-d", "rows.jsonl", "--record", "c.jsonl"],
             "record with --jobs 1, then replay it with --jobs N",
         ),

@@ -70,8 +70,10 @@ def check_jobs(
     record: Path | None,
     token_check: bool,
     trajectories: Path | None = None,
+    launched: bool = False,
 ) -> int:
-    """``--jobs``' number of workers, refused where it cannot work."""
+    """``--jobs``' number of workers, refused where it cannot work; ``server`` is the URL of
+    ``--server``, or of ``--launch``'s server when ``launched``."""
     if count is None:
         fail(
             f"--jobs {jobs!r}: give a number of worker processes (1 or more) or auto",
@@ -82,10 +84,13 @@ def check_jobs(
     if interactive:
         fail("--jobs works only in batch mode, not with --interactive")
     if server is not None:
+        flag, example = (
+            ("--launch", "--launch CMD") if launched else ("--server", f"--server {server}")
+        )
         fail(
-            "--jobs runs TARGET in worker processes; with --server that server runs the "
+            f"--jobs runs TARGET in worker processes; with {flag} that server runs the "
             "rollouts: drop --jobs and raise --concurrency instead",
-            hint="osmosis test --server http://127.0.0.1:9000 -d rows.jsonl --concurrency 32",
+            hint=f"osmosis test {example} -d rows.jsonl --concurrency 32",
         )
     if record is not None:
         fail(

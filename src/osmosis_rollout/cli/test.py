@@ -437,6 +437,7 @@ def command_test(
         record=record,
         token_check=token_check,
         trajectories=trajectories,
+        launched=server is None and launch is not None,
     )
     check_token_check(token_check, interactive=interactive, llm=llm, llm_url=llm_url)
     if server is not None:
