@@ -106,6 +106,7 @@ def test_findings_make_the_exit_code_1() -> None:
     ("args", "message"),
     [
         (["-d", DATASET], "missing TARGET"),
+        (["-d", DATASET], "a server is tested with --launch CMD or --server URL (or --config"),
         ([CALCULATOR], "--dataset is required"),
         ([CALCULATOR, "-d", "nope.jsonl"], "nope.jsonl"),
         ([CALCULATOR, "-d", DATASET, "--llm", "gpt"], "unknown --llm"),

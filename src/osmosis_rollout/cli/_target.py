@@ -13,7 +13,7 @@ TARGET_HELP = (
 )
 
 
-def agent_target(target: str | None, *, command: str, example: str) -> str:
+def agent_target(target: str | None, *, command: str, example: str, other: str = "") -> str:
     """``target`` as given, else the project's configured agent; exits 2 when there is neither.
 
     The project is the nearest ``pyproject.toml`` above the current directory; when it has a
@@ -33,7 +33,8 @@ def agent_target(target: str | None, *, command: str, example: str) -> str:
     if not chosen:
         fail(
             f"missing TARGET: the agent to {command}",
-            hint=f"{example}  (or set `agent` in [tool.osmosis] of pyproject.toml)",
+            hint=f"{example}  (or set `agent` in [tool.osmosis] of pyproject.toml)"
+            + (f"; {other}" if other else ""),
         )
     return chosen
 

@@ -384,7 +384,10 @@ def command_test(
         from ._target import agent_target
 
         target = agent_target(
-            target, command="test", example="osmosis test agent.py:MyAgent --dataset rows.jsonl"
+            target,
+            command="test",
+            example="osmosis test agent.py:MyAgent --dataset rows.jsonl",
+            other="a server is tested with --launch CMD or --server URL (or --config FILE)",
         )
     if server is not None and target is not None:
         fail("give either TARGET (run it in-process) or --server URL, not both")
