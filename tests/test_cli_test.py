@@ -563,6 +563,40 @@ class StuckAgent(RolloutAgentLoop):
 """
 
 
+def test_an_interrupt_with_samples_counts_rollouts_not_rows(tmp_path: Path) -> None:
+    """With --samples the interrupt counts rollouts (rows times samples) and says so; it said
+    "2 of 8 row(s)" of a 4-row dataset."""
+    (tmp_path / "stuck.py").write_text(_STUCK_AGENT, encoding="utf-8")
+    rows = [{"user_prompt": "quick"}] + [{"user_prompt": "never", "stuck": True}] * 3
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "results.jsonl"
+    command = [sys.executable, "-m", "osmosis_rollout", "test", "stuck.py:StuckAgent"]
+    command += ["-d", "rows.jsonl", "--samples", "2", "--concurrency", "8", "-o", str(out)]
+    proc = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (out.exists() and out.read_text().count("\n") >= 2):  # the quick row's two
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the quick row never finished"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = stderr.decode()
+    assert proc.returncode == 130, text
+    assert "2 of 8 rollouts (4 rows × 2 samples) finished before the interrupt" in text
+
+
 def test_ctrl_c_keeps_finished_rows_and_marks_the_results_file_partial(tmp_path: Path) -> None:
     """SIGINT mid-batch: exit 130, finished rows kept, then a summary saying it was cut short."""
     (tmp_path / "stuck.py").write_text(_STUCK_AGENT, encoding="utf-8")

@@ -33,10 +33,11 @@ def info(message: str) -> None:
 class Shown(RunObserver):
     """The run as the terminal shows it: warnings, a progress bar on stderr, an interrupt."""
 
-    def __init__(self, json_output: bool, output: Path | None) -> None:
+    def __init__(self, json_output: bool, output: Path | None, *, samples: int = 1) -> None:
         self.err = stderr_console()
         self.json_output = json_output
         self.output = output
+        self.samples = samples
 
     def warn(self, message: str) -> None:
         warn(message)
@@ -96,9 +97,14 @@ class Shown(RunObserver):
         if self.json_output:
             typer.echo(json.dumps(partial.summary, indent=2))
         where = f"; their results are in {self.output}" if self.output is not None else ""
-        self.err.print(
-            f"{len(partial.rows)} of {total} row(s) finished before the interrupt{where}"
+        # ``total`` counts rollouts: each row once per sample.
+        counted = (
+            f"{len(partial.rows)} of {total} rollouts ({total // self.samples} rows × "
+            f"{self.samples} samples)"
+            if self.samples > 1
+            else f"{len(partial.rows)} of {total} row(s)"
         )
+        self.err.print(f"{counted} finished before the interrupt{where}")
 
 
 def render(report: TestReport, options: TestOptions, *, json_output: bool) -> int:

@@ -507,7 +507,7 @@ def command_test(
         from ..evaluation import run_test
         from ._test_view import Shown, render
 
-        report = run_async(run_test(options, Shown(json_output, output)))
+        report = run_async(run_test(options, Shown(json_output, output, samples=options.samples)))
     except BadRowsError as exc:
         fail(str(exc), hint="fix the rows, or run the others with --skip-bad-rows")
     except OsmosisError as exc:
