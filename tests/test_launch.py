@@ -5,9 +5,11 @@ part of ours may be assumed of a server we launch."""
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import sys
+import threading
 from pathlib import Path
 
 import anyio
@@ -169,3 +171,46 @@ async def test_a_server_that_says_it_listens_on_another_port_is_named_early(
     assert "listens on another port" in message
     assert "Uvicorn running on http://127.0.0.1:9000" in message
     assert "_OSMOSIS_ROLLOUT_PORT" in message
+
+
+class _BlockedStderr(io.StringIO):
+    """A stderr nobody reads (a full pipe): every write waits until ``free`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.free = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.free.wait()
+        return super().write(text)
+
+
+async def test_an_echoed_server_never_blocks_on_a_stderr_that_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``echo`` (``--verbose``) and a stderr that blocks, a server printing more than a
+    pipe holds still starts: its output keeps being read, the lines stderr cannot take are
+    dropped (and said to be), and none is lost from the lines kept for errors."""
+    blocked = _BlockedStderr()
+    monkeypatch.setattr(sys, "stderr", blocked)
+    try:
+        async with launch(LaunchSpec(_command("chatty"), cwd=tmp_path, echo=True)) as server:
+            reply = httpx2.get(f"{server.url}/health", timeout=5)
+            assert reply.status_code == 200
+            assert "chatty: done" in server.last_lines(40)
+    finally:
+        blocked.free.set()
+
+
+async def test_echoed_lines_are_marked_and_carry_no_key_of_the_servers_environment(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Each line echoed is marked as the server's; a key in its environment is scrubbed."""
+    key = "sk-foreign-0123456789"
+    spec = LaunchSpec(_command("chatty"), cwd=tmp_path, env={"FOREIGN_API_KEY": key}, echo=True)
+    async with launch(spec):
+        pass
+    err = capfd.readouterr().err
+    assert "server| settings: FOREIGN_API_KEY=**********" in err
+    assert "server| line 4999 " in err
+    assert key not in err

@@ -173,3 +173,38 @@ def test_bad_rows_and_a_refused_resume_are_found_before_the_server_starts(
     assert proc.returncode == 2, err
     assert "--resume:" in err
     assert "could not start" not in err
+
+
+def _failing_run(tmp_path: Path, *flags: str) -> str:
+    """The stderr of a run on a server whose grader raises on its one row (a failed row)."""
+    proc = _osmosis(
+        "test", "--launch", _command("boom"), "-d", str(_rows(tmp_path)), "--protocol", "v2",
+        "--no-conformance", *flags, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        stop_process(proc)  # type: ignore[arg-type]
+    assert proc.returncode == 1, err
+    return err
+
+
+def test_verbose_shows_the_launched_servers_output_as_it_comes(tmp_path: Path) -> None:
+    """--verbose: every line the launched server prints reaches stderr, marked as its own, so
+    its tracebacks are seen (it showed only a row's one-line error)."""
+    err = _failing_run(tmp_path, "--verbose")
+    assert "server| Traceback (most recent call last):" in err
+    assert "server| ValueError: boom in grader" in err
+    assert re.search(r"^server\| serving on \d+", err, re.MULTILINE), err
+    assert "Rerun with --verbose" not in err
+
+
+def test_a_failed_launched_run_says_where_the_servers_errors_are(tmp_path: Path) -> None:
+    """Without --verbose the server's output stays hidden, and the closing hint says how to
+    see it, not how to start `osmosis serve` (the launched server may be anyone's)."""
+    err = _failing_run(tmp_path)
+    assert "server| " not in err
+    assert "boom in grader" not in err
+    flat = " ".join(err.split())
+    assert "Rerun with --verbose to see the launched server's output (its tracebacks)" in flat
+    assert "osmosis serve --debug-dir" not in flat

@@ -69,14 +69,21 @@ def launch_spec(
     cwd: Path | None,
     env: dict[str, str] | None = None,
     environment_hint: str | None = None,
+    *,
+    echo: bool = False,
 ) -> Any:
     """``--launch``'s command as ``TestOptions.launch`` takes it: run in ``cwd`` (default: the
     current folder) with ``env`` (an eval config's ``[env]``) added to the environment;
-    ``environment_hint`` is said when the server dies of a missing module."""
-    if command is None or (cwd is None and not env and not environment_hint):
+    ``environment_hint`` is said when the server dies of a missing module; its output is
+    copied to stderr with ``echo`` (``--verbose``)."""
+    if command is None or (cwd is None and not env and not environment_hint and not echo):
         return command
     from ..evaluation.launch import LaunchSpec
 
     return LaunchSpec(
-        command, cwd=cwd or Path.cwd(), env=dict(env or {}), environment_hint=environment_hint
+        command,
+        cwd=cwd or Path.cwd(),
+        env=dict(env or {}),
+        environment_hint=environment_hint,
+        echo=echo,
     )

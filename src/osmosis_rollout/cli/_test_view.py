@@ -135,7 +135,13 @@ def render(report: TestReport, options: TestOptions, *, json_output: bool) -> in
     if options.debug_dir is not None:
         side = " (the mock TrainGate's side of each rollout)" if options.remote else ""
         err.print(f"traces written to {options.debug_dir}{side}", soft_wrap=True)
-    if report.summary["errors"] and not options.verbose:
+    if options.launch is not None and report.summary["failed"] and not options.verbose:
+        # A launched server may be anyone's: its output, not `osmosis serve`'s flags, explains.
+        err.print(
+            "[dim]Rerun with --verbose to see the launched server's output (its tracebacks), "
+            "or --debug-dir DIR to keep the mock TrainGate's side of every rollout.[/]"
+        )
+    elif report.summary["errors"] and not options.verbose:
         # With --server the agent's own steps are the server's to trace (osmosis serve's).
         traces = (
             "or --debug-dir DIR to keep the mock TrainGate's side of every rollout (for the "

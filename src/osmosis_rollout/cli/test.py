@@ -206,7 +206,10 @@ def command_test(
     verbose: Annotated[
         bool,
         typer.Option(
-            "--verbose", "-v", help="Also print the server's warnings and agents' tracebacks."
+            "--verbose",
+            "-v",
+            help="Also print the server's warnings and agents' tracebacks; with --launch, "
+            "the launched server's output as it comes (each line after `server| `).",
         ),
     ] = False,
     interactive: Annotated[
@@ -495,7 +498,10 @@ def command_test(
         by=by,
         tool_error_share=tool_error_share,
         protocol=wire.protocol if remote is None or _given(context, "protocol") else None,
-        launch=launch_spec(launch, launch_cwd, config_env, config_hint),
+        # --verbose: a launched server's output on stderr as it comes (not in the REPL's way).
+        launch=launch_spec(
+            launch, launch_cwd, config_env, config_hint, echo=verbose and not interactive
+        ),
         strict=strict,
         conformance=conformance,
     )

@@ -5,8 +5,10 @@ starts every one the same way: a command run in the project's folder with
 ``_OSMOSIS_ROLLOUT_PORT`` naming the port to serve on (some template mains read
 ``ROLLOUT_PORT``, so it is set too). Here the port is a free one on 127.0.0.1, the server's
 output is kept (its last lines explain a server that dies), ``GET /health`` says when it is
-ready, and the server is always stopped: SIGTERM to its process group, then SIGKILL after a
-bound, on every way out (a finished run, an error, Ctrl-C).
+ready (with ``LaunchSpec.echo``, ``--verbose``, each line is also copied to stderr as it
+comes, so the server's own tracebacks are seen), and the server is always stopped: SIGTERM to
+its process group, then SIGKILL after a bound, on every way out (a finished run, an error,
+Ctrl-C).
 
 A server that exits or never answers is a :class:`LaunchError` naming the command, its exit
 code and its last lines of output: no traceback, no half-started run.
@@ -18,6 +20,7 @@ import collections
 import contextlib
 import functools
 import os
+import queue
 import re
 import secrets
 import shlex
@@ -25,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -44,6 +48,11 @@ PORT_VARIABLES = ("_OSMOSIS_ROLLOUT_PORT", "ROLLOUT_PORT")
 INSTANCE_VARIABLE = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
 #: How many lines of the server's output are kept for an error message.
 KEPT_LINES = 40
+#: What starts each line of the server's output copied to stderr (``LaunchSpec.echo``).
+ECHO_PREFIX = "server| "
+#: How many of those lines may wait for a slow stderr before the next are dropped (a burst
+#: of a server's start-up fits; at 500 characters a line, 5 MB at most).
+ECHO_BACKLOG = 10_000
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,9 @@ class LaunchSpec:
     #: Where the caller would have the server's dependencies, said when it dies of a missing
     #: module (``--config``: the rollout's ``.venv``); the generic advice stands without it.
     environment_hint: str | None = None
+    #: Copy the server's output to stderr as it comes, each line after ``ECHO_PREFIX``
+    #: (``osmosis test --launch CMD --verbose``): its tracebacks are the server's to print.
+    echo: bool = False
 
 
 @dataclass
@@ -110,8 +122,9 @@ async def launch(spec: LaunchSpec) -> AsyncIterator[LaunchedServer]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     process = _start(argv, spec, env)
     output: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
+    echo = _Echo(_secret_values(env)) if spec.echo else None
     reader = threading.Thread(
-        target=_collect, args=(process, output), name="osmosis-launch-output", daemon=True
+        target=_collect, args=(process, output, echo), name="osmosis-launch-output", daemon=True
     )
     reader.start()
     url = f"http://127.0.0.1:{port}"
@@ -123,6 +136,8 @@ async def launch(spec: LaunchSpec) -> AsyncIterator[LaunchedServer]:
         with anyio.CancelScope(shield=True):
             await stop(process, spec.stop_timeout_s)
         reader.join(timeout=1)
+        if echo is not None:
+            echo.close()
 
 
 def _start(argv: list[str], spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -143,13 +158,82 @@ def _start(argv: list[str], spec: LaunchSpec, env: dict[str, str]) -> subprocess
         ) from None
 
 
-def _collect(process: subprocess.Popen[bytes], output: collections.deque[str]) -> None:
-    """Keep the server's last lines (its output is read so it never blocks on a full pipe);
-    runs on its own thread until the pipe closes."""
+def _collect(
+    process: subprocess.Popen[bytes], output: collections.deque[str], echo: _Echo | None
+) -> None:
+    """Keep the server's last lines (its output is read so it never blocks on a full pipe),
+    and hand each to ``echo``; runs on its own thread until the pipe closes."""
     assert process.stdout is not None
     with contextlib.suppress(OSError, ValueError), process.stdout:
         for line in process.stdout:
-            output.append(line.decode("utf-8", "replace").rstrip("\r\n")[:500])
+            text = line.decode("utf-8", "replace").rstrip("\r\n")[:500]
+            output.append(text)
+            if echo is not None:
+                echo.put(text)
+
+
+#: Names of the server's environment variables whose values are not echoed.
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+#: Control characters (escapes, carriage returns) that would redraw the terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of the server's key-like variables (``OPENAI_API_KEY``...), scrubbed from
+    the lines echoed: a server that prints its settings does not put them in a CI log."""
+    return tuple(v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 8)
+
+
+class _Echo:
+    """The server's lines written to stderr on a thread of their own, through a bounded
+    backlog: a stderr that blocks (a pipe nobody reads) drops lines, and never stops the
+    reader draining the server's output (which would block the server on a full pipe)."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        self._lines: queue.Queue[str | None] = queue.Queue(maxsize=ECHO_BACKLOG)
+        self._secrets = secrets
+        self._dropped = 0
+        self._closing = False
+        self._thread = threading.Thread(target=self._write, name="osmosis-launch-echo")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        try:
+            self._lines.put_nowait(line)
+        except queue.Full:
+            self._dropped += 1
+
+    def close(self) -> None:
+        """Let the lines already read reach stderr (for a moment at most), then stop; a
+        stderr still blocked gets the rest when it frees, and then the thread ends."""
+        self._closing = True
+        with contextlib.suppress(queue.Full):
+            self._lines.put_nowait(None)
+        self._thread.join(timeout=1)
+
+    def _write(self) -> None:
+        from ..redaction import scrub
+
+        while True:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                if self._closing:
+                    return
+                continue
+            if line is None:
+                return
+            if self._dropped:
+                dropped, self._dropped = self._dropped, 0
+                line = f"({dropped} lines not shown: stderr was too slow)\n{ECHO_PREFIX}{line}"
+            for secret in self._secrets:
+                line = scrub(line, secret)
+            # sys.stderr as it is now: a progress bar on the terminal redirects it above itself.
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"{ECHO_PREFIX}{_CONTROL.sub('?', line)}\n")
+                if self._lines.empty():  # a burst is flushed once, at its end
+                    sys.stderr.flush()
 
 
 #: A server's line saying where it listens ("Uvicorn running on http://127.0.0.1:9000").
