@@ -4,6 +4,7 @@ and summary tables and the notes after them."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -192,6 +193,11 @@ def interactive_run(options: TestOptions, *, start_row: int | None) -> int:
     from ..evaluation.assembly import closing, prepare
     from ..evaluation.served import served
     from ..repl import run_repl
+
+    if isinstance(options.launch, str):  # a launched server's output would cut into the REPL
+        from ..evaluation.launch import LaunchSpec
+
+        options = dataclasses.replace(options, launch=LaunchSpec(options.launch))
 
     async def repl() -> int:
         async with served(options, info, warn) as live:

@@ -35,7 +35,7 @@ async def served(
 
     spec = options.launch
     if not isinstance(spec, LaunchSpec):
-        spec = LaunchSpec(spec)
+        spec = LaunchSpec(spec, echo=options.verbose)  # its output with --verbose
     async with launch(spec) as server:
         say(f"launched {spec.command!r} on {server.url} (pid {server.process.pid})")
         yield await _with_wire(dataclasses.replace(options, server=server.url), say, warn)
