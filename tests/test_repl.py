@@ -622,46 +622,21 @@ async def test_abandon_fails_the_pending_turn() -> None:
         await stepper.complete(request, record)
 
 
-async def test_interactive_against_a_keyed_running_server() -> None:
-    """With --server and a server key, the REPL authenticates its inits and steps the rollout."""
+async def served_session(
+    typed: str, *, api_key: str | None = None, protocol: str = "v1"
+) -> tuple[int, str]:
+    """``typed`` at the REPL stepping the calculator served by ``osmosis serve``'s app in a
+    thread (a server in another process, as far as the REPL can tell): its exit code and
+    screen. The model calls ``add(12, 30)``, then answers 42."""
     from osmosis_rollout.server import create_app
 
     from .support import serve_in_thread
 
-    app = create_app(calculator(), api_key="repl-server-key", shutdown_grace_s=0)
+    app = create_app(calculator(), api_key=api_key, shutdown_grace_s=0)
     screen = Screen()
     with serve_in_thread(app, lifespan="on") as url, create_pipe_input() as pipe:
         session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
-        pipe.send_text("c\nq\n")
-        pipe.close()
-        with anyio.fail_after(20):
-            code = await run_repl(
-                None,
-                backend=ScriptedBackend([add_call(12, 30), {"content": "42"}]),
-                rows=ROWS,
-                start_row=1,
-                server_url=url,
-                server_key="repl-server-key",
-                session=session,
-                console=Console(file=screen, width=120),
-            )
-    assert code == 0
-    assert "rollout COMPLETED" in screen.getvalue()
-
-
-@pytest.mark.parametrize("protocol", ["v2", "polling"])
-async def test_interactive_steps_a_server_over_v2_and_polling(protocol: str) -> None:
-    """Every wire steps: a reply edited at the prompt is the one the server's agent gets (its
-    tool call runs, then the edited answer is graded), over the callback and polling wires."""
-    from osmosis_rollout.server import create_app
-
-    from .support import serve_in_thread
-
-    app = create_app(calculator(), shutdown_grace_s=0)
-    screen = Screen()
-    with serve_in_thread(app, lifespan="on") as url, create_pipe_input() as pipe:
-        session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
-        pipe.send_text("n\nedit\n41\nn\nq\n")
+        pipe.send_text(typed)
         pipe.close()
         with anyio.fail_after(30):
             code = await run_repl(
@@ -670,11 +645,26 @@ async def test_interactive_steps_a_server_over_v2_and_polling(protocol: str) -> 
                 rows=ROWS,
                 start_row=1,
                 server_url=url,
+                server_key=api_key,
                 protocol=protocol,
                 session=session,
                 console=Console(file=screen, width=120),
             )
-    text = screen.getvalue()
+    return code, screen.getvalue()
+
+
+async def test_interactive_against_a_keyed_running_server() -> None:
+    """With --server and a server key, the REPL authenticates its inits and steps the rollout."""
+    code, text = await served_session("c\nq\n", api_key="repl-server-key")
+    assert code == 0
+    assert "rollout COMPLETED" in text
+
+
+@pytest.mark.parametrize("protocol", ["v2", "polling"])
+async def test_interactive_steps_a_server_over_v2_and_polling(protocol: str) -> None:
+    """Every wire steps: a reply edited at the prompt is the one the server's agent gets (its
+    tool call runs, then the edited answer is graded), over the callback and polling wires."""
+    code, text = await served_session("n\nedit\n41\nn\nq\n", protocol=protocol)
     assert code == 0
     assert "turn 2" in text
     assert "rollout COMPLETED" in text
@@ -685,28 +675,7 @@ async def test_interactive_steps_a_server_over_v2_and_polling(protocol: str) -> 
 async def test_leaving_a_paused_turn_of_a_server_cancels_it_there(protocol: str) -> None:
     """`q` at a paused turn of a server in another process asks that server to cancel the
     rollout (each wire's cancel route): it ends cancelled there, not as a refused LLM call."""
-    from osmosis_rollout.server import create_app
-
-    from .support import serve_in_thread
-
-    app = create_app(calculator(), shutdown_grace_s=0)
-    screen = Screen()
-    with serve_in_thread(app, lifespan="on") as url, create_pipe_input() as pipe:
-        session: PromptSession[str] = PromptSession(input=pipe, output=DummyOutput())
-        pipe.send_text("q\n")
-        pipe.close()
-        with anyio.fail_after(30):
-            await run_repl(
-                None,
-                backend=ScriptedBackend([add_call(12, 30), {"content": "42"}]),
-                rows=ROWS,
-                start_row=1,
-                server_url=url,
-                protocol=protocol,
-                session=session,
-                console=Console(file=screen, width=120),
-            )
-    text = screen.getvalue()
+    _, text = await served_session("q\n", protocol=protocol)
     assert "The server cancelled it; its cancelled result follows." in text
     assert "finish cancelled" in text, text
 
