@@ -114,3 +114,50 @@ def test_a_slow_certificate_load_under_run_is_no_finding(
     report = asyncio.run(run_test(TestOptions(target=f"{agent}:Tls", dataset=rows)))
     assert report.rows[0].findings == []
     assert report.summary["passed"] == 1
+
+
+def test_a_blocking_call_followed_by_a_little_library_work_is_still_the_rollouts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI, load 2+ on 2 cores: a 0.4 s ``time.sleep`` in ``run`` got no finding, because the
+    watchdog's last look fell on the rollout's ``complete`` (this library's code) before the
+    loop's next turn. A stall is the rollout's when most looks saw its code; one whose looks
+    were mostly of other rollouts or of no rollout (many rollouts each doing a little in one
+    turn of a loaded loop) is not."""
+    monkeypatch.setattr(stalls.StallMonitor, "_queued", lambda self, seconds: False)
+    where = ("row-0", "agent.py:15 in run", False)
+
+    def stall(*looks: tuple[str, str, bool] | None) -> list[str]:
+        monitor = stalls.StallMonitor(threshold_s=0.2, tick_s=0.02)
+        monitor._beat_at = time.perf_counter() - 0.5
+        for found in looks:
+            monitor._look(monitor._beat_at, found)
+        return [f.message for f in monitor.take("row-0")]
+
+    assert stall(where, where, where, where, None)  # the sleep, then complete()
+    assert not stall(where, None, None)  # mostly this library's work
+    assert not stall(where, ("row-1", "agent.py:9 in run", False), None)  # several rollouts' steps
+    assert not stall(None, None)  # never inside a rollout
+
+
+def test_a_librarys_first_stall_at_a_line_is_its_setup_and_the_second_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A library's first call builds what it needs once (the Agents SDK's first ``Runner.run``:
+    its models' schemas, its HTTP clients), which on a loaded machine held the loop past the
+    threshold and failed a template's row (CI). The first stall of a user's line inside a
+    library is excused; a blocking call there (a sync HTTP client in ``run``) stalls again and
+    is reported. A stall in the user's own code (a ``time.sleep``) is reported the first time."""
+    monkeypatch.setattr(stalls.StallMonitor, "_queued", lambda self, seconds: False)
+    monitor = stalls.StallMonitor(threshold_s=0.2, tick_s=0.02)
+
+    def stall(rollout: str, where: str, in_library: bool) -> list[str]:
+        monitor._beat_at = time.perf_counter() - 0.5
+        for _ in range(3):
+            monitor._look(monitor._beat_at, (rollout, where, in_library))
+        return [f.message for f in monitor.take(rollout)]
+
+    assert not stall("row-0", "agent.py:20 in run", True)
+    assert stall("row-1", "agent.py:20 in run", True)
+    assert not stall("row-2", "agent.py:30 in run", True)  # another line's first call
+    assert stall("row-3", "agent.py:15 in run", False)

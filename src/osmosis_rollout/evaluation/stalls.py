@@ -7,9 +7,12 @@ that sees the heartbeat late looks at the loop thread's stack: inside a rollout 
 ``run_rollout``), the stall is that rollout's, at the innermost line of the user's own code.
 Stalls shorter than ``threshold_s`` are not reported, nor ones in this library's own code (a
 first ``ctx.chat`` importing its HTTP client, say), nor once-only waits in any code (an import,
-a thread's start, a TLS context's certificates), nor one the loop thread spent mostly waiting
-for a CPU (a busy machine, not the agent): on Linux its schedstat splits the stall into running,
-waiting on the run queue and sleeping, and a stall counts by what the thread ran or slept.
+a thread's start, a TLS context's certificates, and the first stall of a user's line inside a
+library it calls: the library setting itself up, as the OpenAI Agents SDK's first ``Runner.run``
+does; a blocking call there stalls again and is reported), nor one the loop thread spent mostly
+waiting for a CPU (a busy machine, not the agent): on Linux its schedstat splits the stall into
+running, waiting on the run queue and sleeping, and a stall counts by what the thread ran or
+slept.
 """
 
 from __future__ import annotations
@@ -60,10 +63,14 @@ class StallMonitor:
         self.tick_s = tick_s
         self._lock = threading.Lock()
         self._beat_at = time.perf_counter()
-        self._open: tuple[float, str, str] | None = None  # (beat it follows, rollout, where)
+        #: (the beat it follows, rollout, where, whether the loop was inside a library there)
+        self._open: tuple[float, str, str, bool] | None = None
+        #: The user's lines whose call into a library has stalled once: that was its setup.
+        self._warmed: set[str] = set()
         self._native_id = 0
-        #: Whether the stall in ``_open`` was seen holding another rollout (or none) since.
-        self._mixed = False
+        #: The watchdog's looks at the stall in ``_open``: holding its rollout, or not.
+        self._hits = 0
+        self._misses = 0
         #: (when, the loop thread's (ran, waited) ns, all this process's threads' waited ns).
         self._waits: deque[tuple[float, tuple[int, int], int]] = deque(maxlen=256)
         self._stalls: dict[str, _Stall] = {}
@@ -130,7 +137,12 @@ class StallMonitor:
         if opened is None or opened[0] != self._beat_at:
             return
         seconds = now - self._beat_at - self.tick_s
-        if not self._mixed and seconds >= self.threshold_s and not self._queued(seconds):
+        mixed = self._misses >= self._hits
+        if not mixed and seconds >= self.threshold_s and not self._queued(seconds):
+            if opened[3] and opened[2] not in self._warmed:
+                self._warmed.add(opened[2])  # a library's first call here: its setup
+                self._beat_at = now
+                return
             stall = self._stalls.setdefault(opened[1], _Stall(opened[1], opened[2]))
             stall.count += 1
             stall.seconds += seconds
@@ -165,27 +177,36 @@ class StallMonitor:
             with self._lock:
                 if wait is not None:
                     self._waits.append((time.perf_counter(), wait, everyone))
-                beat_at, opened = self._beat_at, self._open
+                beat_at = self._beat_at
             late = time.perf_counter() - beat_at - self.tick_s
             if late < self.threshold_s / 2:
                 continue
             frame = sys._current_frames().get(self._loop_thread)
             found = _rollout_frame(frame) if frame is not None else None
             with self._lock:
-                if self._beat_at != beat_at:
-                    continue  # the loop came back meanwhile
-                if opened is None:
-                    if found is not None:
-                        self._open, self._mixed = (beat_at, *found), False
-                elif found is None or found[0] != opened[1]:
-                    # Several rollouts' steps in one turn of the loop (a loaded machine, many
-                    # rollouts each doing a little), not one rollout's blocking call.
-                    self._mixed = True
+                if self._beat_at == beat_at:  # else the loop came back meanwhile
+                    self._look(beat_at, found)
+
+    def _look(self, beat_at: float, found: tuple[str, str, bool] | None) -> None:
+        """Under the lock: one look at the loop, late since ``beat_at``, holding ``found``.
+        A stall is a rollout's when more than half the looks saw that rollout's code: several
+        rollouts' steps in one turn of the loop (a loaded machine, many rollouts each doing a
+        little) are not one rollout's blocking call, but a blocking call followed by a little of
+        this library's work before the loop's next turn (the rollout's ``complete`` on a loaded
+        machine, seen by a late look) still is."""
+        if self._open is None:
+            if found is not None:
+                self._open, self._hits, self._misses = (beat_at, *found), 1, 0
+        elif found is not None and found[0] == self._open[1]:
+            self._hits += 1
+        else:
+            self._misses += 1
 
 
-def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
-    """``(rollout id, "file:line in function")`` when the stack is inside a rollout and the
-    innermost frame of ours or the user's is the user's (not, say, ``ctx.chat`` importing)."""
+def _rollout_frame(top: FrameType) -> tuple[str, str, bool] | None:
+    """``(rollout id, "file:line in function", inside a library)`` when the stack is inside a
+    rollout and the innermost frame of ours or the user's is the user's (not, say, ``ctx.chat``
+    importing); inside a library when that frame called into a library that holds the loop."""
     from ..rollout import run_rollout
 
     where: FrameType | None = None
@@ -196,7 +217,8 @@ def _rollout_frame(top: FrameType) -> tuple[str, str] | None:
             if request is None or where is None:
                 return None
             name = os.path.basename(where.f_code.co_filename)
-            return str(request.rollout_id), f"{name}:{where.f_lineno} in {where.f_code.co_name}"
+            line = f"{name}:{where.f_lineno} in {where.f_code.co_name}"
+            return str(request.rollout_id), line, where is not top
         if _handing_over(frame):
             return None  # importing once, or starting a worker thread: the loop waited its turn
         if where is None:
