@@ -830,3 +830,28 @@ def test_items_without_a_role_are_shown_by_their_type() -> None:
     assert "function_call_output: 42" in text
     assert 'reasoning: {"type": "reasoning", "summary": []}' in text
     assert "?:" not in text
+
+
+def test_commands_piped_in_read_as_a_transcript_whatever_the_terminal_type() -> None:
+    """``printf 'n\\nc\\nq\\n' | osmosis test -i`` from a shell whose ``TERM`` names a terminal
+    (a script, a coding agent's tool call): each command appears once, after its prompt, with
+    no terminal control codes. prompt_toolkit used to redraw every prompt with them
+    (``turn 1> n         turn 1> n``, blank lines after ``osmosis>``)."""
+    import subprocess
+
+    from .processes import clean_env
+    from .support import CALCULATOR
+
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "osmosis"), "test", CALCULATOR, "-i",
+         "-d", str(EXAMPLES / "calculator" / "dataset.jsonl")],
+        input="n\nc\nq\n", capture_output=True, text=True, timeout=60,
+        env=clean_env(TERM="xterm-256color", NO_COLOR="1"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    prompts = [line for line in lines if re.match(r"(osmosis|turn \d+)> ", line)]
+    assert prompts == ["osmosis> n", "turn 1> c", "osmosis> q"], done.stdout
+    assert "\x1b" not in done.stdout
+    assert "\r" not in done.stdout
+    assert lines[-1] == "bye"

@@ -29,7 +29,7 @@ from ..testing.records import LLMBackend, completion_from_message
 from .commands import Command, parse_command, parse_reply
 from .rollout import FOREVER_S, Active, Ended, Finished, RolloutDriver, Start
 from .stepper import SteppingBackend, Turn, Waiting
-from .terminal import Terminal, accept_piped_input
+from .terminal import PipedTerminal, Terminal
 from .views import (
     full_message_view,
     help_table,
@@ -64,12 +64,14 @@ async def run_repl(
     ``session`` and ``console`` default to the terminal; tests pass a pipe-input session and a
     console writing to a ``StringIO``. Returns the exit code (0).
     """
-    in_terminal = session is None and sys.stdout.isatty()
-    if session is None:
-        accept_piped_input()
-    session = session or PromptSession(history=InMemoryHistory())
     console = console or Console(highlight=False)
-    terminal = Terminal(session, console, patch=in_terminal)
+    terminal: Terminal
+    if session is None and not sys.stdin.isatty():
+        terminal = PipedTerminal(console)  # commands piped in: read as lines, shown as typed
+    else:
+        in_terminal = session is None and sys.stdout.isatty()
+        session = session or PromptSession(history=InMemoryHistory())
+        terminal = Terminal(session, console, patch=in_terminal)
     events: asyncio.Queue[Turn | Waiting | Ended] = asyncio.Queue()
     stepper = SteppingBackend(backend, events.put_nowait, events.put_nowait)
     async with Harness(

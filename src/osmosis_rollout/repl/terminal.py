@@ -2,7 +2,7 @@
 
 Kept apart from the loop so that the loop never touches prompt_toolkit or Rich directly: it is
 given a :class:`Terminal` over a prompt session and a console, which tests build over a pipe
-and a ``StringIO``.
+and a ``StringIO``; or, for commands piped in, a :class:`PipedTerminal` that reads lines.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -24,7 +25,7 @@ from rich.console import Console, RenderableType
 from .commands import completion_words
 from .stepper import Waiting
 
-__all__ = ["Terminal", "accept_piped_input"]
+__all__ = ["PipedTerminal", "Terminal"]
 
 #: The "waiting for the model" line: updated every tick in a terminal; elsewhere printed once
 #: the wait reaches the first mark, then again every line interval.
@@ -102,11 +103,47 @@ class Terminal:
                     continue
 
 
-def accept_piped_input() -> None:
-    """Commands piped in (``printf 'n\\nq\\n' | osmosis test -i``: a script, a docs test) are
-    supported, so prompt_toolkit's "Input is not a terminal" warning is not printed for them."""
-    with contextlib.suppress(Exception):  # prompt_toolkit internals: never fail the session
-        from prompt_toolkit.input.vt100 import Vt100Input
+class PipedTerminal(Terminal):
+    """Commands piped in (``printf 'n\\nq\\n' | osmosis test -i``: a script, a coding agent's
+    tool call, a docs test): each line read from ``stream`` is printed after its prompt, so the
+    output reads as a transcript. prompt_toolkit would redraw its prompt with a terminal's
+    control codes whenever ``TERM`` names one (``turn 1> n`` came out twice, padded with
+    spaces and blank lines) and read the pipe ahead as typeahead. There are no keys to watch:
+    Ctrl-C is the terminal's SIGINT."""
 
-        if not sys.stdin.isatty():
-            Vt100Input._fds_not_a_terminal.add(sys.stdin.fileno())
+    def __init__(self, console: Console, stream: Any = None) -> None:
+        self.console = console
+        self.patch = False
+        self.completer = WordCompleter(completion_words(), ignore_case=True)
+        self.stream = stream if stream is not None else sys.stdin
+        self._lines: asyncio.Queue[str | None] | None = None
+
+    async def prompt(self, message: str, *, commands: bool = True) -> str:
+        """The next line piped in, shown after ``message``; ``EOFError`` at the end of input."""
+        if self._lines is None:
+            self._lines = asyncio.Queue()
+            loop = asyncio.get_running_loop()
+            reader = threading.Thread(
+                target=self._read, args=(loop, self._lines), name="osmosis-repl-input", daemon=True
+            )  # a daemon: a pipe left open never keeps the process from exiting
+            reader.start()
+        line = await self._lines.get()
+        if line is None:
+            self._lines.put_nowait(None)  # every later prompt ends too
+            raise EOFError
+        self.console.print(f"{message}{line}", markup=False, highlight=False)
+        return line
+
+    def _read(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
+        """In the reader thread: each line of the stream, then None at its end."""
+        try:
+            for raw in iter(self.stream.readline, ""):
+                loop.call_soon_threadsafe(lines.put_nowait, raw.rstrip("\r\n"))
+        except (OSError, ValueError):  # the stream closed under us: the input has ended
+            pass
+        with contextlib.suppress(RuntimeError):  # the loop has already closed
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+    @contextlib.contextmanager
+    def watch_interrupt(self, on_interrupt: Callable[[], None]) -> Iterator[None]:
+        yield
