@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ObservedCall", "ToolHistory", "reads_as_error"]
+__all__ = ["ObservedCall", "ToolHistory", "counts_from_turns", "reads_as_error"]
 
 #: How a tool message's text starts when the tool failed, as harnesses and SDKs write it:
 #: v1's ``create_tool_error_result`` ("Error: ..."), a plain "error: ...", and the OpenAI
@@ -96,3 +96,36 @@ class ToolHistory:
             failed = reads_as_error(message.get("content"))
             seen.append(ObservedCall(name, (now - asked) * 1000, failed))
         return seen
+
+
+def counts_from_turns(
+    histories: Sequence[Sequence[Any]],
+    asked: Sequence[Sequence[Any]],
+    final_messages: Sequence[Any] = (),
+) -> dict[str, list[int]]:
+    """``[calls, errors, timeouts]`` per tool of a rollout whose server counted none (one we
+    did not write: the official SDK's metrics are ``{}``), from what its chat turns carried:
+    ``asked[i]``, the tool calls the reply to turn ``i`` asked for (OpenAI-shaped dicts), are
+    the calls; the results the later turns' ``histories`` (and the ``final_messages``) bring
+    back say which failed. A timeout cannot be told from the history, so it counts as an
+    error when the result says so and never as a timeout."""
+    history = ToolHistory()
+    counts: dict[str, list[int]] = {}
+
+    def answered(messages: Sequence[Any]) -> None:
+        for call in history.answered(messages):
+            if call.failed:
+                counts.setdefault(call.tool, [0, 0, 0])[1] += 1
+
+    for i, calls in enumerate(asked):
+        if i > 0 and i < len(histories):
+            answered(histories[i])
+        history.replied(calls)
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            counts.setdefault(name if isinstance(name, str) else "?", [0, 0, 0])[0] += 1
+    for later in histories[len(asked) :]:
+        answered(later)
+    answered(final_messages)
+    return counts

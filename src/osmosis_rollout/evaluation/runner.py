@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from ..endpoint.tool_history import counts_from_turns
 from ..errors import OsmosisError
 from ..protocol import Message, RolloutMetrics
 from ..testing.harness import Harness, RolloutOutcome, ServerUnreachable
@@ -232,7 +233,8 @@ def served_figures(row: RowResult, outcome: RolloutOutcome) -> None:
     server's metrics say: a server we did not write may send none (the official SDK's sends
     ``{}``), or count otherwise. The server's own metrics stay in ``row.metrics`` as reported;
     tool calls and the rollout's time are its to tell, taken from the mock only when it said
-    nothing (the calls the model asked for, the wall time of the rollout)."""
+    nothing (the calls the model asked for, each tool's errors as its results in the later
+    turns read, the wall time of the rollout)."""
     replies = outcome.record.replies
     if not replies:
         return
@@ -246,6 +248,16 @@ def served_figures(row: RowResult, outcome: RolloutOutcome) -> None:
     told = metrics.model_fields_set if metrics is not None else set()
     if "num_tool_calls" not in told:  # a server that counted them said so, 0 included
         row.tool_calls = sum(len(r.choices[0].message.tool_calls or ()) for r in replies)
+        if not row.tool_counts:  # per tool, with the errors its results say, from the turns
+            row.tool_counts = counts_from_turns(
+                [chat.messages for chat in outcome.record.chats],
+                [
+                    [c.model_dump(exclude_none=True) for c in r.choices[0].message.tool_calls or ()]
+                    for r in replies
+                ],
+                outcome.result.final_messages if outcome.result is not None else (),
+            )
+            row.tool_calls_from_history = row.tool_calls
     if "total_latency_ms" not in told:
         row.latency_ms = outcome.wall_ms
 

@@ -35,10 +35,12 @@ DEFAULT_SHARE = 0.2
 
 def by_tool(rows: Iterable[RowResult]) -> dict[str, dict[str, int]]:
     """``{tool: {"calls", "errors", "timeouts", "schema_errors"}}`` over ``rows``, in the order
-    tools appeared."""
+    tools appeared, with ``read_errors`` too when some errors were read from the results a
+    rollout's later turns carried (a harness, a server we did not write), not raised."""
     totals: dict[str, dict[str, int]] = {}
     for row in rows:
         schema_errors = row.tool_schema_errors
+        read = row.tool_calls_from_history >= sum(c[0] for c in row.tool_counts.values())
         for name, (calls, errors, timeouts) in row.tool_counts.items():
             total = totals.setdefault(
                 name, {"calls": 0, "errors": 0, "timeouts": 0, "schema_errors": 0}
@@ -47,6 +49,8 @@ def by_tool(rows: Iterable[RowResult]) -> dict[str, dict[str, int]]:
             total["errors"] += errors
             total["timeouts"] += timeouts
             total["schema_errors"] += min(schema_errors.get(name, 0), errors)
+            if read and errors:
+                total["read_errors"] = total.get("read_errors", 0) + errors
     return totals
 
 
@@ -58,7 +62,7 @@ def run_findings(totals: dict[str, dict[str, int]], share: float = DEFAULT_SHARE
         schema = t.get("schema_errors", 0)
         if not calls or not errors:
             continue
-        how = _how(errors, timeouts, schema)
+        how = _how(errors, timeouts, schema, t.get("read_errors", 0))
         details = {"tool": name, "calls": calls, "errors": errors, "timeouts": timeouts}
         if schema:
             details["schema_errors"] = schema
@@ -127,19 +131,22 @@ def summary_part(rows: Sequence[RowResult], share: float) -> dict[str, Any]:
     }
 
 
-def _how(errors: int, timeouts: int, schema: int = 0) -> str:
+def _how(errors: int, timeouts: int, schema: int = 0, read: int = 0) -> str:
     if schema == errors:
         return "its function refused arguments its declared schema allows"
     if timeouts == errors:
         return "timed out"
-    if not timeouts and not schema:
+    if read == errors:
+        return "its results read as errors"
+    if not timeouts and not schema and not read:
         return "raised"
     parts = [
         f"{count} {what}"
         for count, what in (
-            (errors - timeouts - schema, "raised"),
+            (errors - timeouts - schema - read, "raised"),
             (timeouts, "timed out"),
             (schema, "refused by its function though its declared schema allows them"),
+            (read, "with results that read as errors"),
         )
         if count
     ]

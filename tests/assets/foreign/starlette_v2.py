@@ -6,6 +6,10 @@ osmosis-rollout), with the defects the conformance probes look for, chosen by it
 - ``crash``: a non-finite timeout raises, which Starlette answers 500;
 - ``rerun``: a repeated ``rollout_id`` is started again (no deduplication).
 
+With ``tools`` (not a defect) each chat call offers two tools the server runs itself, as an
+official SDK workflow does: ``lookup`` always fails (its result reads ``error: ...``) and
+``echo`` works, for up to four turns; the server's metrics count none of them.
+
 Each rollout makes one chat call, then posts its completion and grader callbacks (reward 1.0),
 and its status is kept. It serves on ``$_OSMOSIS_ROLLOUT_PORT``, as the platform starts one,
 and with ``$SERVER_KEY`` set requires it as the bearer of every ``POST /rollout``.
@@ -28,6 +32,18 @@ REQUIRED = ("initial_messages", "chat_completions_url", "completion_callback_url
 started: dict[str, dict] = {}
 outcomes: dict[str, str] = {}
 tasks: set[asyncio.Task] = set()
+TOOLS = [
+    {"type": "function", "function": {"name": name, "description": f"{name} a text",
+     "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                    "required": ["text"]}}}
+    for name in ("lookup", "echo")
+]  # fmt: skip
+
+
+def run_tool(call: dict) -> dict:
+    name = call["function"]["name"]
+    content = "error: no such record" if name == "lookup" else call["function"]["arguments"]
+    return {"role": "tool", "tool_call_id": call["id"], "content": content}
 
 
 async def health(request: Request) -> JSONResponse:
@@ -40,13 +56,19 @@ async def run(body: dict) -> None:
     key = body.get("controller_api_key")
     callback = {"authorization": f"Bearer {key}"} if key else {}
     messages = list(body["initial_messages"])
+    offered = {"tools": TOOLS} if "tools" in DEFECTS else {}
     async with httpx2.AsyncClient(timeout=30) as http:
-        reply = await http.post(
-            body["chat_completions_url"].rstrip("/") + "/chat/completions",
-            json={"model": "default", "messages": messages},
-            headers=llm,
-        )
-        messages.append(reply.json()["choices"][0]["message"])
+        for _ in range(4 if offered else 1):
+            reply = await http.post(
+                body["chat_completions_url"].rstrip("/") + "/chat/completions",
+                json={"model": "default", "messages": messages, **offered},
+                headers=llm,
+            )
+            message = reply.json()["choices"][0]["message"]
+            messages.append(message)
+            if not message.get("tool_calls"):
+                break
+            messages.extend(run_tool(call) for call in message["tool_calls"])
         await http.post(
             body["completion_callback_url"],
             json={"rollout_id": rid, "status": "success"},
