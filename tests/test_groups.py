@@ -125,6 +125,8 @@ def test_each_group_s_figures_in_the_output_file(tmp_path: Path) -> None:
         assert group["no_signal"] == (len(set(row["outcomes"])) == 1)
     assert json.loads(result.stdout)["groups"] == lines[-1]["groups"]
     assert "pass@1" in result.stderr  # the summary table
+    # "passed" is the protocol's verdict, pass@k the rewards': the table says which is which
+    assert "(no error or finding; pass@k counts rewards)" in result.stderr
     assert "no signal" in result.stderr
     assert "rows 1, 2" in result.stderr  # the no-signal rows named
 

@@ -127,7 +127,12 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_column()
     passed, total = summary["passed"], summary["rows"]
     style = "green" if passed == total else "red"
-    table.add_row("passed", f"[{style}]{passed}/{total}[/]")
+    # "passed" is the protocol's verdict (no error, no finding), not the reward's: beside
+    # pass@k, which counts rewards, 9/9 passed and pass@1 0 read as a contradiction
+    groups: dict[str, Any] = summary.get("groups") or {}
+    grouped = bool(groups) and (groups["samples"] > 1 or "by" in groups)
+    apart = " [dim](no error or finding; pass@k counts rewards)[/]" if grouped else ""
+    table.add_row("passed", f"[{style}]{passed}/{total}[/]{apart}")
     if summary["failed"]:
         table.add_row("failed", f"[red]{summary['failed']}[/]")
     if summary["skipped"]:
@@ -167,8 +172,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
     if summary.get("reward_components"):
         parts = ", ".join(f"{escape(k)} {v:.3g}" for k, v in summary["reward_components"].items())
         table.add_row("reward parts", f"{parts} (means)")
-    groups = summary.get("groups")
-    if groups and (groups["samples"] > 1 or "by" in groups):
+    if grouped:
         _group_rows(table, groups)
     resumed = summary.get("resumed") or 0
     throughput = (
