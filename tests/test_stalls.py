@@ -116,28 +116,57 @@ def test_a_slow_certificate_load_under_run_is_no_finding(
     assert report.summary["passed"] == 1
 
 
+def _turn(
+    monitor: stalls.StallMonitor, *looks: tuple[str, str, bool] | None, tick: float = 0.05
+) -> None:
+    """One late turn of the loop: a look every ``tick`` seconds after the heartbeat was due."""
+    monitor._beat_at = time.perf_counter() - monitor.tick_s - tick * len(looks)
+    for i, found in enumerate(looks, 1):
+        monitor._look(monitor._beat_at, found, monitor._beat_at + monitor.tick_s + i * tick)
+
+
+def _stalled(monitor: stalls.StallMonitor, *rollouts: str) -> dict[str, float]:
+    return {
+        rid: f.details["stall_s"]
+        for rid in rollouts
+        for f in monitor.take(rid)
+        if f.details is not None
+    }
+
+
 def test_a_blocking_call_followed_by_a_little_library_work_is_still_the_rollouts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """CI, load 2+ on 2 cores: a 0.4 s ``time.sleep`` in ``run`` got no finding, because the
     watchdog's last look fell on the rollout's ``complete`` (this library's code) before the
-    loop's next turn. A stall is the rollout's when most looks saw its code; one whose looks
-    were mostly of other rollouts or of no rollout (many rollouts each doing a little in one
-    turn of a loaded loop) is not."""
+    loop's next turn. The time each look saw a rollout's code is that rollout's; a turn whose
+    looks were spread over many rollouts each doing a little (a loaded loop) is no one's."""
     monkeypatch.setattr(stalls.StallMonitor, "_queued", lambda self, seconds: False)
     where = ("row-0", "agent.py:15 in run", False)
+    monitor = stalls.StallMonitor(threshold_s=0.2, tick_s=0.02)
+    _turn(monitor, where, where, where, where, where, None)  # the sleep, then complete()
+    assert _stalled(monitor, "row-0") == {"row-0": pytest.approx(0.25, abs=0.01)}
+    _turn(monitor, where, None, None, None, None, None)  # mostly this library's work
+    assert not _stalled(monitor, "row-0")
+    many = [(f"row-{i}", "agent.py:9 in run", False) for i in range(8)]
+    _turn(monitor, *many)  # 8 rollouts' steps in one turn: 0.05 s each
+    assert not _stalled(monitor, *(rid for rid, _, _ in many))
+    _turn(monitor, None, None, None, None, None)  # never inside a rollout
+    assert not _stalled(monitor, "row-0")
 
-    def stall(*looks: tuple[str, str, bool] | None) -> list[str]:
-        monitor = stalls.StallMonitor(threshold_s=0.2, tick_s=0.02)
-        monitor._beat_at = time.perf_counter() - 0.5
-        for found in looks:
-            monitor._look(monitor._beat_at, found)
-        return [f.message for f in monitor.take("row-0")]
 
-    assert stall(where, where, where, where, None)  # the sleep, then complete()
-    assert not stall(where, None, None)  # mostly this library's work
-    assert not stall(where, ("row-1", "agent.py:9 in run", False), None)  # several rollouts' steps
-    assert not stall(None, None)  # never inside a rollout
+def test_each_rollout_that_blocked_in_one_late_turn_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cold trial: six rollouts each ran ``time.sleep(0.3)`` before their first
+    ``ctx.chat``, all in the loop's first turn (1.8 s); the monitor took the turn for several
+    rollouts' steps and reported none in three runs of four. Each is its own stall."""
+    monkeypatch.setattr(stalls.StallMonitor, "_queued", lambda self, seconds: False)
+    monitor = stalls.StallMonitor(threshold_s=0.2, tick_s=0.02)
+    looks = [(f"row-{i}", "agent.py:14 in run", False) for i in range(6) for _ in range(6)]
+    _turn(monitor, *looks)
+    found = _stalled(monitor, *(f"row-{i}" for i in range(6)))
+    assert found == {f"row-{i}": pytest.approx(0.3, abs=0.01) for i in range(6)}
 
 
 def test_a_librarys_first_stall_at_a_line_is_its_setup_and_the_second_is_reported(
@@ -151,11 +180,9 @@ def test_a_librarys_first_stall_at_a_line_is_its_setup_and_the_second_is_reporte
     monkeypatch.setattr(stalls.StallMonitor, "_queued", lambda self, seconds: False)
     monitor = stalls.StallMonitor(threshold_s=0.2, tick_s=0.02)
 
-    def stall(rollout: str, where: str, in_library: bool) -> list[str]:
-        monitor._beat_at = time.perf_counter() - 0.5
-        for _ in range(3):
-            monitor._look(monitor._beat_at, (rollout, where, in_library))
-        return [f.message for f in monitor.take(rollout)]
+    def stall(rollout: str, where: str, in_library: bool) -> bool:
+        _turn(monitor, *[(rollout, where, in_library)] * 6)
+        return bool(_stalled(monitor, rollout))
 
     assert not stall("row-0", "agent.py:20 in run", True)
     assert stall("row-1", "agent.py:20 in run", True)

@@ -164,6 +164,41 @@ def test_an_agent_that_blocks_the_event_loop_is_named_with_its_line(tmp_path: Pa
     assert report.summary["findings"] == {"event_loop_stall": 1}
 
 
+EVERY_ROW_BLOCKS = """
+import time
+from osmosis_rollout import RolloutAgentLoop
+
+
+class Sleepy(RolloutAgentLoop):
+    name = "sleepy"
+
+    def get_tools(self, request):
+        return []
+
+    async def run(self, ctx):
+        time.sleep(0.3)  # before the first await: every rollout blocks in the loop's first turn
+        result = await ctx.chat(list(ctx.request.messages))
+        return ctx.complete([*ctx.request.messages, result.message], reward=1.0)
+"""
+
+
+def test_every_rollout_that_blocks_in_the_same_turn_of_the_loop_is_named(tmp_path: Path) -> None:
+    """A cold trial: ``time.sleep(0.3)`` before the first ``ctx.chat`` blocks every rollout
+    in the loop's first turn, one after the other; three runs of four reported none. Each row
+    gets its own finding, naming the line."""
+    agent = tmp_path / "sleepy.py"
+    agent.write_text(EVERY_ROW_BLOCKS)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"user_prompt": f"q{i}"}) + "\n" for i in range(4)))
+    report = asyncio.run(run_test(TestOptions(target=f"{agent}:Sleepy", dataset=rows)))
+    assert report.summary["findings"] == {"event_loop_stall": 4}
+    for row in report.rows:
+        (stall,) = row.findings
+        assert "sleepy.py:13 in run" in stall.message
+        assert stall.details is not None
+        assert stall.details["stall_s"] >= 0.2
+
+
 BUSY = """
 import time
 from osmosis_rollout import RolloutAgentLoop

@@ -3,16 +3,17 @@
 Rollouts share one event loop; a ``time.sleep`` or a sync HTTP call in ``async def run`` stops
 every other rollout while it runs, and only shows as slower tool or LLM time elsewhere. A
 heartbeat callback on the loop marks each time the loop gets round to it; a watchdog thread
-that sees the heartbeat late looks at the loop thread's stack: inside a rollout (the frame of
-``run_rollout``), the stall is that rollout's, at the innermost line of the user's own code.
-Stalls shorter than ``threshold_s`` are not reported, nor ones in this library's own code (a
-first ``ctx.chat`` importing its HTTP client, say), nor once-only waits in any code (an import,
-a thread's start, a TLS context's certificates, and the first stall of a user's line inside a
-library it calls: the library setting itself up, as the OpenAI Agents SDK's first ``Runner.run``
-does; a blocking call there stalls again and is reported), nor one the loop thread spent mostly
-waiting for a CPU (a busy machine, not the agent): on Linux its schedstat splits the stall into
-running, waiting on the run queue and sleeping, and a stall counts by what the thread ran or
-slept.
+that sees the heartbeat late looks at the loop thread's stack every tick: the time up to each
+look is the share of the rollout whose code it saw (inside the frame of ``run_rollout``, at the
+innermost line of the user's own code), so each rollout that blocked in a late turn is named,
+however many did. Shares shorter than ``threshold_s`` are not reported, nor ones in this
+library's own code (a first ``ctx.chat`` importing its HTTP client, say), nor once-only waits
+in any code (an import, a thread's start, a TLS context's certificates, and the first stall of
+a user's line inside a library it calls: the library setting itself up, as the OpenAI Agents
+SDK's first ``Runner.run`` does; a blocking call there stalls again and is reported), nor a
+turn the loop thread spent mostly waiting for a CPU (a busy machine, not the agent): on Linux
+its schedstat splits the turn into running, waiting on the run queue and sleeping, and a stall
+counts by what the thread ran or slept.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ class _Stall:
     count: int = 0
 
 
+@dataclass
+class _Share:
+    """The time of one late turn of the loop that the watchdog saw one rollout's code hold."""
+
+    where: str
+    #: Whether that code had called into a library which held the loop.
+    in_library: bool
+    seconds: float = 0.0
+
+
 class StallMonitor:
     """Within ``async with StallMonitor():``, find the rollouts that block the loop; each
     rollout's stall becomes one finding through :meth:`take`."""
@@ -63,14 +74,14 @@ class StallMonitor:
         self.tick_s = tick_s
         self._lock = threading.Lock()
         self._beat_at = time.perf_counter()
-        #: (the beat it follows, rollout, where, whether the loop was inside a library there)
-        self._open: tuple[float, str, str, bool] | None = None
+        #: The late turn of the loop so far: each rollout's share of it, by the watchdog's
+        #: looks (the time up to a look is the rollout's whose code that look saw).
+        self._turn: dict[str, _Share] = {}
+        self._looked_at = 0.0
+        self._last_seen: str | None = None
         #: The user's lines whose call into a library has stalled once: that was its setup.
         self._warmed: set[str] = set()
         self._native_id = 0
-        #: The watchdog's looks at the stall in ``_open``: holding its rollout, or not.
-        self._hits = 0
-        self._misses = 0
         #: (when, the loop thread's (ran, waited) ns, all this process's threads' waited ns).
         self._waits: deque[tuple[float, tuple[int, int], int]] = deque(maxlen=256)
         self._stalls: dict[str, _Stall] = {}
@@ -132,20 +143,26 @@ class StallMonitor:
             self._handle = self._loop.call_later(self.tick_s, self._beat)
 
     def _close(self, now: float) -> None:
-        """Under the lock, on the loop: the stall the watchdog opened has ended at ``now``."""
-        opened, self._open = self._open, None
-        if opened is None or opened[0] != self._beat_at:
+        """Under the lock, on the loop: the late turn the watchdog looked at has ended at
+        ``now``. Each rollout that held the loop ``threshold_s`` or more of it stalled: one
+        rollout's ``time.sleep``, or each of several rollouts' in one turn (six rollouts each
+        sleeping 0.3 s before their first ``ctx.chat`` hold one turn for 1.8 s). Many rollouts
+        each doing a little in one turn (a loaded machine) are no one's stall."""
+        turn, self._turn = self._turn, {}
+        last, self._last_seen = self._last_seen, None
+        if not turn:
             return
-        seconds = now - self._beat_at - self.tick_s
-        mixed = self._misses >= self._hits
-        if not mixed and seconds >= self.threshold_s and not self._queued(seconds):
-            if opened[3] and opened[2] not in self._warmed:
-                self._warmed.add(opened[2])  # a library's first call here: its setup
-                self._beat_at = now
-                return
-            stall = self._stalls.setdefault(opened[1], _Stall(opened[1], opened[2]))
-            stall.count += 1
-            stall.seconds += seconds
+        if last is not None and last in turn:  # it held the loop from the last look until now
+            turn[last].seconds += max(0.0, now - self._looked_at)
+        stalled = {rid: share for rid, share in turn.items() if share.seconds >= self.threshold_s}
+        if stalled and not self._queued(now - self._beat_at - self.tick_s):
+            for rid, share in stalled.items():
+                if share.in_library and share.where not in self._warmed:
+                    self._warmed.add(share.where)  # a library's first call here: its setup
+                    continue
+                stall = self._stalls.setdefault(rid, _Stall(rid, share.where))
+                stall.count += 1
+                stall.seconds += share.seconds
         self._beat_at = now  # the next stall is counted from here
 
     def _queued(self, seconds: float) -> bool:
@@ -179,28 +196,27 @@ class StallMonitor:
                     self._waits.append((time.perf_counter(), wait, everyone))
                 beat_at = self._beat_at
             late = time.perf_counter() - beat_at - self.tick_s
-            if late < self.threshold_s / 2:
+            if late < self.tick_s:
                 continue
             frame = sys._current_frames().get(self._loop_thread)
             found = _rollout_frame(frame) if frame is not None else None
+            now = time.perf_counter()
             with self._lock:
                 if self._beat_at == beat_at:  # else the loop came back meanwhile
-                    self._look(beat_at, found)
+                    self._look(beat_at, found, now)
 
-    def _look(self, beat_at: float, found: tuple[str, str, bool] | None) -> None:
-        """Under the lock: one look at the loop, late since ``beat_at``, holding ``found``.
-        A stall is a rollout's when more than half the looks saw that rollout's code: several
-        rollouts' steps in one turn of the loop (a loaded machine, many rollouts each doing a
-        little) are not one rollout's blocking call, but a blocking call followed by a little of
-        this library's work before the loop's next turn (the rollout's ``complete`` on a loaded
-        machine, seen by a late look) still is."""
-        if self._open is None:
-            if found is not None:
-                self._open, self._hits, self._misses = (beat_at, *found), 1, 0
-        elif found is not None and found[0] == self._open[1]:
-            self._hits += 1
-        else:
-            self._misses += 1
+    def _look(self, beat_at: float, found: tuple[str, str, bool] | None, now: float) -> None:
+        """Under the lock: a look at ``now`` at the loop, late since ``beat_at``, holding
+        ``found``: the time since the last look (or since the heartbeat was due) is that
+        rollout's share of the turn; none's when the look saw no rollout's code (this
+        library's, the event loop's)."""
+        since = max(self._looked_at, beat_at + self.tick_s)  # looks of past turns came before
+        self._looked_at = now
+        self._last_seen = found[0] if found is not None else None
+        if found is None:
+            return
+        share = self._turn.setdefault(found[0], _Share(found[1], found[2]))
+        share.seconds += max(0.0, now - since)
 
 
 def _rollout_frame(top: FrameType) -> tuple[str, str, bool] | None:
