@@ -66,12 +66,14 @@ def test_agents_md_names_the_commands_in_the_order_a_change_is_checked(project: 
     section = agents[agents.index("## Check a change") : agents.index("## Findings")]
     order = [
         "osmosis validate --json",
-        "osmosis test --json --dataset dataset.jsonl",
+        "osmosis test --json --strict --dataset dataset.jsonl",
         "osmosis validate --reward --json",
         "python -m pytest",
     ]
     positions = [section.index(command) for command in order]
     assert positions == sorted(positions)
+    # a deliberate change fails the replay test: the guide says how to record it again
+    assert "--record tests/cassettes/recorded.jsonl" in section
     for never in ("Rewrite", "Call a model directly", "Block the event loop"):
         assert never in agents
 

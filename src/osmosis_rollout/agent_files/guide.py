@@ -76,12 +76,14 @@ toolkit's, the same program: `osmosis --version` says which one you have.
 ## Check a change, in this order
 
 Each command prints JSON with `--json` (shapes: the toolkit's docs/json.md) and exits 0 when
-all is well, 1 when it found problems, 2 on a usage or configuration error.
+all is well, 1 when it found problems, 2 on a usage or configuration error. `osmosis test`
+fails a row on an error or a finding; what it finds about the run as a whole (`run_findings`:
+a tool that always fails, say) fails it only with `--strict`, as below.
 
 ```bash
 osmosis doctor --json                             # this machine and this project
 osmosis validate --json                           # static checks, the tools, one dry rollout
-osmosis test --json --dataset dataset.jsonl       # every row through a mock TrainGate, offline
+osmosis test --json --strict --dataset dataset.jsonl  # every row, mock TrainGate, offline
 osmosis validate --reward --json --dataset dataset.jsonl  # can a no-op or random policy score?
 python -m pytest -q                               # this project's own tests
 ```
@@ -89,6 +91,15 @@ python -m pytest -q                               # this project's own tests
 A change is done when `osmosis validate --json` says `"valid": true`, the summary `osmosis test
 --json` prints says `"trainable": true` with empty `findings` and `run_findings`, and the tests
 pass. When one does not, follow the debug-agent skill.
+
+A deliberate change of what the agent sends (a tool added or changed, the prompt, the loop)
+makes `tests/test_replay.py` fail with `replay_diverged`, naming the turn and field: the test
+is doing its job. Check that the difference is the one you meant, then record the run again
+(this is not weakening the test) and commit the new cassette:
+
+```bash
+osmosis test --dataset dataset.jsonl --limit 2 --record tests/cassettes/recorded.jsonl
+```
 
 ## Findings
 
