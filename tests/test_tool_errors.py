@@ -53,6 +53,12 @@ def test_the_sqlite_agent_shows_its_tool_errors_in_every_output(tmp_path: Path) 
     always = [f for f in summary["run_findings"] if f["code"] == "tool_always_fails"]
     assert sorted(f["details"]["tool"] for f in always) == sorted(called)
     assert "failed in every one of its" in always[0]["message"]
+    # each finding quotes the tool's first error as the model read it: no second run needed
+    for finding in always:
+        first = finding["details"]["first_error"]
+        assert first.startswith("Error: "), first
+        assert f'the first: "{first}"' in finding["message"]
+        assert len(first) <= 240
     assert "tool_always_fails" in result.stderr  # the summary table
     assert "none in the rows; 4 run finding(s) below" in result.stderr
     assert "err)" in result.stderr  # the rows table: "4 (4 err)"

@@ -95,4 +95,4 @@ def test_a_foreign_servers_failing_tool_is_counted_and_found(tmp_path: Path) -> 
     assert [row.tool_errors for row in report.rows] == [{"lookup": 1}, {"lookup": 1}]
     (always,) = [f for f in summary["run_findings"] if f["code"] == "tool_always_fails"]
     assert always["details"]["tool"] == "lookup"
-    assert "(its results read as errors)" in always["message"]
+    assert '(its results read as errors; the first: "error: no such record")' in always["message"]

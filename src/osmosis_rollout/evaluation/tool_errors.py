@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..endpoint.tool_history import reads_as_error
 from ..findings import TOOL_ALWAYS_FAILS, TOOL_ERROR_SHARE, TOOL_ERRORS
 from ..testing.records import Finding
 
@@ -54,8 +55,44 @@ def by_tool(rows: Iterable[RowResult]) -> dict[str, dict[str, int]]:
     return totals
 
 
-def run_findings(totals: dict[str, dict[str, int]], share: float = DEFAULT_SHARE) -> list[Finding]:
-    """The findings about the run's tools: one per tool that always or often failed."""
+#: How much of a tool's first error message a finding quotes.
+_QUOTED_CHARS = 240
+
+
+def first_errors(rows: Iterable[RowResult]) -> dict[str, str]:
+    """Each tool's first error message, as the model read it in a row's final messages (a
+    tool message that reads as an error, matched to its call by id): the finding quotes it, so
+    the fix needs no second run with ``--output`` or ``--debug-dir``."""
+    found: dict[str, str] = {}
+    for row in rows:
+        names: dict[str, str] = {}
+        for message in row.final_messages:
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and isinstance(call.get("id"), str):
+                    names[call["id"]] = str(function.get("name"))
+            if message.get("role") != "tool" or not reads_as_error(message.get("content")):
+                continue
+            name = names.get(str(message.get("tool_call_id")))
+            if name is not None and name not in found:
+                found[name] = _text_of(message.get("content"))
+    return found
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    text = " ".join(str(content).split())
+    return text if len(text) <= _QUOTED_CHARS else text[: _QUOTED_CHARS - 3] + "..."
+
+
+def run_findings(
+    totals: dict[str, dict[str, int]],
+    share: float = DEFAULT_SHARE,
+    examples: dict[str, str] | None = None,
+) -> list[Finding]:
+    """The findings about the run's tools: one per tool that always or often failed, quoting
+    its first error message when ``examples`` has it."""
     findings = []
     for name, t in totals.items():
         calls, errors, timeouts = t["calls"], t["errors"], t["timeouts"]
@@ -67,12 +104,16 @@ def run_findings(totals: dict[str, dict[str, int]], share: float = DEFAULT_SHARE
         if schema:
             details["schema_errors"] = schema
         fix = _SCHEMA_FIX if schema else ""
+        example = (examples or {}).get(name)
+        quoted = f'; the first: "{example}"' if example else ""
+        if example:
+            details["first_error"] = example
         if errors == calls:
             findings.append(
                 Finding(
                     TOOL_ALWAYS_FAILS,
-                    f"tool {name!r} failed in every one of its {calls} call(s) ({how}): the "
-                    "model only ever saw its error message; "
+                    f"tool {name!r} failed in every one of its {calls} call(s) ({how}{quoted}): "
+                    "the model only ever saw its error message; "
                     + (fix or "see the rows' tool_errors and ")
                     + ("; " if fix else "")
                     + "rerun with --debug-dir DIR to read each error",
@@ -84,7 +125,7 @@ def run_findings(totals: dict[str, dict[str, int]], share: float = DEFAULT_SHARE
                 Finding(
                     TOOL_ERROR_SHARE,
                     f"tool {name!r} failed in {errors} of its {calls} calls "
-                    f"({errors / calls:.0%}, over {share:.0%}; {how})"
+                    f"({errors / calls:.0%}, over {share:.0%}; {how}{quoted})"
                     + (f"; {fix}" if fix else ""),
                     details=details,
                 )
@@ -127,7 +168,7 @@ def summary_part(rows: Sequence[RowResult], share: float) -> dict[str, Any]:
     totals = by_tool(rows)
     return {
         "tools": totals,
-        "run_findings": [f.as_dict() for f in run_findings(totals, share)],
+        "run_findings": [f.as_dict() for f in run_findings(totals, share, first_errors(rows))],
     }
 
 
