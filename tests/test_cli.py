@@ -185,3 +185,17 @@ def test_the_osmosis_rollout_command_is_the_same_app() -> None:
     )
     assert done.returncode == 0
     assert done.stdout.startswith("osmosis-rollout ")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_at_80_columns_cuts_no_word(command: str) -> None:
+    """An option name or a URL wider than its column was cut with "…" (``--tool-error-sh…``,
+    ``http://127.0.0.1…``: 21 options of ``osmosis test --help`` at 80 columns, where a coding
+    agent reads it); each folds onto the next line instead, whole."""
+    result = run_cli(command, "--help", env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    if command == "test":
+        unfolded = "".join(line.strip("│ ") for line in result.stdout.splitlines())
+        assert "--tool-error-sha" in result.stdout
+        assert "http://127.0.0.1:" in unfolded
