@@ -687,3 +687,81 @@ async def test_a_timeout_error_raised_by_get_tools_is_a_failure_not_our_deadline
     assert problem.code == "GET_TOOLS_FAILED"
     assert "TimeoutError: the tool registry timed out" in problem.message
     assert problem.location == f"{path}:8"
+
+
+ASYNC_TOOLS = '''
+import time
+
+from anyio import sleep
+
+
+async def slow_echo(text: str) -> str:
+    """Echo a text, slowly.
+
+    Args:
+        text: The text.
+    """
+    time.sleep(0.5)  # <- BLOCKING in an async tool
+    return text
+
+
+async def fine_echo(text: str) -> str:
+    """Echo a text, politely.
+
+    Args:
+        text: The text.
+    """
+    await sleep(0.01)
+    return text
+
+
+def sync_echo(text: str) -> str:
+    """Echo a text in a thread.
+
+    Args:
+        text: The text.
+    """
+    time.sleep(0.01)  # a sync tool runs in a thread: fine
+    return text
+'''
+
+AGENT_WITH_ASYNC_TOOLS = """
+from osmosis_rollout import RolloutAgentLoop
+from osmosis_rollout.tools import Toolbox
+
+from async_tools import fine_echo, slow_echo, sync_echo
+
+
+class EchoAgent(RolloutAgentLoop):
+    name = "echo"
+
+    def __init__(self):
+        self.toolbox = Toolbox([slow_echo, fine_echo, sync_echo])
+
+    def get_tools(self, request):
+        return self.toolbox.schemas
+
+    async def run(self, ctx):
+        result = await ctx.chat(list(ctx.request.messages))
+        return ctx.complete([*ctx.request.messages, result.message])
+"""
+
+
+async def test_a_blocking_call_in_an_async_tool_of_another_module_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold trial: an ``async def`` tool in the template's ``tools.py`` calling
+    ``time.sleep`` passed ``osmosis validate`` with no problem (the static checks read the
+    agent's file only). It is a ``BLOCKING_CALL`` warning naming the tool's file and line; a
+    sync tool (run in a thread) and an async one that awaits are not."""
+    (tmp_path / "async_tools.py").write_text(ASYNC_TOOLS)
+    (tmp_path / "echo_agent.py").write_text(AGENT_WITH_ASYNC_TOOLS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = await validate_agent_loop_async(f"{tmp_path / 'echo_agent.py'}:EchoAgent")
+    (blocking,) = find(result, "BLOCKING_CALL")
+    line = ASYNC_TOOLS.splitlines().index("    time.sleep(0.5)  # <- BLOCKING in an async tool") + 1
+    assert blocking.location == f"async_tools.py:{line} (tool 'slow_echo')"
+    assert blocking.severity == "warning"
+    assert blocking.message.startswith("time.sleep() in the async tool 'slow_echo'")
+    assert "make the tool a plain def" in blocking.message
+    assert result.valid

@@ -10,9 +10,12 @@ global of its module, holding a tool of that name) is also held against the func
 
 from __future__ import annotations
 
+import ast
 import inspect
 import itertools
+import os
 import sys
+import textwrap
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -124,7 +127,8 @@ async def check_tools(
                 f"get_tools() returned {type(raw).__name__}; it must return a list of tools",
             )
         ], None
-    return check_tool_list(raw) + check_agreement(agent, raw), len(raw)
+    problems = check_tool_list(raw) + check_agreement(agent, raw) + check_async_tools(agent)
+    return problems, len(raw)
 
 
 def check_tool_list(raw: Sequence[Any]) -> list[Problem]:
@@ -159,6 +163,46 @@ def check_agreement(agent: RolloutAgentLoop, raw: Sequence[Any]) -> list[Problem
                     found.severity,
                 )
             )
+    return problems
+
+
+def check_async_tools(agent: RolloutAgentLoop) -> list[Problem]:
+    """``BLOCKING_CALL`` for a blocking call in an ``async def`` tool of a ``Toolbox`` the
+    agent holds, wherever the tool is defined (a template's ``tools.py``, not the agent's file,
+    which the static checks read): a sync tool runs in a thread, an async one on the loop."""
+    from .ast_helpers import _import_map
+    from .static import blocking_calls
+
+    problems: list[Problem] = []
+    seen: set[int] = set()
+    for toolbox in _toolboxes(agent):
+        for spec in toolbox._specs.values():
+            fn = inspect.unwrap(spec.fn)
+            if not spec.is_async or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            try:
+                module = inspect.getmodule(fn)
+                imports = _import_map(ast.parse(inspect.getsource(module))) if module else {}
+                lines, first = inspect.getsourcelines(fn)
+                tree = ast.parse(textwrap.dedent("".join(lines)))
+            except (OSError, TypeError, SyntaxError):  # no source to read (built, C, a REPL)
+                continue
+            node = next((n for n in tree.body if isinstance(n, ast.AsyncFunctionDef)), None)
+            if node is None:
+                continue
+            where = os.path.basename(inspect.getsourcefile(fn) or "?")
+            for call, qualified, what in blocking_calls(node, imports):
+                problems.append(
+                    _problem(
+                        "BLOCKING_CALL",
+                        f"{where}:{first + call.lineno - 1} (tool {spec.name!r})",
+                        f"{qualified}() in the async tool {spec.name!r} blocks the event loop "
+                        f"and stalls every other rollout on this server; {what}, or make the "
+                        "tool a plain def (a Toolbox runs those in threads)",
+                        "warning",
+                    )
+                )
     return problems
 
 

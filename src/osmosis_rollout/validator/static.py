@@ -30,7 +30,7 @@ from .ast_helpers import (
 )
 from .result import Problem, Severity
 
-__all__ = ["StaticReport", "check_source"]
+__all__ = ["StaticReport", "blocking_calls", "check_source"]
 
 _BASE = "RolloutAgentLoop"
 _SUBPROCESS = {"run", "call", "check_call", "check_output", "Popen"}
@@ -198,22 +198,14 @@ class _Checker:
             )
 
     def check_blocking(self, run: ast.AsyncFunctionDef) -> None:
-        for node in _walk(run.body):
-            if isinstance(node, ast.Call):
-                # Only names the file imports (or the builtin open): a local `requests` list
-                # or `socket` dict is not the module.
-                head = (_dotted(node.func) or "").partition(".")[0]
-                imported = head in self.imports or head == "open"
-                qualified = _qualify(node.func, self.imports) if imported else None
-                what = _blocking(qualified) if qualified else None
-                if what:
-                    self.add(
-                        "BLOCKING_CALL",
-                        node,
-                        f"{qualified}() blocks the event loop and stalls every other rollout "
-                        f"on this server; {what}",
-                        "warning",
-                    )
+        for node, qualified, what in blocking_calls(run, self.imports):
+            self.add(
+                "BLOCKING_CALL",
+                node,
+                f"{qualified}() blocks the event loop and stalls every other rollout "
+                f"on this server; {what}",
+                "warning",
+            )
 
     def check_returns(self, run: ast.AsyncFunctionDef, ctx: str | None) -> None:
         if not _terminates(run.body):
@@ -338,6 +330,24 @@ _ASYNC_HTTP = (
     "continuation of httpx), e.g. `async with httpx2.AsyncClient() as http: "
     "reply = await http.get(url)`"
 )
+
+
+def blocking_calls(
+    fn: ast.AsyncFunctionDef, imports: dict[str, str]
+) -> list[tuple[ast.Call, str, str]]:
+    """The calls in ``fn``'s body (not its nested functions) that block the event loop: each
+    with its qualified name and the advice. Only names the file imports (or the builtin
+    ``open``) count: a local ``requests`` list or ``socket`` dict is not the module."""
+    found = []
+    for node in _walk(fn.body):
+        if isinstance(node, ast.Call):
+            head = (_dotted(node.func) or "").partition(".")[0]
+            imported = head in imports or head == "open"
+            qualified = _qualify(node.func, imports) if imported else None
+            what = _blocking(qualified) if qualified else None
+            if qualified and what:
+                found.append((node, qualified, what))
+    return found
 
 
 def _blocking(name: str) -> str | None:
