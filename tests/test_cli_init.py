@@ -162,6 +162,35 @@ def test_the_workspaces_eval_config_runs_as_it_is(tmp_path: Path) -> None:
     assert f"{rows}/{rows}" in done.stdout
 
 
+@pytest.mark.parametrize(
+    ("command", "hint"),
+    [
+        ("validate", "cd rollouts/calc && osmosis validate"),
+        ("test", "cd rollouts/calc && osmosis test -d dataset.jsonl"),
+        ("doctor", "cd rollouts/calc && osmosis doctor"),
+    ],
+)
+def test_a_command_at_a_workspaces_root_points_at_its_rollouts(
+    tmp_path: Path, command: str, hint: str
+) -> None:
+    """A cold trial: at the workspace's root `osmosis validate` said `missing TARGET` with a
+    hint to write `agent.py:MyAgent`, and `osmosis doctor` to run `osmosis init NAME`. Each
+    names the rollout folders and the command to run in one (and `test` the eval config)."""
+    dest = tmp_path / "ws"
+    made = runner.invoke(app, ["init", "calc", "--layout", "workspace", "-p", str(dest)])
+    assert made.exit_code == 0, made.output
+    done = subprocess.run(
+        [sys.executable, "-m", "osmosis_rollout", command, "--json"],
+        cwd=dest, env=clean_env(NO_COLOR="1"), capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert hint in done.stdout, done.stdout + done.stderr
+    assert "rollouts/ (calc)" in done.stdout
+    if command == "test":
+        assert "osmosis test --config configs/eval/calc.toml" in done.stdout
+        assert done.returncode == 2
+
+
 def test_an_unknown_layout_is_a_usage_error(tmp_path: Path) -> None:
     """A typo in --layout names the layouts; nothing is written."""
     result = runner.invoke(app, ["init", "x", "--layout", "platform", "-p", str(tmp_path / "x")])

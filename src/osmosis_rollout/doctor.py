@@ -135,7 +135,7 @@ def _packages() -> Check:
 
 
 def _project(cwd: Path, target: str | None) -> tuple[Check, str | None, Path]:
-    from .project import find_project
+    from .project import find_project, workspace_rollouts
 
     try:
         project = find_project(cwd)
@@ -145,6 +145,19 @@ def _project(cwd: Path, target: str | None) -> tuple[Check, str | None, Path]:
         project.put_root_on_path()
     root = project.root if project is not None else cwd
     chosen = target or (project.agent_target(cwd) if project is not None else None)
+    rollouts = workspace_rollouts(cwd) if chosen is None and project is None else []
+    if rollouts:
+        return (
+            Check(
+                "project",
+                "warn",
+                "a workspace's root: each agent project is a folder of rollouts/ "
+                f"({', '.join(rollouts)})",
+                f"cd rollouts/{rollouts[0]} && osmosis doctor",
+            ),
+            None,
+            cwd,
+        )
     if chosen is None:
         return (
             Check(

@@ -18,7 +18,7 @@ from .config import find_pyproject
 from .errors import AgentLoadError, ConfigError
 from .loader import is_file_target, parse_target
 
-__all__ = ["Project", "find_project"]
+__all__ = ["Project", "find_project", "workspace_rollouts"]
 
 
 @dataclass(frozen=True)
@@ -97,3 +97,13 @@ def find_project(start: Path | None = None) -> Project | None:
         configured=True,
         launch=launch.strip() if launch else None,
     )
+
+
+def workspace_rollouts(folder: Path) -> list[str]:
+    """The rollouts of the workspace whose root is ``folder`` (``osmosis init --layout
+    workspace``, as the official template lays one out): its ``rollouts/NAME`` folders that are
+    projects, sorted; none when ``folder`` is not such a root."""
+    root = folder / "rollouts"
+    if not (folder / "configs").is_dir() or not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "pyproject.toml").is_file())

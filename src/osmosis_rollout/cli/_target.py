@@ -31,6 +31,21 @@ def agent_target(target: str | None, *, command: str, example: str, other: str =
         project.put_root_on_path()
     chosen = target or (project.agent_target() if project is not None else None)
     if not chosen:
+        from ..project import workspace_rollouts
+
+        rollouts = workspace_rollouts(Path.cwd()) if project is None else []
+        if rollouts:
+            first = rollouts[0]
+            fail(
+                f"missing TARGET: the agent to {command}; this is a workspace's root, and each "
+                f"agent project is a folder of rollouts/ ({', '.join(rollouts)})",
+                hint=f"cd rollouts/{first} && osmosis {command}"
+                + (" -d dataset.jsonl" if command == "test" else "")
+                + "  (its [tool.osmosis] names the agent)"
+                + (f"; or, from here, osmosis test --config configs/eval/{first}.toml"
+                   if command == "test" and (Path("configs/eval") / f"{first}.toml").is_file()
+                   else ""),
+            )  # fmt: skip
         fail(
             f"missing TARGET: the agent to {command}",
             hint=f"{example}  (or set `agent` in [tool.osmosis] of pyproject.toml)"
