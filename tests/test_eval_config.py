@@ -64,6 +64,14 @@ def test_what_we_do_not_use_is_listed(tmp_path: Path) -> None:
     assert config.unused == ("evaluation.batch_size", "experiment.branch", "secrets")
 
 
+def test_a_secrets_table_that_asks_for_none_is_not_listed(tmp_path: Path) -> None:
+    """The workspace scaffold's config has ``[secrets] required = []``: nothing is asked for,
+    so nothing is ignored (a cold trial saw ``not used: secrets`` on every run)."""
+    text = CONFIG.replace('names = ["OPENAI_API_KEY"]', "required = []")
+    config = read_eval_config(_workspace(tmp_path, text))
+    assert config.unused == ("evaluation.batch_size", "experiment.branch")
+
+
 def test_the_launch_command_prefers_the_rollouts_own_virtualenv(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

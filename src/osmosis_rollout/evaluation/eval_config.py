@@ -111,7 +111,9 @@ def read_eval_config(path: Path) -> EvalConfig:
     ]
     unused += [key for key in data if key not in _SECTIONS]
     unused += [f"advanced.{key}" for key in _table(data, "advanced", path)]
-    if data.get("secrets"):
+    secrets = data.get("secrets")
+    asks = any(secrets.values()) if isinstance(secrets, dict) else bool(secrets)
+    if asks:  # a [secrets] table that asks for none (required = []) is not ignored
         unused.append("secrets")
     return EvalConfig(
         path=path,
