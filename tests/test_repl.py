@@ -713,6 +713,16 @@ async def test_long_tool_arguments_end_in_an_ellipsis_and_show_prints_them_whole
     assert "show needs a message number" in repl.text
 
 
+async def test_the_cut_note_is_shown_only_when_a_line_can_be_cut() -> None:
+    """A cold trial: `m` always ended with "A line ending in … is cut", also when every call
+    was short. Only an indented arguments block can be cut (its lines do not wrap)."""
+    short = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    inner = ScriptedBackend([{"content": None, "tool_calls": [short]}, {"content": "42"}])
+    repl = await session("m\nq\n", inner=inner, start_row=1)
+    assert "conversation:" in repl.text  # `m` ran
+    assert "is cut" not in repl.text
+
+
 async def test_show_between_rollouts_and_in_help() -> None:
     """Between rollouts `show N` prints a message of the last one; help lists the command."""
     repl = await session("show 1\nc\nshow 1\nhelp\nq\n", start_row=1)

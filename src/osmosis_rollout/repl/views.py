@@ -142,8 +142,22 @@ def messages_view(messages: Sequence[Message], *, pending: Message | None = None
     if pending is not None:
         parts.append(Text(f"[{len(messages)}] (pending: not yet sent to the agent)", style="dim"))
         parts.append(message_view(pending))
-    parts.append(Text("A line ending in … is cut: show N prints message N whole.", style="dim"))
+    if any(_has_argument_block(m) for m in [*messages, *([pending] if pending else [])]):
+        # only an indented arguments block can be cut (its lines do not wrap)
+        parts.append(Text("A line ending in … is cut: show N prints message N whole.", style="dim"))
     return Group(*parts)
+
+
+def _has_argument_block(message: Message) -> bool:
+    """Whether a message shows a tool call's arguments as an indented block, whose lines end
+    in an ellipsis where wider than the terminal (shorter arguments stay on the call's line)."""
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        raw = function.get("arguments") if isinstance(function, dict) else None
+        shown = _arguments(raw)
+        if isinstance(shown, Text) and shown.no_wrap:
+            return True
+    return False
 
 
 def full_message_view(
