@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ObservedCall", "ToolHistory", "counts_from_turns", "reads_as_error"]
+__all__ = [
+    "ObservedCall",
+    "ToolHistory",
+    "call_name",
+    "content_text",
+    "counts_from_turns",
+    "reads_as_error",
+]
 
 #: How a tool message's text starts when the tool failed, as harnesses and SDKs write it:
 #: v1's ``create_tool_error_result`` ("Error: ..."), a plain "error: ...", and the OpenAI
@@ -39,15 +46,26 @@ class ObservedCall:
     failed: bool
 
 
+def call_name(call: Any) -> str | None:
+    """The function name of an OpenAI-shaped tool call dict, if it has one."""
+    function = call.get("function") if isinstance(call, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def content_text(content: Any) -> str | None:
+    """A message's text: the string, or the text parts of a list joined; None otherwise."""
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else None
+
+
 def reads_as_error(content: Any) -> bool:
     """Whether a tool message's ``content`` says the tool failed: text starting with "error"
     or "An error occurred" (any case), or a JSON object with a true ``error``, ``is_error``
     or ``isError``. A list of content parts is read by its text parts."""
-    if isinstance(content, list):
-        text = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    elif isinstance(content, str):
-        text = content
-    else:
+    text = content_text(content)
+    if text is None:
         return False
     stripped = text.lstrip()
     if stripped.lower().startswith(_ERROR_STARTS):
@@ -74,11 +92,9 @@ class ToolHistory:
         for call in tool_calls:
             if not isinstance(call, dict) or not isinstance(call.get("id"), str):
                 continue
-            function = call.get("function")
-            name = function.get("name") if isinstance(function, dict) else None
             if len(self._pending) >= _MAX_PENDING:
                 self._pending.clear()
-            self._pending[call["id"]] = (name if isinstance(name, str) else "?", now)
+            self._pending[call["id"]] = (call_name(call) or "?", now)
 
     def answered(self, messages: Sequence[Any]) -> list[ObservedCall]:
         """The pending calls that ``messages`` (a call's history) answers, each once."""
@@ -122,9 +138,7 @@ def counts_from_turns(
             answered(histories[i])
         history.replied(calls)
         for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            name = function.get("name") if isinstance(function, dict) else None
-            counts.setdefault(name if isinstance(name, str) else "?", [0, 0, 0])[0] += 1
+            counts.setdefault(call_name(call) or "?", [0, 0, 0])[0] += 1
     for later in histories[len(asked) :]:
         answered(later)
     answered(final_messages)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..endpoint.tool_history import reads_as_error
+from ..endpoint.tool_history import call_name, content_text, reads_as_error
 from ..findings import TOOL_ALWAYS_FAILS, TOOL_ERROR_SHARE, TOOL_ERRORS
 from ..testing.records import Finding
 
@@ -68,9 +68,9 @@ def first_errors(rows: Iterable[RowResult]) -> dict[str, str]:
         names: dict[str, str] = {}
         for message in row.final_messages:
             for call in message.get("tool_calls") or ():
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and isinstance(call.get("id"), str):
-                    names[call["id"]] = str(function.get("name"))
+                name = call_name(call)
+                if name is not None and isinstance(call.get("id"), str):
+                    names[call["id"]] = name
             if message.get("role") != "tool" or not reads_as_error(message.get("content")):
                 continue
             name = names.get(str(message.get("tool_call_id")))
@@ -80,9 +80,7 @@ def first_errors(rows: Iterable[RowResult]) -> dict[str, str]:
 
 
 def _text_of(content: Any) -> str:
-    if isinstance(content, list):
-        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    text = " ".join(str(content).split())
+    text = " ".join((content_text(content) or "").split())
     return text if len(text) <= _QUOTED_CHARS else text[: _QUOTED_CHARS - 3] + "..."
 
 
